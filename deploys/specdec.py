@@ -1,0 +1,56 @@
+"""The specdec deploy: ``pyinfra inventories/jetsons.py deploys/specdec.py``.
+
+Every host is planned first, in pyinfra's prepare phase (data validated, device identified,
+plan fitted, files rendered, HF token read on this machine): a bad plan stops the whole run with
+one line naming host, key and value before any host is changed. Then the roles run in the
+order below; each compares facts with the plan and sends only what differs, so a second run
+sends no changing command. The deploy lock is taken first and released last; `verify` checks
+what `serve` activated (see roles/verify.py).
+"""
+
+from pyinfra import host
+
+from roles import (
+    deploy_lock,
+    deploy_unlock,
+    docker_access,
+    hf_token,
+    images,
+    jetson_tuning,
+    model_prefetch,
+    prepare_host,
+    serve,
+    ulimits,
+    verify,
+)
+
+
+def _escalation() -> dict:
+    # Root is needed throughout; become root via sudo unless the inventory decides otherwise
+    # (`_sudo` in data) or we log in as root already.
+    if host.data.get("_sudo") is not None:
+        return {}
+    user = host.data.get("ssh_user")
+    return {"_sudo": True} if user and user != "root" else {}
+
+
+hp, token = prepare_host(host)
+kw = _escalation()
+
+# First: two rollouts to one host must not interleave (released last, or by verify on failure).
+deploy_lock(**kw)
+
+# The service user and docker group first: later files are owned by the user.
+daemon_json = docker_access(hp, **kw)
+# The token before anything downloads or starts an engine that reads it.
+hf_token(hp, token, **kw)
+ulimits(hp, **kw)
+jetson_tuning(hp, **kw)
+digest = images(hp, **kw)
+# Weights after the image: with the docker runtime `hf download` runs inside it.
+model_prefetch(hp, **kw)
+# Last: release files, unit link, atomic switch, restart only on change.
+served = serve(hp, restart_on=[daemon_json, digest], **kw)
+# Health, limits, benchmark and gate; keep, disable, or roll back and fail the host.
+verify(hp, served, token, **kw)
+deploy_unlock(**kw)

@@ -1,0 +1,50 @@
+"""The lab fleet: emulated Jetson Orin and DGX Spark hosts on this machine.
+
+    specdec lab up inventories/lab.py            # boot them (root; systemd-nspawn)
+    pyinfra -y inventories/lab.py deploys/specdec.py
+    specdec lab status inventories/lab.py
+    specdec lab down inventories/lab.py
+
+Every host is a real systemd + sshd machine in its own network namespace that identifies as
+its `lab_device` (device tree, L4T release, MemTotal; GB10 via nvidia-smi on the Spark) and runs
+a real Docker engine that pulls the engine emulator images from the lab's own registry
+(localhost:5000). `lab_*` keys are read by the lab only (pyinfra and the planner ignore them).
+
+Knobs (environment): SPECDEC_LAB_HOSTS=N (first N rows below, default 4, up to 8),
+SPECDEC_LAB_TIME_SCALE=X (emulator speed, default 0.1), SPECDEC_LAB_FAULTS="host=fault,..."
+(emulator faults: crash_at_start, slow_start:S, hang_after:N, 5xx_burst:START:COUNT,
+slowdown:F, oom). See specdec/lab/fleetdata.py for the data every host gets (SSH settings,
+the lab's 8 MiB memlock ceiling as specdec_memlock, image, SPECDEC_EMU_* in specdec_env).
+"""
+
+from specdec.lab.fleetdata import fleet
+
+_TABLE = [
+    # AGX Orin 64GB, docker: Llama-3.1-8B with its EAGLE-3 head; speculation should pay here.
+    ("lab-agx", {"lab_device": "agx-orin-64gb", "specdec_engine": "vllm",
+                 "specdec_runtime": "docker",
+                 "specdec_model": "meta-llama/Llama-3.1-8B-Instruct"}),
+    # Orin Nano 8GB, native runtime (vllm on PATH): a small model.
+    ("lab-nano", {"lab_device": "orin-nano-8gb", "specdec_engine": "vllm",
+                  "specdec_runtime": "native", "specdec_model": "Qwen/Qwen3-0.6B"}),
+    # DGX Spark, docker: trtllm-serve.
+    ("lab-spark", {"lab_device": "dgx-spark", "specdec_engine": "trtllm",
+                   "specdec_runtime": "docker", "specdec_model": "Qwen/Qwen3-8B"}),
+    # Orin NX 16GB, docker: a draft model a third of the target's size, drafting 5 tokens: the
+    # drafting costs about what it saves, so the gate should disable speculation here.
+    ("lab-nx", {"lab_device": "orin-nx-16gb", "specdec_engine": "vllm",
+                "specdec_runtime": "docker", "specdec_model": "Qwen/Qwen3-1.7B",
+                "specdec_method": "draft_model", "specdec_draft": "Qwen/Qwen3-0.6B",
+                "specdec_num_speculative_tokens": 5}),
+    # More hosts for fleet-scale runs (SPECDEC_LAB_HOSTS=5..8).
+    ("lab-agx32", {"lab_device": "agx-orin-32gb", "specdec_engine": "vllm",
+                   "specdec_runtime": "native", "specdec_model": "Qwen/Qwen3-4B"}),
+    ("lab-nx8", {"lab_device": "orin-nx-8gb", "specdec_engine": "vllm",
+                 "specdec_runtime": "docker", "specdec_model": "Qwen/Qwen3-1.7B"}),
+    ("lab-nano4", {"lab_device": "orin-nano-4gb", "specdec_engine": "vllm",
+                   "specdec_runtime": "native", "specdec_model": "Qwen/Qwen3-0.6B"}),
+    ("lab-spark2", {"lab_device": "dgx-spark", "specdec_engine": "vllm",
+                    "specdec_runtime": "docker", "specdec_model": "Qwen/Qwen3-8B"}),
+]
+
+lab = fleet(_TABLE)

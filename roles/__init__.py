@@ -1,0 +1,37 @@
+"""Thin pyinfra ``@deploy`` roles, one concern each, converging a host to its rendered plan.
+
+Every decision comes from the plan (`specdec.plan`) and its rendering (`specdec.render`); the
+roles only compare facts with it and send what differs. `deploys/specdec.py` composes them.
+"""
+
+from __future__ import annotations
+
+from roles.common import DeployError, HostPlan, plan_host, prepare_host, read_hf_token
+from roles.docker_access import docker_access
+from roles.hf_token import hf_token
+from roles.images import images
+from roles.jetson_tuning import jetson_tuning
+from roles.lock import deploy_lock, deploy_unlock
+from roles.model_prefetch import model_prefetch
+from roles.serve import ServeResult, serve
+from roles.ulimits import ulimits
+from roles.verify import verify
+
+__all__ = [
+    "DeployError",
+    "HostPlan",
+    "ServeResult",
+    "deploy_lock",
+    "deploy_unlock",
+    "docker_access",
+    "hf_token",
+    "images",
+    "jetson_tuning",
+    "model_prefetch",
+    "plan_host",
+    "prepare_host",
+    "read_hf_token",
+    "serve",
+    "ulimits",
+    "verify",
+]

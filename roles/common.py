@@ -1,0 +1,199 @@
+"""Shared pieces of the roles: the per-host plan, the one-line deploy error, the HF token."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+import gevent
+import gevent.event
+from pyinfra.api import HiddenValue
+from pyinfra.api.exceptions import PyinfraError
+from pyinfra.context import ctx_host
+
+from specdec.catalog import load_catalog
+from specdec.errors import SpecdecError
+from specdec.hostdata import parse_host_settings
+from specdec.plan import baseline, make_plan
+from specdec.plan_types import Plan
+from specdec.render import Rendered, render
+
+__all__ = [
+    "GATED_PREFIXES",
+    "DeployError",
+    "HostPlan",
+    "SecretIO",
+    "gated_repos",
+    "missing_token_message",
+    "one_line",
+    "plan_host",
+    "prepare_host",
+    "read_hf_token",
+]
+
+# Hugging Face repos that need an accepted licence (and so a token) to download.
+GATED_PREFIXES = ("meta-llama/", "nvidia/Llama-")
+
+
+class DeployError(PyinfraError):
+    """A one-line, user-facing failure raised while preparing the deploy (before any change).
+
+    pyinfra's CLI prints a `PyinfraError` raised by a deploy file as a single
+    ``--> pyinfra error in FILE line N: MESSAGE`` line and exits 1 (no traceback).
+    """
+
+
+def one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    """Everything the roles need for one host, computed in prepare before any change."""
+
+    plan: Plan
+    rendered: Rendered
+    baseline: Rendered | None  # speculation off; None when the plan already has it off
+    is_jetson: bool
+
+
+def plan_host(name: str, data: Any, identity: Any) -> HostPlan:
+    """Plan and render one host; any `SpecdecError` becomes a one-line `DeployError`."""
+    try:
+        plan = make_plan(name, data, identity)
+        rendered = render(plan)
+        base = render(baseline(plan)) if plan.speculative else None
+        device = load_catalog().device(plan.device)
+    except SpecdecError as exc:
+        msg = one_line(exc)
+        if exc.host is None:
+            msg = f"{name}: {msg}"
+        raise DeployError(msg) from None
+    return HostPlan(plan, rendered, base, device.is_jetson)
+
+
+def gated_repos(plan: Plan) -> list[str]:
+    return [r for r in (plan.model, plan.draft) if r and r.startswith(GATED_PREFIXES)]
+
+
+class SecretIO(BytesIO):
+    """An in-memory upload source whose repr never shows the content."""
+
+    def __repr__(self) -> str:
+        return "<secret>"
+
+
+def read_hf_token(name: str, data: Any) -> HiddenValue | None:
+    """The HF token on the control node: the file named by ``specdec_hf_token_file``, else
+    ``$HF_TOKEN``; None when neither is set. The value only ever travels as a `HiddenValue`."""
+    try:
+        settings = parse_host_settings(name, data)
+    except SpecdecError as exc:
+        raise DeployError(one_line(exc)) from None
+    if settings.hf_token_file:
+        path = Path(settings.hf_token_file).expanduser()
+        try:
+            text = path.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise DeployError(
+                f"{name}: specdec_hf_token_file={settings.hf_token_file!r}: cannot read "
+                f"({exc.strerror or type(exc).__name__})"
+            ) from None
+        if not text or any(c.isspace() for c in text):
+            raise DeployError(
+                f"{name}: specdec_hf_token_file={settings.hf_token_file!r}: does not hold "
+                "a single token"
+            )
+        return HiddenValue(text)
+    env = os.environ.get("HF_TOKEN", "").strip()
+    return HiddenValue(env) if env else None
+
+
+def missing_token_message(hp: HostPlan) -> str | None:
+    """Why this host cannot be deployed without an HF token, or None."""
+    gated = gated_repos(hp.plan)
+    if not gated:
+        return None
+    return (
+        f"{hp.plan.host}: {', '.join(gated)} is gated on Hugging Face but no token is given: "
+        "set specdec_hf_token_file (a file on the control node) or $HF_TOKEN"
+    )
+
+
+def _prepare_one(h: Any) -> tuple[HostPlan, HiddenValue | None]:
+    from roles.facts import DeviceIdentity
+
+    try:
+        parse_host_settings(h.name, h.data)  # bad data fails before any fact is gathered
+    except SpecdecError as exc:
+        raise DeployError(one_line(exc)) from None
+    try:
+        identity = h.get_fact(DeviceIdentity)
+    except SpecdecError as exc:
+        raise DeployError(f"{h.name}: {one_line(exc)}") from None
+    if identity is None:
+        raise DeployError(f"{h.name}: could not read the device identity files")
+    hp = plan_host(h.name, h.data, identity)
+    token = read_hf_token(h.name, h.data)
+    if token is None and (msg := missing_token_message(hp)):
+        raise DeployError(msg)
+    return hp, token
+
+
+_Prepared = dict[str, "tuple[HostPlan, HiddenValue | None] | DeployError"]
+
+
+def _prepare_all(state: Any) -> _Prepared:
+    """Prepare every active host concurrently (read-only facts); results by host name."""
+    active = set(state.inventory.get_active_hosts())
+    hosts = [h for h in state.inventory if h in active]
+    results: _Prepared = {}
+
+    def one(h: Any) -> None:
+        with ctx_host.use(h):
+            try:
+                results[h.name] = _prepare_one(h)
+            except DeployError as exc:
+                results[h.name] = exc
+
+    gevent.joinall([gevent.spawn(one, h) for h in hosts], raise_error=True)
+    return results
+
+
+def prepare_host(h: Any) -> tuple[HostPlan, HiddenValue | None]:
+    """Validate data, identify, plan, render and read the token for pyinfra host ``h``.
+
+    The first host to get here prepares *every* active host (the others wait): if any host's
+    plan is bad, every host raises the same one-line `DeployError` (the first bad host in
+    inventory order). This runs in pyinfra's prepare phase, which only gathers read-only facts,
+    so no host has been changed when the run stops.
+    """
+    from pyinfra import state
+
+    st: Any = state._get_module() if hasattr(state, "_get_module") else state
+    box: dict[str, Any] | None = getattr(st, "_specdec_prepared", None)
+    if box is None:
+        box = {"done": gevent.event.Event(), "results": None}
+        st._specdec_prepared = box
+        try:
+            box["results"] = _prepare_all(st)
+        finally:
+            box["done"].set()
+    else:
+        box["done"].wait()
+    results: _Prepared = box["results"] or {}
+    if not results:
+        raise DeployError(f"{h.name}: planning did not complete")
+    active = set(st.inventory.get_active_hosts())
+    order = [x.name for x in st.inventory if x in active]  # inventory order, not set order
+    for name in order:
+        res = results.get(name)
+        if isinstance(res, DeployError):
+            raise DeployError(str(res))
+    mine = results.get(h.name)
+    if mine is None or isinstance(mine, DeployError):
+        raise DeployError(f"{h.name}: host was not planned")
+    return mine

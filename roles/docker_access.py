@@ -1,0 +1,116 @@
+"""Service user, docker group, and the nvidia runtime + ulimits in /etc/docker/daemon.json."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+from typing import Any
+
+from pyinfra import host
+from pyinfra.api import FileUploadCommand, deploy, operation
+from pyinfra.api.operation import OperationMeta
+from pyinfra.operations import files, server, systemd
+
+from roles.common import HostPlan
+from roles.facts import DAEMON_JSON, DockerDaemonConfig
+from specdec import layout
+from specdec.render import STACK_BYTES
+
+__all__ = ["daemon_config", "docker_access", "merged_daemon_json"]
+
+NVIDIA_RUNTIME = {"path": "nvidia-container-runtime", "runtimeArgs": []}
+
+
+def merged_daemon_json(
+    current: dict[str, Any] | None, memlock: str, jetson: bool
+) -> dict[str, Any]:
+    """``current`` with specdec's keys merged in; every other key (and runtime/ulimit) kept."""
+    doc: dict[str, Any] = json.loads(json.dumps(current or {}))  # deep copy
+    if jetson:
+        runtimes = doc.get("runtimes")
+        runtimes = dict(runtimes) if isinstance(runtimes, dict) else {}
+        nvidia = runtimes.get("nvidia")
+        entry = dict(nvidia) if isinstance(nvidia, dict) else {}
+        entry["path"] = NVIDIA_RUNTIME["path"]
+        entry.setdefault("runtimeArgs", [])
+        runtimes["nvidia"] = entry
+        doc["runtimes"] = runtimes
+    limit = -1 if memlock == "unlimited" else int(memlock)
+    ulimits = doc.get("default-ulimits")
+    ulimits = dict(ulimits) if isinstance(ulimits, dict) else {}
+    ulimits["memlock"] = {"Name": "memlock", "Hard": limit, "Soft": limit}
+    ulimits["stack"] = {"Name": "stack", "Hard": STACK_BYTES, "Soft": STACK_BYTES}
+    doc["default-ulimits"] = ulimits
+    return doc
+
+
+@operation()
+def daemon_config(memlock: str, jetson: bool):
+    """Merge specdec's keys into /etc/docker/daemon.json; upload only when the result differs.
+
+    + memlock: "unlimited" or bytes (the plan's ``memlock``)
+    + jetson: also register the nvidia container runtime
+    """
+    current = host.get_fact(DockerDaemonConfig)
+    desired = merged_daemon_json(current, memlock, jetson)
+    if current is not None and desired == current:
+        host.noop(f"{DAEMON_JSON} already has specdec's runtime and ulimits")
+        return
+    yield "install -d -m 0755 /etc/docker"
+    text = json.dumps(desired, indent=2, sort_keys=True) + "\n"
+    yield FileUploadCommand(StringIO(text), DAEMON_JSON)
+
+
+@deploy("Docker access")
+def docker_access(hp: HostPlan) -> OperationMeta | None:
+    """The service user (system user, home /var/lib/specdec) and, for the docker runtime, the
+    docker group membership and daemon.json; docker restarts only when daemon.json changed.
+
+    Returns the daemon.json op (a docker restart stops the engine's container, so the engine is
+    restarted too when it changed), or None for the native runtime.
+    """
+    plan = hp.plan
+    docker = plan.runtime == "docker"
+    if docker:
+        server.group(name="Ensure group docker", group="docker", system=True)
+    server.group(
+        name=f"Ensure group {plan.service_user}", group=plan.service_user, system=True,
+    )
+    server.user(
+        name=f"Ensure service user {plan.service_user}",
+        user=plan.service_user,
+        system=True,
+        group=plan.service_user,
+        home=layout.STATE_DIR,
+        shell="/usr/sbin/nologin",
+        groups=["docker"] if docker else None,
+        append=True,
+        ensure_home=False,
+    )
+    files.directory(
+        name=f"Ensure {layout.STATE_DIR}",
+        path=layout.STATE_DIR, user="root", group="root", mode="0755",
+    )
+    files.directory(
+        name=f"Ensure {layout.CONFIG_DIR}",
+        path=layout.CONFIG_DIR, user="root", group="root", mode="0755",
+    )
+    files.directory(
+        name=f"Ensure {layout.HF_HOME}",
+        path=layout.HF_HOME, user=plan.service_user, group=plan.service_user, mode="0755",
+    )
+    if not docker:
+        return None
+    cfg = daemon_config(
+        name=f"Merge runtime and ulimits into {DAEMON_JSON}",
+        memlock=plan.memlock,
+        jetson=hp.is_jetson,
+    )
+    systemd.service(
+        name="Restart docker (daemon.json changed)",
+        service="docker.service",
+        running=True,
+        restarted=True,
+        _if=cfg.did_change,
+    )
+    return cfg

@@ -1,0 +1,201 @@
+"""pyinfra facts for specdec: device identity, Docker, HF cache, images, releases, nvpmodel."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+from pyinfra.api import FactBase
+from pyinfra.api.exceptions import FactProcessError
+from typing_extensions import override
+
+from specdec import layout, release
+from specdec.identify import (
+    IDENTITY_FILES,
+    NVIDIA_SMI_CMD,
+    Identity,
+    identity_paths,
+    parse_identity,
+)
+
+__all__ = [
+    "DeviceIdentity",
+    "DockerDaemonConfig",
+    "HfCached",
+    "ImageDigest",
+    "NvpmodelMode",
+    "SpecdecReleases",
+    "identity_command",
+    "split_identity_output",
+]
+
+_MARK = "@@specdec-file"
+DAEMON_JSON = "/etc/docker/daemon.json"
+# Outputs of commands, not files under /.
+_COMMANDS = {
+    "nvidia-smi.txt": " ".join(NVIDIA_SMI_CMD),
+    "uname-m.txt": "uname -m",
+}
+
+
+def identity_command() -> str:
+    """One read-only command printing every identity file after a marker line.
+
+    ``@@specdec-file <name>`` precedes a present file (NULs of device-tree strings become
+    newlines), ``@@specdec-file <name> missing`` stands for an absent one. Always exits 0.
+    """
+    parts = []
+    for name in IDENTITY_FILES:
+        q = shlex.quote(name)
+        if name in _COMMANDS:
+            cmd = _COMMANDS[name]
+            binary = cmd.split()[0]
+            parts.append(
+                f"if command -v {binary} >/dev/null 2>&1; then echo {_MARK} {q}; "
+                f"{cmd} 2>/dev/null || true; else echo {_MARK} {q} missing; fi"
+            )
+        else:
+            branches = "; el".join(
+                f"if [ -r {path} ]; then echo {_MARK} {q}; tr '\\000' '\\n' < {path}; echo"
+                for path in (shlex.quote("/" + p) for p in identity_paths(name))
+            )
+            parts.append(f"{branches}; else echo {_MARK} {q} missing; fi")
+    parts.append("true")
+    return "; ".join(parts)
+
+
+def split_identity_output(lines: list[str]) -> dict[str, str | None]:
+    """Marker-separated output -> ``{relative path: content or None}`` for every identity file."""
+    files: dict[str, str | None] = dict.fromkeys(IDENTITY_FILES)
+    current: str | None = None
+    buf: list[str] = []
+
+    def flush() -> None:
+        if current is not None:
+            files[current] = "\n".join(buf).strip("\n") + "\n"
+
+    for line in lines:
+        if line.startswith(_MARK + " "):
+            flush()
+            words = line.split()
+            name = words[1] if len(words) > 1 else ""
+            buf = []
+            current = None if len(words) > 2 and words[2] == "missing" else name
+        elif current is not None:
+            buf.append(line)
+    flush()
+    return files
+
+
+class DeviceIdentity(FactBase[Identity | None]):
+    """Which catalog device the host is (`specdec.identify.Identity`).
+
+    Raises `specdec.errors.IdentifyError` (one line) for unsupported hardware.
+    """
+
+    @override
+    def command(self) -> str:
+        return identity_command()
+
+    @override
+    def process(self, output: list[str]) -> Identity | None:
+        return parse_identity(split_identity_output(output))
+
+
+class DockerDaemonConfig(FactBase[dict[str, Any] | None]):
+    """``/etc/docker/daemon.json`` as a dict; None when absent. Invalid JSON fails the host."""
+
+    @override
+    def command(self) -> str:
+        return f"if [ -f {DAEMON_JSON} ]; then cat {DAEMON_JSON}; fi"
+
+    @override
+    def process(self, output: list[str]) -> dict[str, Any] | None:
+        text = "\n".join(output).strip()
+        if not text:
+            return {}  # an empty file
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as exc:
+            # Fails the host: never overwrite a file we cannot merge into.
+            raise FactProcessError(f"{DAEMON_JSON} is not valid JSON: {exc}") from None
+        if not isinstance(doc, dict):
+            raise FactProcessError(f"{DAEMON_JSON} is not a JSON object")
+        return doc
+
+
+def hf_repo_dir(repo: str) -> str:
+    """The hub cache directory of a repo: ``$HF_HOME/hub/models--ORG--NAME``."""
+    return f"{layout.HF_HOME}/hub/models--{repo.replace('/', '--')}"
+
+
+class HfCached(FactBase[bool]):
+    """Whether ``repo`` has a non-empty snapshot in the specdec HF cache."""
+
+    @staticmethod
+    @override
+    def default() -> bool:
+        return False
+
+    @override
+    def command(self, repo: str) -> str:
+        snaps = shlex.quote(hf_repo_dir(repo) + "/snapshots")
+        return (
+            f"if [ -d {snaps} ] && [ -n \"$(find {snaps} -mindepth 2 -maxdepth 2 "
+            f"-print -quit 2>/dev/null)\" ]; then echo yes; else echo no; fi"
+        )
+
+    @override
+    def process(self, output: list[str]) -> bool:
+        return bool(output) and output[-1].strip() == "yes"
+
+
+class ImageDigest(FactBase[str | None]):
+    """The image's repo digest (``repo@sha256:…``), else its id (``sha256:…``); None if absent."""
+
+    @override
+    def command(self, image: str) -> str:
+        fmt = shlex.quote("{{range .RepoDigests}}{{println .}}{{end}}{{.Id}}")
+        return (
+            f"! command -v docker >/dev/null 2>&1 || "
+            f"docker image inspect --format {fmt} {shlex.quote(image)} 2>/dev/null || true"
+        )
+
+    @override
+    def process(self, output: list[str]) -> str | None:
+        lines = [line.strip() for line in output if line.strip()]
+        if not lines:
+            return None
+        return lines[0]
+
+
+class SpecdecReleases(FactBase[release.ReleaseState]):
+    """`specdec.release.ReleaseState`: current / last-good targets, releases, decisions."""
+
+    @staticmethod
+    @override
+    def default() -> release.ReleaseState:
+        return release.ReleaseState()
+
+    @override
+    def command(self) -> str:
+        return release.read_state()
+
+    @override
+    def process(self, output: list[str]) -> release.ReleaseState:
+        return release.parse_state(output)
+
+
+class NvpmodelMode(FactBase[str | None]):
+    """``nvpmodel -q`` output (first line names the mode, e.g. ``NV Power Mode: MAXN``);
+    None when nvpmodel is not installed."""
+
+    @override
+    def command(self) -> str:
+        return "! command -v nvpmodel >/dev/null 2>&1 || nvpmodel -q 2>/dev/null || true"
+
+    @override
+    def process(self, output: list[str]) -> str | None:
+        text = "\n".join(line for line in output if line.strip())
+        return text or None

@@ -1,0 +1,187 @@
+"""The per-host deploy lock: taken first, released last (see `specdec.lock`).
+
+Both operations talk to the host only at execution time and report "No changes": a re-run of an
+unchanged plan stays a no-op. A held, live lock fails the host with one line before anything is
+changed; a stale one (its pyinfra process on this control node is gone, or older than
+`specdec.lock.STALE_AFTER_S`) is taken over. When the verify step fails a host it releases the
+lock itself (a failed host runs no later operation).
+
+Also the run context shared by the lock and verify roles: the run id (``$SPECDEC_RUN_ID``, set
+by `specdec rollout`, else one per pyinfra process) and the reports directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+from pathlib import Path
+from typing import Any
+
+from pyinfra import host
+from pyinfra.api import StringCommand, deploy, operation
+from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
+from pyinfra.api.state import BaseStateCallback
+from pyinfra.connectors.fake import FakeConnector
+
+from specdec import layout
+from specdec import lock as speclock
+from specdec.report import (
+    RUN_ID_ENV,
+    new_run_id,
+    reports_root,
+    skipped_report,
+    write_host_report,
+)
+
+__all__ = [
+    "SKIP_ON_FAKE_CONNECTOR",
+    "deploy_lock",
+    "deploy_unlock",
+    "fail_command",
+    "host_run",
+    "release_now",
+    "run_dir",
+    "run_id",
+    "skip_host",
+]
+
+# pyinfra's @fake connector executes nothing: there is no engine to lock, health-check or
+# benchmark. Tests of these roles switch this off and inject fakes.
+SKIP_ON_FAKE_CONNECTOR = True
+
+_held: dict[str, speclock.LockInfo] = {}
+_run_id: list[str] = []
+
+
+def run_id() -> str:
+    env = os.environ.get(RUN_ID_ENV)
+    if env:
+        return env
+    if not _run_id:
+        _run_id.append(new_run_id())
+    return _run_id[0]
+
+
+def run_dir() -> Path:
+    return reports_root() / run_id()
+
+
+def skip_host() -> bool:
+    return SKIP_ON_FAKE_CONNECTOR and isinstance(host.connector, FakeConnector)
+
+
+def connector_args() -> dict[str, Any]:
+    """The executing operation's connector arguments (``_sudo`` …) for direct commands."""
+    ga = host.current_op_global_arguments or {}
+    return {k: ga[k] for k in CONNECTOR_ARGUMENT_KEYS if k in ga and k != "_timeout"}
+
+
+def host_run(command: str, conn: dict[str, Any], timeout: float | None = None
+             ) -> tuple[bool, list[str]]:
+    """Run ``command`` on the current host now (not as an operation's change)."""
+    st = host.state
+    kwargs = dict(conn)
+    if timeout:
+        kwargs["_timeout"] = int(timeout)
+    ok, output = host.run_shell_command(
+        StringCommand(command), print_output=st.print_output, print_input=st.print_input,
+        **kwargs)
+    return bool(ok), list(output.stdout_lines)
+
+
+def fail_command(message: str) -> StringCommand:
+    """A command that prints one line on stderr and fails: pyinfra fails the host with it."""
+    text = "specdec: " + " ".join(message.split())
+    return StringCommand(f"printf '%s\\n' {shlex.quote(text)} >&2; exit 1")
+
+
+def release_now(conn: dict[str, Any]) -> None:
+    info = _held.pop(host.name, None)
+    if info is not None:
+        host_run(speclock.release_command(info), conn, 60)
+
+
+@operation(is_idempotent=False)
+def acquire():
+    """Take the host's deploy lock, or fail the host if another rollout holds it."""
+    if not host.state.is_executing:
+        host.noop(f"take the deploy lock {layout.LOCK_FILE}")
+        return
+    conn = connector_args()
+    info = speclock.new_lock(run_id())
+    ok, out = host_run(speclock.acquire_command(info), conn, 60)
+    status = speclock.parse_acquire(out)
+    if ok and not status.acquired and speclock.is_stale(status):
+        ok, out = host_run(speclock.takeover_command(status.holder, info), conn, 60)
+        status = speclock.parse_acquire(out)
+        if status.acquired:
+            host.noop("took over a stale deploy lock")
+    if ok and status.acquired:
+        _held[host.name] = info
+        host.noop(f"deploy lock {layout.LOCK_FILE} taken")
+        return
+    message = speclock.describe(status) if ok else "could not take the deploy lock"
+    try:
+        rep = skipped_report(host.name, run_id(), message, outcome="failed", phase="lock")
+        write_host_report(run_dir(), rep)
+    except OSError:
+        pass
+    yield fail_command(f"{host.name}: {message}")
+
+
+@operation(is_idempotent=False)
+def release():
+    """Release the deploy lock taken by this run."""
+    if not host.state.is_executing:
+        host.noop("release the deploy lock")
+        return
+    release_now(connector_args())
+    host.noop("deploy lock released")
+    yield from ()  # a generator that changes nothing
+
+
+class _ReleaseOnError(BaseStateCallback):
+    """pyinfra has no rescue: when any operation fails a host, release its lock right away
+    (a failed host runs no later operation, so `deploy_unlock` would never run)."""
+
+    @staticmethod
+    def operation_host_error(state: Any, host: Any, op_hash: str, *args: Any,
+                             **kwargs: Any) -> None:
+        try:
+            ga = state.get_op_data_for_host(host, op_hash).global_arguments
+        except (KeyError, AttributeError):
+            return
+        if ga.get("_ignore_errors") or ga.get("_continue_on_error"):
+            return
+        info = _held.pop(host.name, None)
+        if info is None:
+            return
+        conn = {k: ga[k] for k in CONNECTOR_ARGUMENT_KEYS if k in ga and k != "_timeout"}
+        with contextlib.suppress(Exception):  # best effort on a host that just failed
+            host.run_shell_command(StringCommand(speclock.release_command(info)), _timeout=60,
+                                   **conn)
+
+
+def _register_release_on_error() -> None:
+    st = host.state
+    if not getattr(st, "_specdec_release_on_error", False):
+        st.add_callback_handler(_ReleaseOnError())
+        st._specdec_release_on_error = True
+
+
+@deploy("Deploy lock")
+def deploy_lock() -> None:
+    """Take the lock first: nothing below runs on a host another rollout is changing."""
+    if skip_host():
+        return
+    _register_release_on_error()
+    acquire(name=f"Take the deploy lock ({layout.LOCK_FILE})")
+
+
+@deploy("Deploy unlock")
+def deploy_unlock() -> None:
+    if skip_host():
+        return
+    release(name="Release the deploy lock")
+

@@ -1,0 +1,146 @@
+"""The engine release: files in releases/<id>/, the unit symlink, the atomic `current` switch,
+daemon-reload/restart only on change, and pruning to the last `layout.KEEP_RELEASES`.
+
+The desired release honours the host's recorded verification decision: when
+``releases/<candidate>/decision.json`` says ``{"outcome": "disabled", "active": "<id>"}``, the
+desired release is that (baseline) one, so a re-run does not undo a rollback. A ``verify`` role
+slots in after `serve` and reads `ServeResult`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from io import StringIO
+
+from pyinfra import host
+from pyinfra.api import deploy, operation
+from pyinfra.api.operation import OperationMeta
+from pyinfra.operations import files, systemd
+from pyinfra.operations.util import any_changed
+
+from roles.common import HostPlan
+from roles.facts import SpecdecReleases
+from specdec import layout, release
+from specdec.render import Rendered
+
+__all__ = ["ServeResult", "activate", "prune_releases", "serve"]
+
+UNIT_FILE = f"{layout.SERVICE_NAME}.service"
+UNIT_TARGET = f"{layout.CURRENT}/{UNIT_FILE}"
+
+
+@dataclass(frozen=True)
+class ServeResult:
+    candidate: str  # the plan's release id
+    desired: str  # what `current` should point at (candidate, or the recorded baseline)
+    changed: tuple[OperationMeta, ...]  # ops whose change restarted the engine
+
+
+@operation()
+def activate(release_id: str):
+    """Point /var/lib/specdec/current at releases/<release_id> atomically, if it does not yet.
+
+    + release_id: the release to run
+    """
+    state = host.get_fact(SpecdecReleases)
+    if state.current == release_id:
+        host.noop(f"{layout.CURRENT} already points at {release_id}")
+        return
+    yield release.activate(release_id)
+
+
+@operation()
+def prune_releases(keep: int, protect: Sequence[str]):
+    """Delete all but the ``keep`` newest releases; never current, last-good or ``protect``.
+
+    + keep: how many unprotected releases to keep
+    + protect: release ids that are never deleted
+    """
+    state = host.get_fact(SpecdecReleases)
+    doomed = release.to_prune(state.releases, keep, [state.current, state.last_good, *protect])
+    if not doomed:
+        host.noop(f"{len(state.releases)} release(s) kept")
+        return
+    yield release.remove(doomed)
+
+
+def _upload_release(r: Rendered) -> OperationMeta | None:
+    """Upload a release's files; returns the unit's upload op."""
+    files.directory(
+        name=f"Ensure {r.release_dir}", path=r.release_dir, user="root", group="root",
+        mode="0755",
+    )
+    unit_op = None
+    for f in host.loop(r.release_files):
+        op = files.put(
+            name=f"Upload {f.path}",
+            src=StringIO(f.content),
+            dest=f.path,
+            user=f.owner,
+            group=f.group,
+            mode=f.mode,
+        )
+        if f.path.endswith("/" + UNIT_FILE):
+            unit_op = op
+    return unit_op
+
+
+@deploy("Serve")
+def serve(hp: HostPlan, restart_on: Sequence[OperationMeta | None] = ()) -> ServeResult:
+    """Install and run the desired release.
+
+    + hp: the host's plan and renderings
+    + restart_on: earlier ops (e.g. the image digest) whose change also restarts the engine
+    """
+    candidate = hp.rendered.release_id
+    recorded = host.get_fact(SpecdecReleases)
+    desired = release.desired_release(candidate, recorded)
+
+    to_upload: Rendered | None = hp.rendered
+    if desired != candidate:
+        # Verified before: speculation did not pay, the baseline release runs instead.
+        if hp.baseline is not None and hp.baseline.release_id == desired:
+            to_upload = hp.baseline
+        elif desired in recorded.releases:
+            to_upload = None  # recorded by an older planner: run it as it is
+        else:
+            desired = candidate  # the recorded release is gone: start over with the candidate
+    files.directory(
+        name=f"Ensure {layout.RELEASES_DIR}", path=layout.RELEASES_DIR, user="root",
+        group="root", mode="0755",
+    )
+    unit_op = _upload_release(to_upload) if to_upload is not None else None
+
+    link = files.link(
+        name=f"Link {layout.UNIT_PATH} to {UNIT_TARGET}",
+        path=layout.UNIT_PATH,
+        target=UNIT_TARGET,
+        force=True,
+    )
+    switch = activate(name=f"Activate release {desired} ({layout.CURRENT})", release_id=desired)
+
+    unit_changes = [op for op in (unit_op, link, switch) if op is not None]
+    systemd.daemon_reload(
+        name="Reload systemd (unit changed)", _if=any_changed(*unit_changes),
+    )
+    restart_ops = unit_changes + [op for op in restart_on if op is not None]
+    systemd.service(
+        name=f"Restart {layout.SERVICE_NAME} (release, unit or image changed)",
+        service=f"{layout.SERVICE_NAME}.service",
+        running=True,
+        restarted=True,
+        _if=any_changed(*restart_ops),
+    )
+    systemd.service(
+        name=f"Ensure {layout.SERVICE_NAME} is running and enabled",
+        service=f"{layout.SERVICE_NAME}.service",
+        running=True,
+        enabled=True,
+    )
+    prune_releases(
+        name=f"Prune {layout.RELEASES_DIR} to {layout.KEEP_RELEASES} releases",
+        keep=layout.KEEP_RELEASES,
+        protect=sorted({candidate, desired}),
+    )
+    return ServeResult(candidate, desired, tuple(restart_ops))

@@ -1,0 +1,268 @@
+"""The device and model catalog: typed, validated on load."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from specdec.errors import ConfigError
+
+__all__ = [
+    "ENGINES",
+    "METHODS",
+    "RUNTIMES",
+    "TRTLLM_DECODING_TYPES",
+    "Catalog",
+    "Device",
+    "Head",
+    "Model",
+    "load_catalog",
+]
+
+ENGINES = ("vllm", "trtllm")
+RUNTIMES = ("docker", "native")
+# vLLM's spelling of speculative methods (SpeculativeConfig.method), plus "none".
+METHODS = (
+    "none", "eagle3", "eagle", "draft_model", "ngram", "ngram_gpu", "mtp",
+    "medusa", "mlp_speculator", "suffix", "dflash",
+)
+# vLLM method -> TRT-LLM speculative_config.decoding_type (PyTorch backend).
+TRTLLM_DECODING_TYPES = {
+    "eagle3": "Eagle3",
+    "eagle": "Eagle",
+    "draft_model": "DraftTarget",
+    "ngram": "NGram",
+    "mtp": "MTP",
+}
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class Device:
+    id: str
+    family: str
+    model_string: str
+    module_ids: tuple[str, ...]
+    memory_gib: float
+    bandwidth_gbs: float
+    fp16_tflops: float
+    arch: str
+    platform: str  # "l4t" (Jetson) or "sbsa" (Spark)
+    engines: tuple[str, ...]
+    runtimes: tuple[str, ...]
+    mem_util_baseline: float
+    mem_util_speculative: float
+    max_num_seqs: int
+    max_model_len: int
+    speculative_tokens: dict[str, int]
+    eagle3: bool
+    images: dict[str, dict[str, str]]  # engine -> {release key (r36, sbsa) -> image}
+    gpu_name: str | None = None
+
+    @property
+    def is_jetson(self) -> bool:
+        return self.platform == "l4t"
+
+
+@dataclass(frozen=True)
+class Model:
+    id: str
+    params_b: float
+    weight_gib: float
+    tokenizer: str
+    layers: int
+    kv_bytes_per_token: int
+    max_context: int
+    heads: dict[str, str]  # method -> head repo
+    drafts: tuple[str, ...]
+    active_params_b: float | None = None
+
+    @property
+    def weight_bytes(self) -> int:
+        return int(self.weight_gib * GIB)
+
+    @property
+    def decode_bytes(self) -> int:
+        """Bytes read from memory per decode step (MoE reads only its active experts)."""
+        if self.active_params_b is None:
+            return self.weight_bytes
+        return int(self.weight_bytes * self.active_params_b / self.params_b)
+
+
+@dataclass(frozen=True)
+class Head:
+    id: str
+    method: str
+    target: str
+    params_b: float
+    weight_gib: float
+    tokenizer: str
+
+    @property
+    def weight_bytes(self) -> int:
+        return int(self.weight_gib * GIB)
+
+
+@dataclass(frozen=True)
+class Catalog:
+    devices: dict[str, Device]
+    models: dict[str, Model]
+    heads: dict[str, Head]
+
+    def device(self, device_id: str) -> Device:
+        try:
+            return self.devices[device_id]
+        except KeyError:
+            raise ConfigError(
+                f"unknown device {device_id!r} (known: {', '.join(sorted(self.devices))})"
+            ) from None
+
+
+def _req(where: str, data: dict[str, Any], key: str, typ: type | tuple[type, ...]) -> Any:
+    if key not in data:
+        raise ConfigError(f"catalog {where}: missing key {key!r}")
+    value = data[key]
+    if typ in (float, (int, float)) and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if isinstance(value, bool) and typ is not bool or not isinstance(value, typ):
+        name = getattr(typ, "__name__", typ)
+        raise ConfigError(f"catalog {where}: {key}={value!r} is not {name}")
+    return value
+
+
+def _positive(where: str, key: str, value: float) -> float:
+    if value <= 0:
+        raise ConfigError(f"catalog {where}: {key}={value!r} must be > 0")
+    return value
+
+
+def _device(dev_id: str, d: dict[str, Any]) -> Device:
+    w = f"device {dev_id}"
+    if not isinstance(d, dict):
+        raise ConfigError(f"catalog {w}: expected a mapping, got {d!r}")
+    engines = tuple(_req(w, d, "engines", list))
+    for e in engines:
+        if e not in ENGINES:
+            raise ConfigError(f"catalog {w}: engines has unknown engine {e!r}")
+    runtimes = tuple(_req(w, d, "runtimes", list))
+    for r in runtimes:
+        if r not in RUNTIMES:
+            raise ConfigError(f"catalog {w}: runtimes has unknown runtime {r!r}")
+    util = _req(w, d, "gpu_memory_utilization", dict)
+    fractions = {}
+    for k in ("baseline", "speculative"):
+        v = util.get(k)
+        if not isinstance(v, int | float) or not 0 < v <= 1:
+            raise ConfigError(f"catalog {w}: gpu_memory_utilization.{k}={v!r} must be in (0, 1]")
+        fractions[k] = float(v)
+    images = _req(w, d, "images", dict)
+    for eng, per_release in images.items():
+        if eng not in engines or not isinstance(per_release, dict) or not per_release:
+            raise ConfigError(f"catalog {w}: images.{eng}={per_release!r} is invalid")
+    spec_tokens = _req(w, d, "speculative_tokens", dict)
+    for m, k in spec_tokens.items():
+        if m not in METHODS or not isinstance(k, int) or k < 1:
+            raise ConfigError(f"catalog {w}: speculative_tokens.{m}={k!r} is invalid")
+    platform = _req(w, d, "platform", str)
+    if platform not in ("l4t", "sbsa"):
+        raise ConfigError(f"catalog {w}: platform={platform!r} must be l4t or sbsa")
+    return Device(
+        id=dev_id,
+        family=_req(w, d, "family", str),
+        model_string=_req(w, d, "model_string", str),
+        module_ids=tuple(_req(w, d, "module_ids", list)),
+        memory_gib=_positive(w, "memory_gib", _req(w, d, "memory_gib", (int, float))),
+        bandwidth_gbs=_positive(w, "bandwidth_gbs", _req(w, d, "bandwidth_gbs", (int, float))),
+        fp16_tflops=_positive(w, "fp16_tflops", _req(w, d, "fp16_tflops", (int, float))),
+        arch=_req(w, d, "arch", str),
+        platform=platform,
+        engines=engines,
+        runtimes=runtimes,
+        mem_util_baseline=fractions["baseline"],
+        mem_util_speculative=fractions["speculative"],
+        max_num_seqs=int(_positive(w, "max_num_seqs", _req(w, d, "max_num_seqs", int))),
+        max_model_len=int(_positive(w, "max_model_len", _req(w, d, "max_model_len", int))),
+        speculative_tokens=dict(spec_tokens),
+        eagle3=_req(w, d, "eagle3", bool),
+        images={k: dict(v) for k, v in images.items()},
+        gpu_name=d.get("gpu_name"),
+    )
+
+
+def _model(model_id: str, d: dict[str, Any]) -> Model:
+    w = f"model {model_id}"
+    if not isinstance(d, dict):
+        raise ConfigError(f"catalog {w}: expected a mapping, got {d!r}")
+    heads = d.get("heads") or {}
+    if not isinstance(heads, dict):
+        raise ConfigError(f"catalog {w}: heads={heads!r} must be a mapping")
+    active = d.get("active_params_b")
+    return Model(
+        id=model_id,
+        params_b=_positive(w, "params_b", _req(w, d, "params_b", (int, float))),
+        weight_gib=_positive(w, "weight_gib", _req(w, d, "weight_gib", (int, float))),
+        tokenizer=_req(w, d, "tokenizer", str),
+        layers=int(_positive(w, "layers", _req(w, d, "layers", int))),
+        kv_bytes_per_token=int(
+            _positive(w, "kv_bytes_per_token", _req(w, d, "kv_bytes_per_token", int))
+        ),
+        max_context=int(_positive(w, "max_context", _req(w, d, "max_context", int))),
+        heads=dict(heads),
+        drafts=tuple(d.get("drafts") or ()),
+        active_params_b=float(active) if active is not None else None,
+    )
+
+
+def _head(head_id: str, d: dict[str, Any]) -> Head:
+    w = f"head {head_id}"
+    return Head(
+        id=head_id,
+        method=_req(w, d, "method", str),
+        target=_req(w, d, "target", str),
+        params_b=_positive(w, "params_b", _req(w, d, "params_b", (int, float))),
+        weight_gib=_positive(w, "weight_gib", _req(w, d, "weight_gib", (int, float))),
+        tokenizer=_req(w, d, "tokenizer", str),
+    )
+
+
+def _read_yaml(path: Path | Any, top: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"catalog {path}: invalid YAML: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict) or not isinstance(data.get(top), dict):
+        raise ConfigError(f"catalog {path}: expected a top-level {top!r} mapping")
+    return data
+
+
+def parse_catalog(devices_yaml: Path | Any, models_yaml: Path | Any) -> Catalog:
+    """Load and cross-check the two catalog files."""
+    dev_data = _read_yaml(devices_yaml, "devices")
+    mod_data = _read_yaml(models_yaml, "models")
+    devices = {k: _device(k, v) for k, v in dev_data["devices"].items()}
+    models = {k: _model(k, v) for k, v in mod_data["models"].items()}
+    heads = {k: _head(k, v) for k, v in (mod_data.get("heads") or {}).items()}
+    for m in models.values():
+        for method, head in m.heads.items():
+            if head not in heads:
+                raise ConfigError(f"catalog model {m.id}: heads.{method}={head!r} is not in heads")
+            if heads[head].target != m.id:
+                raise ConfigError(f"catalog head {head}: target {heads[head].target!r} != {m.id!r}")
+        for draft in m.drafts:
+            if draft not in models:
+                raise ConfigError(f"catalog model {m.id}: draft {draft!r} is not a catalog model")
+            if models[draft].tokenizer != m.tokenizer:
+                raise ConfigError(f"catalog model {m.id}: draft {draft!r} has another tokenizer")
+    return Catalog(devices=devices, models=models, heads=heads)
+
+
+@cache
+def load_catalog() -> Catalog:
+    """The catalog shipped in the package."""
+    root = resources.files("specdec.catalog")
+    return parse_catalog(root.joinpath("devices.yaml"), root.joinpath("models.yaml"))

@@ -1,0 +1,134 @@
+"""`specdec bench` and `specdec gate`.
+
+Both write their JSON only after success (to a temporary file, then renamed), so a failed run
+never leaves a partial result behind; failures are one line on stderr and exit status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from specdec.errors import ConfigError
+
+__all__ = ["register", "write_json_atomic"]
+
+
+def write_json_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file in the same directory and a rename."""
+    p = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent or ".")
+    except OSError as exc:
+        raise ConfigError(f"--json {path}: cannot write: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text if text.endswith("\n") else text + "\n")
+        os.replace(tmp, p)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise ConfigError(f"--json {path}: cannot write: {exc.strerror or exc}") from None
+
+
+def _gate(args: argparse.Namespace) -> int:
+    from specdec.gate import decide, load_policy, load_result
+
+    dec = decide(load_result(args.baseline), load_result(args.candidate), load_policy(args.policy))
+    text = json.dumps(dec.to_dict(), indent=2)
+    if args.json:
+        write_json_atomic(args.json, text)
+    print(text)
+    return 0
+
+
+def _levels(text: str) -> tuple[int, ...]:
+    try:
+        levels = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise ConfigError(f"--concurrency: not a comma-separated list of integers: "
+                          f"{text!r}") from None
+    if not levels or any(c < 1 for c in levels):
+        raise ConfigError(f"--concurrency: levels must be >= 1, got {text!r}")
+    return levels
+
+
+def _counts(text: str | None, levels: tuple[int, ...]) -> int | tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        counts = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise ConfigError(f"--requests: not an integer or a comma-separated list: "
+                          f"{text!r}") from None
+    if len(counts) == 1:
+        return counts[0]
+    if len(counts) != len(levels):
+        raise ConfigError(f"--requests: {len(counts)} counts for {len(levels)} concurrency "
+                          f"levels ({text!r})")
+    return counts
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from specdec.bench.client import BenchConfig, run_bench, to_json
+    from specdec.bench.prompts import load_prompts
+
+    levels = _levels(args.concurrency)
+    cfg = BenchConfig(
+        url=args.url, model=args.model, concurrency=levels,
+        requests=_counts(args.requests, levels), max_tokens=args.max_tokens, warmup=args.warmup,
+        prompt_offset=args.prompt_offset,
+        prompts=load_prompts(args.prompts), endpoint=args.endpoint,
+        fixed_length=not args.no_fixed_length, continuous_usage=not args.no_continuous_usage,
+        request_timeout_s=args.timeout, max_failed_fraction=args.max_failed,
+        progress=False if args.no_progress else None,
+    ).validate()
+    res: dict[str, Any] = run_bench(cfg)
+    text = to_json(res)
+    if args.json:
+        write_json_atomic(args.json, text)
+    else:
+        print(text)
+    return 0
+
+
+def register(sub: Any) -> None:
+    g = sub.add_parser("gate", help="keep / disable / inconclusive from two bench results",
+                       description="Decide whether speculation stays on, from a baseline and a "
+                                   "candidate `specdec bench --json` result (default policy: "
+                                   "seed 000).")
+    g.add_argument("baseline", help="bench JSON with speculation off")
+    g.add_argument("candidate", help="bench JSON with speculation on")
+    g.add_argument("--policy", default=None, help="YAML/JSON file of GatePolicy fields")
+    g.add_argument("--json", default=None, help="also write the decision JSON here")
+    g.set_defaults(func=_gate)
+
+    b = sub.add_parser("bench", help="benchmark an OpenAI-compatible server",
+                       description="Streamed, greedy, fixed-length requests at each concurrency "
+                                   "level; TTFT/TPOT/ITL/E2EL, throughput and speculation "
+                                   "acceptance from the server's counters.")
+    b.add_argument("url", help="server base URL, e.g. http://127.0.0.1:8000")
+    b.add_argument("--model", help="served model name (default: the only one served)")
+    b.add_argument("--concurrency", default="1,8", help="comma-separated levels (default 1,8)")
+    b.add_argument("--requests", default=None,
+                   help="requests per level, or one count per level (12,16); default: each "
+                        "measured prompt once")
+    b.add_argument("--max-tokens", type=int, default=128, help="output tokens per request")
+    b.add_argument("--warmup", type=int, default=4, help="warmup requests (not measured)")
+    b.add_argument("--prompts", default=None, help="YAML/JSON prompt file (default: built-in)")
+    b.add_argument("--prompt-offset", type=int, default=0,
+                   help="start at this measured prompt (rotate prompts across gate rounds)")
+    b.add_argument("--endpoint", choices=("chat", "completions"), default="chat")
+    b.add_argument("--timeout", type=float, default=300.0, help="per-request timeout, seconds")
+    b.add_argument("--max-failed", type=float, default=0.05,
+                   help="fail the run above this fraction of failed requests (default 0.05)")
+    b.add_argument("--no-fixed-length", action="store_true",
+                   help="do not send ignore_eos/min_tokens (servers that reject them)")
+    b.add_argument("--no-continuous-usage", action="store_true",
+                   help="do not ask for per-chunk usage (continuous_usage_stats)")
+    b.add_argument("--no-progress", action="store_true", help="no progress display on stderr")
+    b.add_argument("--json", help="write the result here (default: print it)")
+    b.set_defaults(func=_bench)

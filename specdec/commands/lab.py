@@ -1,0 +1,111 @@
+"""``specdec lab up|down|status INVENTORY`` and ``specdec lab engine`` (the emulated fleet)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from specdec.errors import ConfigError, LabError
+
+__all__ = ["register"]
+
+
+def register(subparsers: Any) -> None:
+    lab = subparsers.add_parser(
+        "lab", help="the emulated fleet: systemd-nspawn hosts that identify as devices"
+    )
+    sub = lab.add_subparsers(dest="lab_command", metavar="ACTION", required=True)
+
+    for name, help_, func in (
+        ("up", "boot the inventory's lab hosts (root)", cmd_up),
+        ("down", "remove every namespace, mount and process the lab made", cmd_down),
+        ("status", "per host: reachable over SSH, engine unit active, engine serving", cmd_status),
+    ):
+        p = sub.add_parser(name, help=help_)
+        p.add_argument("inventory", metavar="INVENTORY",
+                       help="pyinfra inventory (inventories/lab.py)")
+        if name != "down":
+            p.add_argument("--limit", metavar="HOST", help="host names, globs or groups")
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+        p.set_defaults(func=func)
+
+    e = sub.add_parser(
+        "engine", help="run the engine emulator here: lab engine --device ID -- vllm serve MODEL …"
+    )
+    e.add_argument("--device", required=True, metavar="ID", help="catalog device id")
+    e.add_argument("--time-scale", type=float, metavar="X",
+                   help="wall seconds per emulated second (e.g. 0.1 = 10x faster)")
+    e.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- ENGINE ARGS",
+                   help="vllm serve MODEL [flags] or trtllm-serve MODEL [flags]")
+    e.set_defaults(func=cmd_engine)
+
+
+def _say(msg: str) -> None:
+    print(f"lab: {msg}", file=sys.stderr, flush=True)
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from specdec.lab.fleet import up
+
+    t0 = time.monotonic()
+    state = up(args.inventory, limit=args.limit, log=_say)
+    hosts = [h["spec"] for h in state["hosts"].values()]
+    if args.json:
+        print(json.dumps({"hosts": hosts, "seconds": round(time.monotonic() - t0, 1)},
+                         indent=2, sort_keys=True))
+        return 0
+    for h in hosts:
+        print(f"{h['name']:<14} {h['device']:<15} {h['address']:<12} ssh root@{h['address']}")
+    print(f"lab up: {len(hosts)} host(s) in {time.monotonic() - t0:.1f}s "
+          f"(rootfs {'cached' if state.get('rootfs_cached') else 'built'})")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from specdec.lab.fleet import down
+
+    down(args.inventory, log=_say)
+    if args.json:
+        print(json.dumps({"down": True}))
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from specdec.lab.fleet import status
+
+    rows = status(args.inventory, args.limit)
+    if args.json:
+        print(json.dumps(rows, indent=2, sort_keys=True))
+        return 0
+    cols = ["host", "device", "address", "reachable", "service_active", "serving"]
+    table = [[c.upper() for c in cols]]
+    table += [[str(r[c]).lower() if isinstance(r[c], bool) else str(r[c]) for c in cols]
+              for r in rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(cols))]
+    for r in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+    return 0
+
+
+def cmd_engine(args: argparse.Namespace) -> int:
+    argv = list(args.argv)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise ConfigError("lab engine: missing engine command (-- vllm serve MODEL …)")
+    if args.time_scale is not None and not args.time_scale > 0:
+        raise ConfigError(f"--time-scale={args.time_scale!r}: must be > 0")
+    from specdec.catalog import load_catalog
+
+    devices = load_catalog().devices
+    if args.device not in devices and args.device != "h100-sxm":
+        raise ConfigError(f"--device={args.device!r}: unknown device; known: "
+                          f"{', '.join(sorted(devices))}")
+    try:
+        from specdec.emulator import run
+    except ImportError as exc:
+        raise LabError(f"the engine emulator is not available: {exc}") from None
+    return run(argv, device=args.device, time_scale=args.time_scale)

@@ -1,0 +1,132 @@
+"""``specdec plan``, ``specdec render`` and ``specdec identify`` (all offline)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from specdec.errors import ConfigError
+from specdec.plan_types import Plan
+
+__all__ = ["register"]
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "plan", help="show each host's plan (offline; hosts must declare specdec_device)"
+    )
+    p.add_argument("inventory", metavar="INVENTORY", help="pyinfra inventory file")
+    p.add_argument("--limit", metavar="HOST", help="host names, globs or groups (comma-separated)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_plan)
+
+    r = subparsers.add_parser("render", help="write one host's release files under a directory")
+    r.add_argument("inventory", metavar="INVENTORY", help="pyinfra inventory file")
+    r.add_argument("--host", required=True, metavar="HOST", help="inventory host name")
+    r.add_argument("--out", required=True, metavar="DIR", help="output root (files keep paths)")
+    r.set_defaults(func=cmd_render)
+
+    i = subparsers.add_parser("identify", help="identify this machine (or a root) as a device")
+    i.add_argument("--root", default="/", metavar="DIR", help="root to read identity files from")
+    i.add_argument("--json", action="store_true", help="machine-readable output")
+    i.set_defaults(func=cmd_identify)
+
+
+def _plans(inventory: str, limit: str | None) -> list[Plan]:
+    from specdec.inventory import load_inventory
+    from specdec.plan import make_plan
+
+    return [make_plan(name, data, None) for name, data in load_inventory(inventory, limit)]
+
+
+def plan_record(plan: Plan) -> dict[str, Any]:
+    rec: dict[str, Any] = {
+        "host": plan.host,
+        "device": plan.device,
+        "engine": plan.engine,
+        "runtime": plan.runtime,
+        "model": plan.model,
+        "method": plan.method,
+        "draft": plan.draft,
+        "num_speculative_tokens": plan.num_speculative_tokens,
+        "image": plan.image,
+    }
+    rec.update(plan.to_dict())
+    rec["release_id"] = plan.release_id()
+    return rec
+
+
+def _table(rows: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    )
+
+
+def _short(text: str | None, n: int = 40) -> str:
+    if not text:
+        return "-"
+    return text if len(text) <= n else "…" + text[-(n - 1):]
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    plans = _plans(args.inventory, args.limit)
+    if args.json:
+        print(json.dumps([plan_record(p) for p in plans], indent=2, sort_keys=True))
+        return 0
+    rows = [["HOST", "DEVICE", "ENGINE", "RUNTIME", "MODEL", "METHOD", "DRAFT", "K", "MEM",
+             "LEN", "SEQS", "KV GiB", "RELEASE"]]
+    for p in plans:
+        rows.append([
+            p.host, p.device, p.engine, p.runtime, _short(p.model, 34), p.method,
+            _short(p.draft, 34), str(p.num_speculative_tokens), f"{p.gpu_memory_utilization:g}",
+            str(p.max_model_len), str(p.max_num_seqs),
+            f"{p.fit.kv_gib:.1f}/{p.fit.kv_needed_gib:.2f}", p.release_id(),
+        ])
+    print(_table(rows))
+    for p in plans:
+        for note in p.notes:
+            print(f"  {p.host}: {note}")
+    return 0
+
+
+def cmd_render(args: argparse.Namespace) -> int:
+    from specdec.inventory import load_inventory
+    from specdec.plan import make_plan
+    from specdec.render import render
+
+    hosts = dict(load_inventory(args.inventory))
+    if args.host not in hosts:
+        raise ConfigError(f"--host={args.host!r}: not in {args.inventory}")
+    rendered = render(make_plan(args.host, hosts[args.host], None))
+    out = Path(args.out)
+    for f in rendered.files:
+        dest = out / f.path.lstrip("/")
+        try:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(f.content)
+            dest.chmod(int(f.mode, 8))
+        except OSError as exc:
+            raise ConfigError(f"--out={args.out!r}: cannot write {dest}: {exc.strerror}") from None
+        print(dest)
+    return 0
+
+
+def cmd_identify(args: argparse.Namespace) -> int:
+    from specdec.identify import parse_identity, read_identity_root
+
+    root = Path(args.root)
+    if not root.is_dir():
+        raise ConfigError(f"--root={args.root!r}: not a directory")
+    ident = parse_identity(read_identity_root(root))
+    if args.json:
+        print(json.dumps(ident.to_dict(), sort_keys=True))
+    else:
+        extra = f", L4T {ident.l4t}" if ident.l4t else ""
+        mod = f", module {ident.module_id}" if ident.module_id else ""
+        print(f"{ident.device}: {ident.model_string}{mod}{extra}, {ident.memory_gib:g} GiB")
+    sys.stdout.flush()
+    return 0

@@ -1,0 +1,7 @@
+"""``python3 -m specdec.emulator vllm serve MODEL ...`` / ``... trtllm-serve MODEL ...``."""
+
+import sys
+
+from specdec.emulator import run
+
+sys.exit(run(sys.argv[1:]))

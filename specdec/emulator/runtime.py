@@ -1,0 +1,139 @@
+"""What both CLIs hand to the server: the serve configuration and the run context."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from specdec.emulator.faults import Faults, parse_faults
+from specdec.emulator.logs import EngineLog
+from specdec.emulator.profiles import DeviceProfile, device_profile
+from specdec.emulator.setup import EngineSetup
+from specdec.errors import ConfigError, SpecdecError
+
+__all__ = [
+    "RunContext",
+    "ServeConfig",
+    "StartupError",
+    "env_float",
+    "make_context",
+    "resolve_device",
+]
+
+VLLM_VERSION = "0.11.0"
+TRTLLM_VERSION = "1.2.0rc6"
+
+
+class StartupError(Exception):
+    """The engine fails to start: ``root`` is the exception line, logged before exiting 1."""
+
+    def __init__(self, root: str, *, stage: str = "config", progress: float = 1.0) -> None:
+        super().__init__(root)
+        self.root = root
+        self.stage = stage
+        self.progress = progress
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    engine: str  # "vllm" | "trtllm"
+    model_ref: str  # as given on the command line
+    served_model_names: tuple[str, ...]
+    setup: EngineSetup
+    host: str
+    port: int
+    draft_ref: str | None = None
+    api_keys: tuple[str, ...] = ()
+    gpu_memory_utilization: float = 0.9  # vLLM
+    kv_free_fraction: float = 0.9  # TRT-LLM
+    iter_perf_stats: bool = False  # TRT-LLM enable_iter_perf_stats
+    default_temperature: float = 1.0
+    default_top_p: float = 1.0
+    generation_config_log: str | None = None
+    non_default_args: dict[str, Any] = field(default_factory=dict)
+    spec_log: dict[str, Any] | None = None
+    warnings: tuple[str, ...] = ()
+    tp: int = 1
+
+
+@dataclass
+class RunContext:
+    device: DeviceProfile
+    time_scale: float
+    faults: Faults
+    seed: int
+    reserved_gib: float
+    log: EngineLog
+    stop: threading.Event = field(default_factory=threading.Event)
+    signum: int | None = None
+
+    def sleep(self, seconds: float) -> bool:
+        """Sleep ``seconds`` (already scaled); True if a stop signal arrived meanwhile."""
+        if seconds <= 0:
+            return self.stop.is_set()
+        return self.stop.wait(seconds)
+
+    def install_signals(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+
+        def handler(signum: int, frame: FrameType | None) -> None:
+            self.signum = signum
+            self.stop.set()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+
+def env_float(name: str, default: float, *, positive: bool = False) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        v = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number") from None
+    if positive and v <= 0:
+        raise ConfigError(f"{name}={raw!r} must be > 0")
+    if v < 0:
+        raise ConfigError(f"{name}={raw!r} must be >= 0")
+    return v
+
+
+def resolve_device(device: str | None) -> DeviceProfile:
+    """Explicit device, else $SPECDEC_EMU_DEVICE, else identify this machine."""
+    name = device or os.environ.get("SPECDEC_EMU_DEVICE", "").strip() or None
+    if name:
+        return device_profile(name)
+    try:
+        from specdec.identify import parse_identity, read_identity_root
+    except ImportError:
+        raise ConfigError("cannot identify this machine (specdec.identify is unavailable); "
+                          "set SPECDEC_EMU_DEVICE") from None
+    try:
+        ident = parse_identity(read_identity_root(Path("/")))
+    except SpecdecError as exc:
+        raise ConfigError(f"RuntimeError: Failed to infer device type ({exc}); set "
+                          "SPECDEC_EMU_DEVICE") from None
+    return device_profile(ident.device)
+
+
+def make_context(engine: str, device: str | None, time_scale: float | None) -> RunContext:
+    scale = time_scale if time_scale is not None else env_float(
+        "SPECDEC_EMU_TIME_SCALE", 1.0, positive=True)
+    if scale <= 0:
+        raise ConfigError(f"time_scale={scale!r} must be > 0")
+    faults = parse_faults(os.environ.get("SPECDEC_EMU_FAULT"))
+    seed_raw = os.environ.get("SPECDEC_EMU_SEED", "").strip()
+    try:
+        seed = int(seed_raw) if seed_raw else 0
+    except ValueError:
+        raise ConfigError(f"SPECDEC_EMU_SEED={seed_raw!r} is not an integer") from None
+    reserved = env_float("SPECDEC_EMU_RESERVED_GIB", 0.0)
+    return RunContext(device=resolve_device(device), time_scale=scale, faults=faults, seed=seed,
+                      reserved_gib=reserved, log=EngineLog(engine))

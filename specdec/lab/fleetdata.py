@@ -1,0 +1,111 @@
+"""Building blocks for lab inventories (``inventories/lab.py``): host data from a short table
+plus the lab's environment knobs.
+
+``SPECDEC_LAB_HOSTS=N``
+    how many hosts of the table to use (default: the first four; at most the table's length).
+``SPECDEC_LAB_TIME_SCALE=X``
+    the emulator's wall seconds per emulated second (default 0.1: ten times faster).
+``SPECDEC_LAB_FAULTS="lab-nano=crash_at_start,lab-spark=oom"``
+    emulator faults per host (``SPECDEC_EMU_FAULT``); a host's several faults are written
+    one after the other: ``lab-nx=slow_start:5,hang_after:3``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from specdec.lab.images import pinned_ref
+from specdec.lab.paths import KEY_FILE, STATE_DIR
+
+__all__ = [
+    "DEFAULT_HOSTS",
+    "DEFAULT_TIME_SCALE",
+    "LAB_MEMLOCK",
+    "fleet",
+    "parse_faults",
+]
+
+DEFAULT_HOSTS = 4
+DEFAULT_TIME_SCALE = "0.1"
+# RLIMIT_MEMLOCK is 8 MiB *hard* on the machines the lab runs on, and not even root can raise
+# it (lab-feasibility.md: `docker run --ulimit memlock=-1` fails with EPERM and systemd silently
+# keeps 8 MiB under LimitMEMLOCK=infinity). Real devices use "unlimited"; the lab declares its
+# ceiling here, visibly, so the deploy renders and verifies what the host can actually grant.
+LAB_MEMLOCK = 8388608
+
+
+def parse_faults(text: str | None, hosts: Sequence[str]) -> dict[str, str]:
+    """``"h1=f1,h2=f2:3,f3"`` -> ``{"h1": "f1", "h2": "f2:3,f3"}`` (unknown host: ValueError)."""
+    faults: dict[str, list[str]] = {}
+    current: str | None = None
+    for item in (text or "").replace(";", ",").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        name, sep, fault = item.partition("=")
+        if sep:
+            current = name.strip()
+            if current not in hosts:
+                raise ValueError(f"SPECDEC_LAB_FAULTS: unknown lab host {current!r} "
+                                 f"(hosts: {', '.join(hosts)})")
+            item = fault.strip()
+        if current is None:
+            raise ValueError(f"SPECDEC_LAB_FAULTS: {item!r} names no host (write host=fault)")
+        if item:
+            faults.setdefault(current, []).append(item)
+    return {h: ",".join(f) for h, f in faults.items()}
+
+
+def _count(env: Mapping[str, str], table_len: int) -> int:
+    text = env.get("SPECDEC_LAB_HOSTS", "").strip()
+    if not text:
+        return min(DEFAULT_HOSTS, table_len)
+    if not text.isdigit() or not 1 <= int(text) <= table_len:
+        raise ValueError(f"SPECDEC_LAB_HOSTS={text!r}: must be an integer in 1..{table_len}")
+    return int(text)
+
+
+def fleet(table: Sequence[tuple[str, dict[str, Any]]],
+          env: Mapping[str, str] | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """pyinfra host tuples for the table's first ``SPECDEC_LAB_HOSTS`` hosts.
+
+    Each table row gives ``lab_device`` and the host's ``specdec_*`` choices; the n-th host
+    (from 1) gets address ``10.213.<n>.2``, the lab's SSH settings, the lab memlock ceiling, the
+    emulator image for its engine (docker runtime) and the emulator knobs in ``specdec_env``.
+    """
+    env = os.environ if env is None else env
+    rows = list(table)[: _count(env, len(table))]
+    scale = env.get("SPECDEC_LAB_TIME_SCALE", "").strip() or DEFAULT_TIME_SCALE
+    faults = parse_faults(env.get("SPECDEC_LAB_FAULTS"), [name for name, _ in table])
+    hosts = []
+    for n, (name, row) in enumerate(rows, start=1):
+        data: dict[str, Any] = {
+            # Each host lives in its own network namespace behind a /30 veth (10.213.n.1 is
+            # this machine's side); its sshd accepts root with the lab key only.
+            "ssh_hostname": f"10.213.{n}.2",
+            "ssh_user": "root",
+            "ssh_key": str(KEY_FILE),
+            # Lab host keys are regenerated on every `lab up`: nothing to pin.
+            "ssh_known_hosts_file": "/dev/null",
+            "ssh_strict_host_key_checking": "no",
+            "specdec_memlock": LAB_MEMLOCK,
+            **row,
+        }
+        device = data["lab_device"]
+        data.setdefault("specdec_device", device)
+        fault = row.get("lab_fault") or faults.get(name)
+        if fault:
+            data["lab_fault"] = fault
+        emu = {"SPECDEC_EMU_DEVICE": device, "SPECDEC_EMU_TIME_SCALE": scale}
+        if fault:
+            emu["SPECDEC_EMU_FAULT"] = fault
+        data["specdec_env"] = {**emu, **row.get("specdec_env", {})}
+        if data.get("specdec_runtime", "docker") == "docker":
+            data.setdefault("specdec_image", pinned_ref(data.get("specdec_engine", "vllm")))
+        if not env.get("HF_TOKEN", "").strip():
+            # The emulated Hub wants *a* token for gated repos; `lab up` writes a stand-in.
+            data.setdefault("specdec_hf_token_file", str(STATE_DIR / "hf_token"))
+        hosts.append((name, data))
+    return hosts

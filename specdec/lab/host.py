@@ -1,0 +1,249 @@
+"""One lab host: its network namespace, root (an overlay on the cached rootfs), files, boot."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from specdec.catalog import load_catalog
+from specdec.lab.identity import device_files, meminfo
+from specdec.lab.images import INSTALL_DIR, emulator_files, wrapper_scripts
+from specdec.lab.paths import HOSTS_DIR, KEY_FILE, REGISTRY_DIR
+from specdec.lab.spec import LabHost
+from specdec.lab.system import Proc, is_mounted, run
+
+__all__ = [
+    "DAEMON_JSON",
+    "REGISTRY_PORT",
+    "boot",
+    "create_netns",
+    "delete_netns",
+    "host_dir",
+    "mount_root",
+    "prepare_root",
+    "start_registry",
+    "unmount_root",
+]
+
+REGISTRY_PORT = 5000
+MEMINFO = "/usr/lib/specdec-lab/meminfo"  # inside the host; bound over /proc/meminfo
+# Docker inside a lab host (lab-feasibility.md): /proc/sys is read-only, so no iptables, no
+# forwarding, no bridge (containers use --network host, as on the devices), vfs storage. The
+# nvidia runtime is a shim around runc (no GPU here); the deploy merges its own keys in.
+DAEMON_JSON = {
+    "iptables": False,
+    "ip-forward": False,
+    "bridge": "none",
+    "storage-driver": "vfs",
+    "runtimes": {"nvidia": {"path": "nvidia-container-runtime", "runtimeArgs": []}},
+}
+_SHIMS = {
+    # `--runtime nvidia`: what nvidia-container-runtime does minus the GPU: run runc.
+    "nvidia-container-runtime": "#!/bin/sh\n# specdec lab: no GPU here; behave as runc.\n"
+                                'exec runc "$@"\n',
+    # `--gpus all`: dockerd enables its nvidia device driver when this hook is on PATH and
+    # calls it as an OCI prestart hook; with no GPU there is nothing to inject.
+    "nvidia-container-runtime-hook": "#!/bin/sh\n# specdec lab: no GPU to inject.\n"
+                                     "cat >/dev/null 2>&1\nexit 0\n",
+}
+_SSHD = """# specdec lab: root logs in with the lab key only.
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UseDNS no
+MaxSessions 64
+MaxStartups 64:30:128
+"""
+_JOURNALD = "[Journal]\nStorage=volatile\nRuntimeMaxUse=64M\n"
+_REGISTRY_CONFIG = """version: 0.1
+log:
+  level: warn
+  accesslog: {{disabled: true}}
+storage:
+  filesystem:
+    rootdirectory: {root}
+  delete:
+    enabled: false
+http:
+  addr: 127.0.0.1:{port}
+"""
+
+
+def host_dir(h: LabHost) -> Path:
+    return HOSTS_DIR / h.name
+
+
+# -- network --------------------------------------------------------------------------------
+
+
+def create_netns(h: LabHost) -> None:
+    """Namespace + veth /30: control side ``h.gateway`` on ``h.veth``, host side ``eth0``."""
+    peer = f"{h.veth}h"
+    ns = h.netns
+    run(["ip", "netns", "add", ns], f"{h.name}: ip netns add {ns}")
+    steps = [
+        ["ip", "link", "add", h.veth, "type", "veth", "peer", "name", peer],
+        ["ip", "link", "set", peer, "netns", ns],
+        ["ip", "-n", ns, "link", "set", peer, "name", "eth0"],
+        ["ip", "-n", ns, "addr", "add", f"{h.address}/30", "dev", "eth0"],
+        ["ip", "-n", ns, "link", "set", "eth0", "up"],
+        ["ip", "-n", ns, "link", "set", "lo", "up"],
+        ["ip", "addr", "add", f"{h.gateway}/30", "dev", h.veth],
+        ["ip", "link", "set", h.veth, "up"],
+    ]
+    for argv in steps:
+        run(argv, f"{h.name}: {' '.join(argv)}")
+
+
+def delete_netns(netns: str, veth: str) -> None:
+    if Path(f"/sys/class/net/{veth}").exists():
+        run(["ip", "link", "del", veth], f"ip link del {veth}", check=False)
+    if Path(f"/run/netns/{netns}").exists():
+        run(["ip", "netns", "del", netns], f"ip netns del {netns}", check=False)
+
+
+def start_registry(h: LabHost) -> Proc:
+    """``docker-registry`` on 127.0.0.1:5000 inside the host's namespace (so the host's Docker
+    pulls ``localhost:5000/...`` over plain HTTP, as Docker allows for localhost)."""
+    d = host_dir(h)
+    cfg = d / "registry.yml"
+    cfg.write_text(_REGISTRY_CONFIG.format(root=REGISTRY_DIR, port=REGISTRY_PORT))
+    REGISTRY_DIR.mkdir(parents=True, exist_ok=True)
+    with open(d / "registry.log", "ab") as log:
+        popen = subprocess.Popen(
+            ["ip", "netns", "exec", h.netns, "docker-registry", "serve", str(cfg)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return Proc(popen.pid)
+
+
+# -- root filesystem ------------------------------------------------------------------------
+
+
+def mount_root(h: LabHost, lower: Path) -> Path:
+    """A fresh overlay (``lower`` = the cached rootfs) at ``hosts/<name>/root``."""
+    d = host_dir(h)
+    for sub in ("upper", "work"):
+        if (d / sub).exists():
+            shutil.rmtree(d / sub)
+        (d / sub).mkdir(parents=True)
+    root = d / "root"
+    root.mkdir(parents=True, exist_ok=True)
+    run(["mount", "-t", "overlay", f"specdec-lab-{h.name}", "-o",
+         f"lowerdir={lower},upperdir={d / 'upper'},workdir={d / 'work'}", str(root)],
+        f"{h.name}: mounting its root overlay")
+    return root
+
+
+def unmount_root(root: Path) -> None:
+    if is_mounted(root):
+        proc = run(["umount", str(root)], f"umount {root}", check=False)
+        if proc.returncode != 0:
+            run(["umount", "-l", str(root)], f"umount -l {root}", check=False)
+
+
+def _write(root: Path, rel: str, data: bytes | str, mode: int = 0o644) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_symlink() or path.exists():
+        path.unlink()
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    path.chmod(mode)
+
+
+def prepare_root(h: LabHost, root: Path) -> None:
+    """Hostname, SSH (lab key, fresh host keys), Docker settings and shims, device identity,
+    and the engine emulator installed natively (``vllm``, ``trtllm-serve``, ``hf``)."""
+    device = load_catalog().device(h.device)
+    d = host_dir(h)
+    _write(root, "etc/hostname", h.name + "\n")
+    _write(root, "etc/hosts", f"127.0.0.1\tlocalhost\n127.0.1.1\t{h.name}\n"
+                              "::1\tlocalhost ip6-localhost ip6-loopback\n")
+    _write(root, "etc/machine-id",
+           hashlib.sha256(f"specdec-lab:{h.name}".encode()).hexdigest()[:32] + "\n", 0o444)
+    pub = Path(str(KEY_FILE) + ".pub").read_text()
+    (root / "root/.ssh").mkdir(mode=0o700, parents=True, exist_ok=True)
+    _write(root, "root/.ssh/authorized_keys", pub, 0o600)
+    for p in (root / "etc/ssh").glob("ssh_host_*"):
+        p.unlink()
+    run(["ssh-keygen", "-q", "-A", "-f", str(root)], f"{h.name}: generating SSH host keys")
+    _write(root, "etc/ssh/sshd_config.d/specdec-lab.conf", _SSHD)
+    _write(root, "etc/systemd/journald.conf.d/specdec-lab.conf", _JOURNALD)
+    _write(root, "etc/docker/daemon.json", json.dumps(DAEMON_JSON, indent=2) + "\n")
+    for name, text in _SHIMS.items():
+        _write(root, f"usr/local/bin/{name}", text, 0o755)
+
+    ident = device_files(device)
+    firmware = d / "firmware"
+    if firmware.exists():
+        shutil.rmtree(firmware)
+    firmware.mkdir(parents=True)
+    for rel, data in ident.files.items():
+        if rel.startswith("firmware/"):
+            _write(d, rel, data, 0o444)
+        else:
+            _write(root, rel, data, 0o755 if rel.startswith("usr/local/bin/") else 0o644)
+    # nspawn binds over /proc after switching root: that source is a path inside the host.
+    _write(root, MEMINFO.lstrip("/"), meminfo(ident.memtotal_kb), 0o444)
+
+    # The emulator, natively: the whole (pure-Python) specdec package under /opt/specdec, so
+    # `specdec identify` works on the host too.
+    for rel, data in emulator_files(_package_parts()).items():
+        _write(root, f"{INSTALL_DIR}/{rel}", data)
+    for name, text in wrapper_scripts().items():
+        _write(root, f"usr/local/bin/{name}", text, 0o755)
+    _write(root, "usr/local/bin/specdec",
+           "#!/bin/sh\n# specdec lab: the specdec CLI (identify works without extra modules)\n"
+           f'PYTHONPATH=/{INSTALL_DIR} exec python3 -m specdec "$@"\n', 0o755)
+
+
+def _package_parts() -> list[str]:
+    pkg = Path(__file__).resolve().parent.parent
+    return sorted(p.name for p in pkg.iterdir()
+                  if p.name != "__pycache__" and (p.suffix == ".py" or p.is_dir()))
+
+
+# -- boot -----------------------------------------------------------------------------------
+
+
+def nspawn_argv(h: LabHost, root: Path) -> list[str]:
+    d = host_dir(h)
+    return [
+        "systemd-nspawn",
+        "--quiet",
+        f"--directory={root}",
+        f"--machine={h.name}",
+        "--boot",
+        # No systemd on the control node to register with or to get a scope from.
+        "--register=no",
+        "--keep-unit",
+        "--console=pipe",
+        f"--network-namespace-path=/run/netns/{h.netns}",
+        # Docker inside (runc needs them): every capability, keyring and bpf syscalls.
+        "--capability=all",
+        "--system-call-filter=@keyring bpf",
+        "--link-journal=no",
+        "--resolv-conf=off",
+        "--timezone=off",
+        # Device identity: MemTotal of the device; the device tree a Jetson has.
+        f"--bind-ro={MEMINFO}:/proc/meminfo",
+        f"--bind-ro={d / 'firmware'}:/sys/firmware",
+    ]
+
+
+def boot(h: LabHost, root: Path) -> Proc:
+    """Start systemd-nspawn in the background; returns the nspawn process."""
+    d = host_dir(h)
+    env = dict(os.environ)
+    env["SYSTEMD_NSPAWN_UNIFIED_HIERARCHY"] = "1"  # cgroup v2 inside: runc needs it
+    with open(d / "console.log", "ab") as log:
+        popen = subprocess.Popen(
+            nspawn_argv(h, root), stdin=subprocess.DEVNULL, stdout=log,
+            stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )
+    return Proc(popen.pid)

@@ -1,0 +1,38 @@
+"""Where specdec puts things on a host. One place, so plan, render, roles and rollout agree."""
+
+from __future__ import annotations
+
+__all__ = [
+    "CONFIG_DIR",
+    "CURRENT",
+    "HF_HOME",
+    "HF_TOKEN_FILE",
+    "IMAGE_DIGEST_FILE",
+    "KEEP_RELEASES",
+    "LAST_GOOD",
+    "LOCK_FILE",
+    "RELEASES_DIR",
+    "SERVICE_NAME",
+    "SERVICE_USER",
+    "STATE_DIR",
+    "UNIT_PATH",
+    "release_dir",
+]
+
+SERVICE_NAME = "specdec-engine"
+SERVICE_USER = "specdec"
+CONFIG_DIR = "/etc/specdec"
+HF_TOKEN_FILE = "/etc/specdec/hf_token"  # root:root 0600; read via LoadCredential / ro bind mount
+IMAGE_DIGEST_FILE = "/etc/specdec/image.digest"
+STATE_DIR = "/var/lib/specdec"
+HF_HOME = "/var/lib/specdec/hf"  # HF cache (hub/ under it), owned by SERVICE_USER
+RELEASES_DIR = "/var/lib/specdec/releases"
+CURRENT = "/var/lib/specdec/current"  # symlink -> releases/<id>
+LAST_GOOD = "/var/lib/specdec/last-good"  # symlink -> releases/<id>
+LOCK_FILE = "/var/lib/specdec/deploy.lock"
+UNIT_PATH = f"/etc/systemd/system/{SERVICE_NAME}.service"
+KEEP_RELEASES = 5
+
+
+def release_dir(release_id: str) -> str:
+    return f"{RELEASES_DIR}/{release_id}"

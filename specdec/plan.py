@@ -1,0 +1,462 @@
+"""The per-host plan: catalog + ``specdec_*`` host data + identity -> one validated `Plan`.
+
+Choices a user did not pin are made here, in this order, and explained in ``plan.notes``:
+method (EAGLE-3 head -> same-tokenizer draft model -> n-gram, the first that fits), draft,
+``num_speculative_tokens`` (device starting point), memory fraction, ``max_model_len``,
+``max_num_seqs``, image (pinned, from the catalog). A pinned value that does not work is an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from specdec.catalog import GIB, Catalog, Device, Model, load_catalog
+from specdec.errors import ConfigError, PlanError
+from specdec.fit import fit, fit_problem
+from specdec.hostdata import HostSettings, parse_host_settings
+from specdec.identify import Identity
+from specdec.plan_types import FitReport, Plan
+
+__all__ = ["DEFAULT_PORT", "baseline", "check_image", "make_plan"]
+
+DEFAULT_PORT = 8000
+# Methods whose speculator is separate weights given by `model` in --speculative-config.
+HEAD_METHODS = ("eagle3", "eagle", "medusa", "mlp_speculator", "dflash")
+# Methods with no separate weights.
+SELF_METHODS = ("ngram", "ngram_gpu", "suffix", "mtp")
+# Starting num_speculative_tokens for methods the device table does not list.
+_K_ALIASES = {"eagle": "eagle3", "dflash": "eagle3", "ngram_gpu": "ngram", "suffix": "ngram"}
+_DEFAULT_K = 3
+
+_NAME = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE = re.compile(
+    rf"(?P<repo>(?:[A-Za-z0-9.-]+(?::\d+)?/)?{_NAME}(?:/{_NAME})*)"
+    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
+    r"(?:@sha256:(?P<digest>[0-9a-f]{64}))?"
+)
+
+
+def check_image(host: str, key: str, image: str) -> str:
+    """A pinned image reference: ``repo:tag``, ``repo:tag@sha256:…`` or ``repo@sha256:…``."""
+    m = _IMAGE.fullmatch(image)
+    if not m:
+        raise ConfigError(f"{key}={image!r}: not a valid image reference", host=host)
+    tag = m.group("tag") or ""
+    if tag == "latest" or tag.startswith(("latest-", "latest_")):
+        raise ConfigError(
+            f"{key}={image!r}: ':{tag}' is a moving tag, not pinned; use a version tag or "
+            "@sha256 digest",
+            host=host,
+        )
+    if not m.group("tag") and not m.group("digest"):
+        raise ConfigError(
+            f"{key}={image!r}: image is not pinned; use repo:tag or repo@sha256:<digest>",
+            host=host,
+        )
+    return image
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    method: str
+    draft: str | None
+    draft_weight_gib: float
+    draft_kv_bytes_per_token: int
+    why: str
+
+
+def _custom_model(s: HostSettings, cat: Catalog, device: Device) -> Model:
+    assert s.model is not None
+    base = cat.models.get(s.model)
+    if base is None:
+        if s.model_params_b is None:
+            known = ", ".join(sorted(cat.models))
+            raise ConfigError(
+                f"specdec_model={s.model!r}: not in the catalog; set specdec_model_params_b "
+                f"(and optionally specdec_model_weight_gib) or use one of: {known}",
+                host=s.host,
+            )
+        params = s.model_params_b
+        # bf16 weights; KV scaled from an 8B-class model (131072 B/token) by sqrt(params / 8B).
+        weight = s.model_weight_gib or params * 1e9 * 2 / GIB
+        kv = s.model_kv_bytes_per_token or int(131072 * max(1.0, params / 8.0) ** 0.5)
+        return Model(
+            id=s.model,
+            params_b=params,
+            weight_gib=round(weight, 2),
+            tokenizer=s.model_tokenizer or f"unknown:{s.model}",
+            layers=32,
+            kv_bytes_per_token=kv,
+            max_context=device.max_model_len,
+            heads={},
+            drafts=(),
+        )
+    return dataclasses.replace(
+        base,
+        params_b=s.model_params_b or base.params_b,
+        weight_gib=s.model_weight_gib or base.weight_gib,
+        kv_bytes_per_token=s.model_kv_bytes_per_token or base.kv_bytes_per_token,
+        tokenizer=s.model_tokenizer or base.tokenizer,
+    )
+
+
+def _resolve_device(s: HostSettings, identity: Identity | None, cat: Catalog) -> Device:
+    if s.device is not None and s.device not in cat.devices:
+        raise ConfigError(
+            f"specdec_device={s.device!r}: unknown device "
+            f"(known: {', '.join(sorted(cat.devices))})",
+            host=s.host,
+        )
+    if s.device and identity and identity.device != s.device:
+        raise PlanError(
+            f"declared specdec_device={s.device} but the host identifies as {identity.device}",
+            host=s.host,
+        )
+    device_id = s.device or (identity.device if identity else None)
+    if device_id is None:
+        raise ConfigError(
+            "specdec_device is not set and the host was not identified (offline plans need it)",
+            host=s.host,
+        )
+    return cat.device(device_id)
+
+
+def _image(s: HostSettings, device: Device, engine: str, identity: Identity | None) -> str:
+    if s.image is not None:
+        return check_image(s.host, "specdec_image", s.image)
+    per_release = device.images.get(engine)
+    if not per_release:
+        raise ConfigError(
+            f"specdec_engine={engine!r}: the catalog has no image for {device.id}; "
+            "set specdec_image",
+            host=s.host,
+        )
+    if device.platform == "l4t":
+        major = identity.l4t.split(".")[0] if identity and identity.l4t else "36"
+        key = f"r{major}"
+        if key not in per_release:
+            raise PlanError(
+                f"L4T {identity.l4t if identity else '?'}: the catalog has no {engine} image for "
+                f"{key} (has: {', '.join(sorted(per_release))}); set specdec_image",
+                host=s.host,
+            )
+    else:
+        key = "sbsa"
+    image = per_release.get(key) or next(iter(per_release.values()))
+    return check_image(s.host, f"catalog image for {device.id}/{engine}", image)
+
+
+def _tokenizer_of(cat: Catalog, draft: str) -> str | None:
+    if draft in cat.heads:
+        return cat.heads[draft].tokenizer
+    if draft in cat.models:
+        return cat.models[draft].tokenizer
+    return None
+
+
+def _explicit_draft(s: HostSettings, cat: Catalog, model: Model, method: str) -> _Candidate:
+    assert s.draft is not None
+    d = s.draft
+    key = f"specdec_draft={d!r}"
+    if d == model.id:
+        raise ConfigError(f"{key}: the draft is the target model itself", host=s.host)
+    tok = _tokenizer_of(cat, d)
+    if tok is None:
+        raise ConfigError(
+            f"{key}: not a catalog model or EAGLE head (its size and tokenizer are unknown)",
+            host=s.host,
+        )
+    if model.tokenizer.startswith("unknown:"):
+        raise ConfigError(
+            f"specdec_model={model.id!r}: tokenizer unknown, cannot check {key}; "
+            "set specdec_model_tokenizer",
+            host=s.host,
+        )
+    if tok != model.tokenizer:
+        raise ConfigError(
+            f"{key}: tokenizer {tok} does not match the target {model.id} ({model.tokenizer})",
+            host=s.host,
+        )
+    if d in cat.heads:
+        head = cat.heads[d]
+        if head.target != model.id:
+            raise ConfigError(
+                f"{key}: is a {head.method} head for {head.target}, not for {model.id}",
+                host=s.host,
+            )
+        if method != head.method:
+            raise ConfigError(
+                f"{key}: is a {head.method} head but specdec_method={method!r}", host=s.host
+            )
+        return _Candidate(method, d, head.weight_gib, _one_layer(model), "specdec_draft")
+    if method != "draft_model":
+        raise ConfigError(
+            f"{key}: is a standalone model; use specdec_method='draft_model' (not {method!r})",
+            host=s.host,
+        )
+    dm = cat.models[d]
+    return _Candidate(method, d, dm.weight_gib, dm.kv_bytes_per_token, "specdec_draft")
+
+
+def _one_layer(model: Model) -> int:
+    return max(1, model.kv_bytes_per_token // max(1, model.layers))
+
+
+def _catalog_drafts(cat: Catalog, model: Model) -> list[_Candidate]:
+    out = []
+    for d in model.drafts:
+        dm = cat.models.get(d)
+        if dm is not None and dm.tokenizer == model.tokenizer:
+            out.append(
+                _Candidate(
+                    "draft_model", d, dm.weight_gib, dm.kv_bytes_per_token,
+                    f"catalog draft {d} (tokenizer {dm.tokenizer})",
+                )
+            )
+    return out
+
+
+def _candidates(
+    s: HostSettings, cat: Catalog, device: Device, model: Model
+) -> tuple[list[_Candidate], list[str]]:
+    """Candidate configurations in preference order, and notes."""
+    notes: list[str] = []
+    method = s.method
+    if method is None and s.draft is not None:
+        method = cat.heads[s.draft].method if s.draft in cat.heads else "draft_model"
+        notes.append(f"method {method} inferred from specdec_draft")
+    if method is not None:
+        if method == "none" or method in SELF_METHODS:
+            if s.draft is not None:
+                raise ConfigError(
+                    f"specdec_draft={s.draft!r}: method {method!r} takes no draft", host=s.host
+                )
+            return [_Candidate(method, None, 0.0, 0, "specdec_method")], notes
+        if s.draft is not None:
+            return [_explicit_draft(s, cat, model, method)], notes
+        if method in HEAD_METHODS:
+            head_id = model.heads.get(method)
+            if head_id is None:
+                raise ConfigError(
+                    f"specdec_method={method!r}: no known {method} head for {model.id}; "
+                    "set specdec_draft or choose another method",
+                    host=s.host,
+                )
+            if method == "eagle3" and not device.eagle3:
+                notes.append(f"eagle3 pinned; the catalog does not advise it on {device.id}")
+            head = cat.heads[head_id]
+            return [
+                _Candidate(method, head_id, head.weight_gib, _one_layer(model), "catalog head")
+            ], notes
+        # draft_model without an explicit draft: any catalog draft (first that fits).
+        drafts = _catalog_drafts(cat, model)
+        if not drafts:
+            raise ConfigError(
+                f"specdec_method='draft_model': no catalog draft for {model.id}; set specdec_draft",
+                host=s.host,
+            )
+        return drafts, notes
+
+    out: list[_Candidate] = []
+    head_id = model.heads.get("eagle3")
+    if head_id and device.eagle3:
+        head = cat.heads[head_id]
+        out.append(_Candidate("eagle3", head_id, head.weight_gib, _one_layer(model),
+                              f"EAGLE-3 head {head_id}"))
+    elif head_id:
+        notes.append(f"eagle3 head {head_id} skipped: the catalog does not advise EAGLE-3 on "
+                     f"{device.id}")
+    out.extend(_catalog_drafts(cat, model))
+    out.append(_Candidate("ngram", None, 0.0, 0, "n-gram (no extra weights)"))
+    return out, notes
+
+
+def _spec_tokens(s: HostSettings, device: Device, method: str) -> int:
+    if method == "none":
+        return 0
+    if s.num_speculative_tokens is not None:
+        return s.num_speculative_tokens
+    table = device.speculative_tokens
+    return table.get(method) or table.get(_K_ALIASES.get(method, ""), 0) or _DEFAULT_K
+
+
+def _fit_keys(s: HostSettings, method: str, draft: str | None, util: float, mml: int) -> str:
+    def val(name: str, value: Any) -> str:
+        return f"specdec_{name}={value!r}" + ("" if s.pinned(name) else " (default)")
+
+    parts = [f"specdec_model={s.model!r}", val("method", method)]
+    if draft:
+        parts.append(val("draft", draft))
+    parts += [val("gpu_memory_utilization", util), val("max_model_len", mml)]
+    return ", ".join(parts)
+
+
+def _coerce_args(identity: Any, catalog: Any) -> tuple[Identity | None, Catalog]:
+    # Accept make_plan(host, data, catalog, identity) too (positional order of older docs).
+    if isinstance(identity, Catalog) and (catalog is None or isinstance(catalog, Identity)):
+        identity, catalog = catalog, identity
+    return identity, catalog or load_catalog()
+
+
+def make_plan(
+    host: str,
+    data: Any,
+    identity: Identity | None = None,
+    catalog: Catalog | None = None,
+) -> Plan:
+    """Plan one host. ``data``: its host data (dict, Mapping or pyinfra ``host.data``)."""
+    identity, cat = _coerce_args(identity, catalog)
+    s = parse_host_settings(host, data)
+    if s.model is None:
+        raise ConfigError("specdec_model is not set", host=host)
+    device = _resolve_device(s, identity, cat)
+    notes: list[str] = []
+    if identity is not None:
+        notes.append(f"identified as {identity.device} ({identity.model_string}"
+                     + (f", L4T {identity.l4t}" if identity.l4t else "") + ")")
+
+    engine = s.engine or "vllm"
+    if engine not in device.engines:
+        raise PlanError(
+            f"specdec_engine={engine!r}: not supported on {device.id} (platform "
+            f"{device.platform}; supported: {', '.join(device.engines)})",
+            host=host,
+        )
+    runtime = s.runtime or "docker"
+    if runtime not in device.runtimes:
+        raise PlanError(
+            f"specdec_runtime={runtime!r}: not supported on {device.id} "
+            f"(supported: {', '.join(device.runtimes)})",
+            host=host,
+        )
+    image: str | None = None
+    if runtime == "docker":
+        image = _image(s, device, engine, identity)
+    elif s.image is not None:
+        notes.append("specdec_image ignored: runtime is native")
+
+    model = _custom_model(s, cat, device)
+    if s.max_model_len is not None and s.max_model_len > model.max_context:
+        raise ConfigError(
+            f"specdec_max_model_len={s.max_model_len}: exceeds {model.id}'s context "
+            f"({model.max_context})",
+            host=host,
+        )
+    max_model_len = s.max_model_len or min(device.max_model_len, model.max_context)
+    max_num_seqs = s.max_num_seqs or device.max_num_seqs
+    port = s.port or DEFAULT_PORT
+
+    candidates, cand_notes = _candidates(s, cat, device, model)
+    notes += cand_notes
+    if engine == "trtllm":
+        supported = [c for c in candidates if c.method == "none" or c.method in
+                     _trtllm_methods()]
+        if not supported:
+            raise PlanError(
+                f"specdec_method={candidates[0].method!r}: not supported by trtllm "
+                f"(supported: {', '.join(_trtllm_methods())})",
+                host=host,
+            )
+        candidates = supported
+
+    pinned_choice = s.method is not None or s.draft is not None
+    chosen: tuple[_Candidate, float, FitReport] | None = None
+    last_problem = ""
+    for cand in candidates:
+        spec = cand.method != "none"
+        util = s.gpu_memory_utilization or (
+            device.mem_util_speculative if spec else device.mem_util_baseline
+        )
+        report = fit(device, model.weight_gib, model.kv_bytes_per_token, cand.draft_weight_gib,
+                     cand.draft_kv_bytes_per_token, util, max_model_len)
+        problem = fit_problem(report, util, max_model_len)
+        if problem is None:
+            chosen = (cand, util, report)
+            break
+        last_problem = f"{_fit_keys(s, cand.method, cand.draft, util, max_model_len)}: {problem}"
+        notes.append(f"{cand.method}{' ' + cand.draft if cand.draft else ''} does not fit: "
+                     f"{problem}")
+    if chosen is None:
+        raise PlanError(last_problem, host=host)
+    cand, util, report = chosen
+    if not pinned_choice:
+        notes.append(f"method {cand.method}: {cand.why}, fits")
+
+    k = _spec_tokens(s, device, cand.method)
+    env = dict(s.env)
+    return Plan(
+        host=host,
+        device=device.id,
+        engine=engine,
+        runtime=runtime,
+        image=image,
+        model=model.id,
+        served_model_name=model.id,
+        method=cand.method,
+        draft=cand.draft,
+        num_speculative_tokens=k,
+        gpu_memory_utilization=util,
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        port=port,
+        memlock=s.memlock,
+        jetson_tuning=s.jetson_tuning and device.is_jetson,
+        health_timeout_s=s.health_timeout,
+        gate=s.gate,
+        fit=report,
+        extra_args=s.extra_args,
+        env=s.env,
+        fault=env.get("SPECDEC_EMU_FAULT"),
+        notes=tuple(notes),
+        service_user=s.service_user,
+        pinned=tuple(sorted(s.keys)),
+    )
+
+
+def _trtllm_methods() -> tuple[str, ...]:
+    from specdec.catalog import TRTLLM_DECODING_TYPES
+
+    return tuple(TRTLLM_DECODING_TYPES)
+
+
+def baseline(plan: Plan, catalog: Catalog | None = None) -> Plan:
+    """The same host with speculation off (memory fraction back to the device baseline)."""
+    cat = catalog or load_catalog()
+    device = cat.device(plan.device)
+    if "specdec_gpu_memory_utilization" in plan.pinned:
+        util = plan.gpu_memory_utilization
+    else:
+        util = device.mem_util_baseline
+    report = fit(device, plan.fit.target_gib, _target_kv(cat, plan), 0.0, 0, util,
+                 plan.max_model_len)
+    problem = fit_problem(report, util, plan.max_model_len)
+    if problem is not None:
+        raise PlanError(
+            f"baseline: specdec_model={plan.model!r}, gpu_memory_utilization={util!r}: {problem}",
+            host=plan.host,
+        )
+    return dataclasses.replace(
+        plan,
+        method="none",
+        draft=None,
+        num_speculative_tokens=0,
+        gpu_memory_utilization=util,
+        fit=report,
+        notes=(*plan.notes, "baseline: speculation off"),
+    )
+
+
+def _target_kv(cat: Catalog, plan: Plan) -> int:
+    """Recover the target's KV bytes/token from the plan's fit report (needed = len * (t + d))."""
+    draft_kv = 0
+    if plan.draft in cat.models:
+        draft_kv = cat.models[plan.draft].kv_bytes_per_token
+    elif plan.draft in cat.heads and plan.model in cat.models:
+        draft_kv = _one_layer(cat.models[plan.model])
+    if plan.model in cat.models and "specdec_model_kv_bytes_per_token" not in plan.pinned:
+        return cat.models[plan.model].kv_bytes_per_token
+    total = plan.fit.kv_needed_gib * GIB / max(1, plan.max_model_len)
+    return max(1, int(round(total)) - draft_kv)

@@ -1,0 +1,100 @@
+"""The plan: one immutable, typed value per host. Everything downstream reads it."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["FitReport", "GatePolicy", "Plan"]
+
+
+@dataclass(frozen=True)
+class GatePolicy:
+    """Seed 000's rule, as data. Ratios are candidate vs baseline."""
+
+    keep_min_throughput_gain: float = 0.30  # c=1: throughput_tok_s >= +30%
+    keep_min_tpot_reduction: float = 0.20  # c=1: tpot_ms_p50 >= 20% lower
+    disable_below_gain: float = 0.10  # c=1: gain < 10% -> disable
+    max_regression_c8: float = 0.0  # c=8: throughput must not regress
+    keep_concurrency: int = 1
+    guard_concurrency: int = 8
+    confidence: float = 0.95
+    max_rounds: int = 3  # repeated runs per arm before an inconclusive result is final
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class FitReport:
+    """Memory budget of one configuration, in GiB."""
+
+    device_gib: float
+    usable_gib: float  # device_gib * gpu_memory_utilization
+    target_gib: float
+    draft_gib: float
+    overhead_gib: float  # activations, CUDA graphs, runtime
+    kv_gib: float  # what is left for the KV cache
+    kv_needed_gib: float  # one sequence of max_model_len (target + draft KV)
+    max_concurrency: float  # kv_gib / kv_needed_gib
+
+    @property
+    def fits(self) -> bool:
+        return self.kv_gib >= self.kv_needed_gib
+
+
+@dataclass(frozen=True)
+class Plan:
+    host: str
+    device: str  # catalog device id
+    engine: str  # vllm | trtllm
+    runtime: str  # docker | native
+    image: str | None  # repo:tag[@sha256:...] for docker; None for native
+    model: str  # HF repo id of the target
+    served_model_name: str
+    method: str  # vLLM spelling; "none" = speculation off
+    draft: str | None  # EAGLE head or draft model repo id (None for ngram/none)
+    num_speculative_tokens: int  # 0 when method == "none"
+    gpu_memory_utilization: float
+    max_model_len: int
+    max_num_seqs: int
+    port: int
+    memlock: str  # "unlimited" or a byte count, e.g. "8388608" (lab ceiling)
+    jetson_tuning: bool
+    health_timeout_s: int
+    gate: GatePolicy
+    fit: FitReport
+    extra_args: tuple[str, ...] = ()  # appended verbatim to the engine command line
+    env: tuple[tuple[str, str], ...] = ()  # non-secret environment for the engine
+    fault: str | None = None  # lab only: engine emulator fault spec (see specdec.emulator)
+    notes: tuple[str, ...] = field(default=())  # why choices were made (for reports)
+    service_user: str = "specdec"  # runs the engine (in the docker group for docker runtime)
+    pinned: tuple[str, ...] = ()  # specdec_* keys the host data set (baseline keeps pinned values)
+
+    @property
+    def speculative(self) -> bool:
+        return self.method != "none"
+
+    @property
+    def trtllm_decoding_type(self) -> str | None:
+        from specdec.catalog import TRTLLM_DECODING_TYPES
+
+        return TRTLLM_DECODING_TYPES.get(self.method) if self.speculative else None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["speculative"] = self.speculative
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    def release_id(self) -> str:
+        """Content id of what this plan runs (host name excluded)."""
+        d = self.to_dict()
+        for k in ("host", "notes", "pinned"):
+            d.pop(k)
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]

@@ -1,0 +1,369 @@
+"""Per-host and fleet reports on the control node, under ``reports/<run-id>/``.
+
+* ``<host>.json`` — one per host: outcome (kept | disabled | rolled_back | failed | unchanged |
+  skipped), phase, message, every measurement (value, threshold, time), acceptance length and
+  per-position rates, % of the device's bandwidth roofline (written by the deploy's verify step,
+  or by `specdec rollout` for hosts it never reached);
+* ``summary.md`` — the fleet table;
+* ``index.html`` — the same with inline SVG charts (TPOT and throughput, baseline vs
+  speculation, per host; acceptance rate per draft position).
+
+Nothing secret goes in: every text written is checked against the HF token (when known) and
+the token is replaced by ``<redacted>``.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from specdec.errors import RolloutError
+
+__all__ = [
+    "OUTCOMES",
+    "REPORTS_ENV",
+    "RUN_ID_ENV",
+    "check_run_id",
+    "figures",
+    "index_html",
+    "latest_run",
+    "load_reports",
+    "reports_root",
+    "resolve_run",
+    "safe_name",
+    "skipped_report",
+    "summary_markdown",
+    "write_fleet",
+    "write_host_report",
+]
+
+OUTCOMES = ("kept", "disabled", "rolled_back", "failed", "unchanged", "skipped")
+REPORTS_ENV = "SPECDEC_REPORTS_DIR"
+RUN_ID_ENV = "SPECDEC_RUN_ID"
+CACHE_DIR = "cache"
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
+REDACTED = "<redacted>"
+
+
+def safe_name(host: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", host).strip("._") or "host"
+
+
+def check_run_id(run_id: str) -> str:
+    if not _RUN_ID.fullmatch(run_id) or run_id == CACHE_DIR:
+        raise RolloutError(f"--run-id={run_id!r}: use letters, digits, '.', '_' or '-' "
+                           "(at most 80, not 'cache')")
+    return run_id
+
+
+def new_run_id() -> str:
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + f"-{os.getpid()}"
+
+
+def reports_root(explicit: str | Path | None = None) -> Path:
+    if explicit:
+        return Path(explicit)
+    env = os.environ.get(REPORTS_ENV)
+    return Path(env) if env else Path.cwd() / "reports"
+
+
+def _scrub(text: str, secret: str | None) -> str:
+    return text.replace(secret, REDACTED) if secret else text
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def write_host_report(run_dir: Path, report: Mapping[str, Any], secret: str | None = None,
+                      fleet: bool = True) -> Path:
+    """Write ``<host>.json`` (token scrubbed) and refresh the fleet summary and page."""
+    text = _scrub(json.dumps(report, indent=2, sort_keys=True, default=str), secret) + "\n"
+    path = run_dir / f"{safe_name(str(report.get('host', 'host')))}.json"
+    _write_atomic(path, text)
+    if fleet:
+        write_fleet(run_dir, secret)
+    return path
+
+
+def load_reports(run_dir: Path) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if not run_dir.is_dir():
+        return out
+    for p in sorted(run_dir.glob("*.json")):
+        if p.name.endswith(".bench.json") or p.name.startswith("."):
+            continue
+        try:
+            doc = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(doc, dict) and "host" in doc and "outcome" in doc:
+            out.append(doc)
+    order = doc_order(run_dir)
+    out.sort(key=lambda d: (order.get(str(d["host"]), 10**6), str(d["host"])))
+    return out
+
+
+def doc_order(run_dir: Path) -> dict[str, int]:
+    """Host order of the rollout (``hosts.json`` written by `specdec rollout`), if any."""
+    try:
+        hosts = json.loads((run_dir / "hosts.json").read_text())
+        return {str(h): i for i, h in enumerate(hosts)}
+    except (OSError, ValueError, TypeError):
+        return {}
+
+
+def skipped_report(host: str, run_id: str, reason: str, outcome: str = "skipped",
+                   phase: str = "rollout", **extra: Any) -> dict[str, Any]:
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    rep: dict[str, Any] = {
+        "schema": 1, "run_id": run_id, "host": host, "outcome": outcome, "phase": phase,
+        "message": reason, "started_at": now, "finished_at": now, "measurements": [],
+        "events": [], "baseline": None, "candidate": None, "gate": None, "acceptance": None,
+        "roofline": None,
+    }
+    rep.update(extra)
+    return rep
+
+
+# -- figures -----------------------------------------------------------------------------------
+
+
+def _get(d: Any, *keys: str) -> Any:
+    for k in keys:
+        if not isinstance(d, Mapping):
+            return None
+        d = d.get(k)
+    return d
+
+
+def _ratio(cand: Any, base: Any) -> float | None:
+    if isinstance(cand, int | float) and isinstance(base, int | float) and base > 0:
+        return float(cand) / float(base) - 1.0
+    return None
+
+
+def figures(rep: Mapping[str, Any]) -> dict[str, Any]:
+    """Headline numbers of one host report (None where not measured)."""
+    b, c = rep.get("baseline"), rep.get("candidate")
+    return {
+        "c1_gain": _ratio(_get(c, "c1", "throughput_tok_s"), _get(b, "c1", "throughput_tok_s")),
+        "tpot_change": _ratio(_get(c, "c1", "tpot_ms_p50"), _get(b, "c1", "tpot_ms_p50")),
+        "c8_gain": _ratio(_get(c, "c8", "throughput_tok_s"), _get(b, "c8", "throughput_tok_s")),
+        "acceptance_length": _get(rep, "acceptance", "length"),
+        "per_position": _get(rep, "acceptance", "per_position") or [],
+        "base_tpot": _get(b, "c1", "tpot_ms_p50"),
+        "cand_tpot": _get(c, "c1", "tpot_ms_p50"),
+        "base_c1": _get(b, "c1", "throughput_tok_s"),
+        "cand_c1": _get(c, "c1", "throughput_tok_s"),
+        "base_c8": _get(b, "c8", "throughput_tok_s"),
+        "cand_c8": _get(c, "c8", "throughput_tok_s"),
+        "roofline_pct": _get(rep, "roofline", "candidate_pct"),
+    }
+
+
+def _pct(x: Any) -> str:
+    return f"{x:+.1%}" if isinstance(x, int | float) else "-"
+
+
+def _md_cell(text: Any) -> str:
+    s = " ".join(str(text if text is not None else "-").split())
+    return s.replace("|", "\\|") or "-"
+
+
+def summary_markdown(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
+    counts: dict[str, int] = {}
+    for r in reports:
+        counts[str(r.get("outcome"))] = counts.get(str(r.get("outcome")), 0) + 1
+    tally = ", ".join(f"{counts[o]} {o}" for o in OUTCOMES if counts.get(o)) or "no hosts"
+    lines = [
+        f"# specdec rollout {run_id}",
+        "",
+        f"{len(reports)} host(s): {tally}.",
+        "",
+        "| host | device | method | outcome | c1 throughput gain | TPOT change | c8 gain | "
+        "acceptance length | reason |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in reports:
+        f = figures(r)
+        acc = f["acceptance_length"]
+        method = r.get("method") or "-"
+        if r.get("draft"):
+            method = f"{method} ({r['draft']}, k={r.get('num_speculative_tokens')})"
+        outcome = str(r.get("outcome"))
+        if r.get("previous_outcome"):
+            outcome += f" ({r['previous_outcome']})"
+        lines.append("| " + " | ".join(_md_cell(x) for x in (
+            r.get("host"), r.get("device"), method, outcome, _pct(f["c1_gain"]),
+            _pct(f["tpot_change"]), _pct(f["c8_gain"]),
+            f"{acc:.2f}" if isinstance(acc, int | float) else "-",
+            r.get("message"),
+        )) + " |")
+    return "\n".join(lines) + "\n"
+
+
+# -- HTML ----------------------------------------------------------------------------------------
+
+_COLORS = {"baseline": "#8c8c8c", "speculation": "#2b7bb9"}
+_OUTCOME_COLORS = {"kept": "#1a7f37", "disabled": "#9a6700", "rolled_back": "#cf222e",
+                   "failed": "#cf222e", "unchanged": "#57606a", "skipped": "#57606a"}
+
+
+def _bars(title: str, unit: str, rows: Sequence[tuple[str, float | None, float | None]]) -> str:
+    """Grouped horizontal bars: per host, baseline and speculation."""
+    rows = [r for r in rows if r[1] is not None or r[2] is not None]
+    if not rows:
+        return f"<p><em>{html.escape(title)}: no measurements.</em></p>"
+    vmax = max(v for r in rows for v in r[1:] if v is not None) or 1.0
+    label_w, bar_w, row_h = 170, 380, 34
+    h = 40 + row_h * len(rows) + 20
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{label_w + bar_w + 90}" '
+           f'height="{h}" role="img" aria-label="{html.escape(title)}">',
+           f'<text x="0" y="16" font-weight="bold">{html.escape(title)} ({html.escape(unit)})'
+           '</text>']
+    for i, (host, base, cand) in enumerate(rows):
+        y = 32 + i * row_h
+        out.append(f'<text x="0" y="{y + 18}" font-size="12">{html.escape(host)}</text>')
+        for j, (arm, v) in enumerate((("baseline", base), ("speculation", cand))):
+            if v is None:
+                continue
+            w = max(1.0, bar_w * v / vmax)
+            yy = y + 4 + j * 13
+            out.append(f'<rect x="{label_w}" y="{yy}" width="{w:.1f}" height="11" '
+                       f'fill="{_COLORS[arm]}"><title>{arm}: {v:.2f} {html.escape(unit)}'
+                       '</title></rect>')
+            out.append(f'<text x="{label_w + w + 4:.1f}" y="{yy + 10}" font-size="10">'
+                       f'{v:.1f}</text>')
+    ly = h - 8
+    out.append(f'<rect x="{label_w}" y="{ly - 9}" width="10" height="10" '
+               f'fill="{_COLORS["baseline"]}"/><text x="{label_w + 14}" y="{ly}" '
+               'font-size="11">baseline (speculation off)</text>')
+    out.append(f'<rect x="{label_w + 190}" y="{ly - 9}" width="10" height="10" '
+               f'fill="{_COLORS["speculation"]}"/><text x="{label_w + 204}" y="{ly}" '
+               'font-size="11">speculation</text>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def _acceptance_chart(rows: Sequence[tuple[str, Sequence[float]]]) -> str:
+    rows = [r for r in rows if r[1]]
+    if not rows:
+        return "<p><em>Acceptance per position: no speculative measurements.</em></p>"
+    npos = max(len(r[1]) for r in rows)
+    cell, label_w = 46, 170
+    h = 40 + 26 * len(rows) + 10
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{label_w + cell * npos + 20}" '
+           f'height="{h}" role="img" aria-label="acceptance per position">',
+           '<text x="0" y="16" font-weight="bold">Acceptance rate per draft position</text>']
+    for p in range(npos):
+        out.append(f'<text x="{label_w + p * cell + 8}" y="32" font-size="11">pos {p + 1}'
+                   '</text>')
+    for i, (host, rates) in enumerate(rows):
+        y = 40 + i * 26
+        out.append(f'<text x="0" y="{y + 16}" font-size="12">{html.escape(host)}</text>')
+        for p, r in enumerate(rates):
+            r = max(0.0, min(1.0, float(r)))
+            bh = 20 * r
+            out.append(f'<rect x="{label_w + p * cell}" y="{y + 22 - bh:.1f}" width="{cell - 6}"'
+                       f' height="{bh:.1f}" fill="{_COLORS["speculation"]}"><title>'
+                       f'{html.escape(host)} position {p + 1}: {r:.2f}</title></rect>')
+            out.append(f'<text x="{label_w + p * cell + 2}" y="{y + 12}" font-size="9">'
+                       f'{r:.2f}</text>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def index_html(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
+    e = html.escape
+    rows = []
+    tpot, thr1, thr8, acc = [], [], [], []
+    for r in reports:
+        f = figures(r)
+        host = str(r.get("host"))
+        tpot.append((host, f["base_tpot"], f["cand_tpot"]))
+        thr1.append((host, f["base_c1"], f["cand_c1"]))
+        thr8.append((host, f["base_c8"], f["cand_c8"]))
+        acc.append((host, f["per_position"]))
+        color = _OUTCOME_COLORS.get(str(r.get("outcome")), "#000")
+        al = f["acceptance_length"]
+        roof = f["roofline_pct"]
+        rows.append(
+            "<tr>" + "".join(f"<td>{x}</td>" for x in (
+                e(host), e(str(r.get("device") or "-")), e(str(r.get("method") or "-")),
+                f'<b style="color:{color}">{e(str(r.get("outcome")))}</b>'
+                + (f' ({e(str(r["previous_outcome"]))})' if r.get("previous_outcome") else ""),
+                e(_pct(f["c1_gain"])), e(_pct(f["tpot_change"])), e(_pct(f["c8_gain"])),
+                f"{al:.2f}" if isinstance(al, int | float) else "-",
+                f"{roof:.0f}%" if isinstance(roof, int | float) else "-",
+                e(str(r.get("phase") or "-")), e(str(r.get("message") or "")),
+            )) + "</tr>")
+    head = "".join(f"<th>{h}</th>" for h in (
+        "host", "device", "method", "outcome", "c1 throughput gain", "TPOT change", "c8 gain",
+        "acceptance length", "% roofline", "phase", "reason"))
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>specdec rollout {e(run_id)}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 2em; }}
+table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding: 4px 8px;
+ font-size: 13px; text-align: left; vertical-align: top; }}
+svg {{ display: block; margin: 1.5em 0; font-family: system-ui, sans-serif; }}
+</style></head><body>
+<h1>specdec rollout {e(run_id)}</h1>
+<table><thead><tr>{head}</tr></thead><tbody>
+{chr(10).join(rows)}
+</tbody></table>
+<h2>Baseline vs speculation</h2>
+{_bars("TPOT p50 at concurrency 1 (lower is better)", "ms", tpot)}
+{_bars("Output throughput at concurrency 1", "tok/s", thr1)}
+{_bars("Output throughput at concurrency 8", "tok/s", thr8)}
+<h2>Acceptance</h2>
+{_acceptance_chart(acc)}
+</body></html>
+"""
+
+
+def write_fleet(run_dir: Path, secret: str | None = None) -> None:
+    reports = load_reports(run_dir)
+    run_id = run_dir.name
+    _write_atomic(run_dir / "summary.md", _scrub(summary_markdown(reports, run_id), secret))
+    _write_atomic(run_dir / "index.html", _scrub(index_html(reports, run_id), secret))
+
+
+# -- runs ----------------------------------------------------------------------------------------
+
+
+def _runs(root: Path) -> list[Path]:
+    if not root.is_dir():
+        return []
+    return [p for p in root.iterdir() if p.is_dir() and p.name != CACHE_DIR
+            and not p.name.startswith(".") and any(p.glob("*.json"))]
+
+
+def latest_run(root: Path) -> Path:
+    runs = _runs(root)
+    if not runs:
+        raise RolloutError(f"no rollout reports under {root}")
+    return max(runs, key=lambda p: (p.stat().st_mtime, p.name))
+
+
+def resolve_run(root: Path, run_id: str | None) -> Path:
+    if run_id is None:
+        return latest_run(root)
+    if not _RUN_ID.fullmatch(run_id) or run_id == CACHE_DIR:
+        raise RolloutError(f"run {run_id!r}: not a run id")
+    path = root / run_id
+    if not path.is_dir() or not any(path.glob("*.json")):
+        known = sorted(p.name for p in _runs(root))
+        hint = f" (known: {', '.join(known[-5:])})" if known else ""
+        raise RolloutError(f"run {run_id!r}: unknown run id under {root}{hint}")
+    return path

@@ -1,0 +1,33 @@
+"""Fixtures for pyinfra-level tests of the roles and deploys/specdec.py."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))  # `roles` is a top-level package of the checkout
+
+from specdec.identify import parse_identity  # noqa: E402
+from tests.deploy.harness import World  # noqa: E402
+from tests.unit.test_identify import AGX64, SPARK  # noqa: E402
+
+TOKEN = "hf_MARKERtoken123"
+
+
+@pytest.fixture
+def agx_world() -> World:
+    return World(identity=parse_identity(AGX64), groups=["root"])
+
+
+@pytest.fixture
+def spark_world() -> World:
+    return World(identity=parse_identity(SPARK), groups=["root"])
+
+
+@pytest.fixture(autouse=True)
+def _no_ambient_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HF_TOKEN", raising=False)

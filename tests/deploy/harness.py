@@ -1,0 +1,274 @@
+"""Run deploys/specdec.py through pyinfra's API against @fake hosts whose facts come from a
+`World` (a model of the host). An unknown fact raises LookupError instead of returning junk.
+
+Commands sent are the fake connector's ``executed_commands`` (facts never reach it: they are
+served from the world); uploads are recorded with their content.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import runpy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyinfra.api import Config, Inventory, State
+from pyinfra.api.connect import connect_all
+from pyinfra.api.operations import run_ops
+from pyinfra.api.util import get_file_io
+from pyinfra.connectors.fake import FakeConnector
+from pyinfra.context import ctx_host, ctx_state
+from pyinfra.facts import files as ffacts
+from pyinfra.facts import server as sfacts
+from pyinfra.facts import systemd as sdfacts
+
+from roles import facts as rfacts
+from roles.common import HostPlan
+from roles.docker_access import merged_daemon_json
+from roles.facts import DAEMON_JSON
+from roles.images import image_present  # noqa: F401  (import check)
+from roles.jetson_tuning import CLOCKS_MARKER
+from specdec import layout, release
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploys" / "specdec.py"
+
+
+@dataclass
+class World:
+    """What the fake host looks like to facts."""
+
+    identity: Any = None
+    files: dict[str, dict[str, Any]] = field(default_factory=dict)  # path -> content/mode/...
+    dirs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    links: dict[str, str] = field(default_factory=dict)
+    users: dict[str, dict[str, Any]] = field(default_factory=dict)
+    groups: list[str] = field(default_factory=list)
+    running: dict[str, bool] = field(default_factory=dict)
+    enabled: dict[str, bool] = field(default_factory=dict)
+    which: set[str] = field(default_factory=lambda: {"useradd", "usermod", "groupadd"})
+    hf_cached: set[str] = field(default_factory=set)
+    images: dict[str, str] = field(default_factory=dict)
+    releases: release.ReleaseState = field(default_factory=release.ReleaseState)
+    nvpmodel: str | None = None
+    daemon_json_raw: bool = False  # keep daemon.json as given (not derived from files)
+    facts_seen: list[str] = field(default_factory=list)
+
+    def put(self, path: str, content: str, mode: str = "0644", user: str = "root",
+            group: str = "root") -> None:
+        self.files[path] = {"content": content, "mode": int(mode.lstrip("0") or "0"),
+                            "user": user, "group": group}
+
+    # -- fact router -------------------------------------------------------------------------
+    def fact(self, cls: type, *args: Any, **kwargs: Any) -> Any:
+        kwargs = {k: v for k, v in kwargs.items() if not k.startswith("_")}
+        self.facts_seen.append(cls.__name__)
+        path = kwargs.get("path", args[0] if args else None)
+        if cls is rfacts.DeviceIdentity:
+            return self.identity
+        if cls is rfacts.DockerDaemonConfig:
+            f = self.files.get(DAEMON_JSON)
+            return json.loads(f["content"]) if f else None
+        if cls is rfacts.HfCached:
+            return kwargs["repo"] in self.hf_cached
+        if cls is rfacts.ImageDigest:
+            return self.images.get(kwargs["image"])
+        if cls is rfacts.SpecdecReleases:
+            return self.releases
+        if cls is rfacts.NvpmodelMode:
+            return self.nvpmodel
+        if cls is ffacts.File:
+            if path in self.files:
+                f = self.files[path]
+                return {"user": f["user"], "group": f["group"], "mode": f["mode"],
+                        "size": len(f["content"])}
+            return False if (path in self.dirs or path in self.links) else None
+        if cls is ffacts.Directory:
+            if path in self.dirs:
+                return dict(self.dirs[path])
+            return False if (path in self.files or path in self.links) else None
+        if cls is ffacts.Link:
+            if path in self.links:
+                return {"link_target": self.links[path], "user": "root", "group": "root"}
+            return False if (path in self.files or path in self.dirs) else None
+        if cls in (ffacts.Sha1File, ffacts.Sha256File, ffacts.Md5File):
+            algo = {ffacts.Sha1File: "sha1", ffacts.Sha256File: "sha256",
+                    ffacts.Md5File: "md5"}[cls]
+            f = self.files.get(path)
+            return hashlib.new(algo, f["content"].encode()).hexdigest() if f else None
+        if cls is ffacts.FileContents:
+            f = self.files.get(path)
+            return f["content"].splitlines() if f else None
+        if cls is sfacts.Users:
+            return copy.deepcopy(self.users)
+        if cls is sfacts.Groups:
+            return list(self.groups)
+        if cls is sfacts.Os:
+            return "Linux"
+        if cls is sfacts.TmpDir:
+            return "/tmp"
+        if cls is sfacts.LinuxName:
+            return "Ubuntu"
+        if cls is sfacts.Which:
+            cmd = kwargs["command"]
+            return f"/usr/bin/{cmd}" if cmd in self.which else None
+        if cls is sdfacts.SystemdEnabled:
+            return dict(self.enabled)
+        if cls is sdfacts.SystemdStatus:
+            return dict(self.running)
+        raise LookupError(f"fact {cls.__module__}.{cls.__name__}({kwargs}) is not modelled")
+
+
+@dataclass
+class Result:
+    state: State
+    commands: list[str]
+    uploads: list[tuple[str, bytes]]
+    output: str  # everything pyinfra logged/printed
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.state.failed_hosts)
+
+
+def _record_put(self: FakeConnector, filename_or_io: Any, remote_filename: str,
+                *args: Any, **kwargs: Any) -> bool:
+    with get_file_io(filename_or_io) as f:
+        data = f.read()
+    self.host._uploads.append((remote_filename, data))  # type: ignore[attr-defined]
+    return True
+
+
+def run_deploy(monkeypatch: Any, world: World, data: dict[str, Any], *,
+               name: str = "@fake/orin-1", execute: bool = True,
+               verbose: bool = False, state_out: list[State] | None = None,
+               others: list[tuple[str, dict[str, Any]]] = ()) -> Result:
+    """Prepare (and execute) deploys/specdec.py for one fake host modelled by ``world``."""
+    import logging
+
+    records: list[str] = []
+
+    class _Capture(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record.getMessage())
+
+    handler = _Capture(level=logging.DEBUG)
+    logger = logging.getLogger("pyinfra")
+    old_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+
+    monkeypatch.setattr(
+        "pyinfra.api.host.Host.get_fact",
+        lambda self, cls, *a, **kw: world.fact(cls, *a, **kw),
+    )
+    monkeypatch.setattr(FakeConnector, "put_file", _record_put)
+    fast = {"fake_delay": 0, "fake_delay_jitter": 0}
+    inv = Inventory(([(name, {**fast, **data}), *((n, {**fast, **d}) for n, d in others)], {}))
+    state = State(inventory=inv, config=Config(DIFF=verbose))
+    if state_out is not None:
+        state_out.append(state)
+    state.cwd = str(ROOT)
+    if verbose:  # as `pyinfra -vvv --diff`: commands, outputs, facts and diffs are echoed
+        monkeypatch.setattr("pyinfra.api.output._echo",
+                            lambda message=None, **kw: records.append(str(message)))
+        for flag in ("print_input", "print_output", "print_fact_info", "print_fact_input",
+                     "print_fact_output", "print_noop_info"):
+            setattr(state, flag, True)
+    try:
+        connect_all(state)
+        for h in inv:
+            h._uploads = []  # type: ignore[attr-defined]
+            with ctx_state.use(state), ctx_host.use(h):
+                runpy.run_path(str(DEPLOY), run_name="deploy")
+        if execute:
+            run_ops(state)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+    h = inv.get_host(name)
+    return Result(
+        state=state,
+        commands=list(h.connector.executed_commands),
+        uploads=list(h._uploads),  # type: ignore[attr-defined]
+        output="\n".join(records),
+    )
+
+
+def converged(world: World, hp: HostPlan, token: str | None) -> World:
+    """``world`` after a successful run of ``hp`` (what a second run should find)."""
+    w = copy.deepcopy(world)
+    plan = hp.plan
+    user = plan.service_user
+    w.groups = sorted(set(w.groups) | {"docker", user})
+    w.users[user] = {"home": layout.STATE_DIR, "shell": "/usr/sbin/nologin", "group": user,
+                     "groups": ["docker"] if plan.runtime == "docker" else []}
+    for d, owner in ((layout.STATE_DIR, "root"), (layout.CONFIG_DIR, "root"),
+                     (layout.HF_HOME, user), (layout.RELEASES_DIR, "root"),
+                     (hp.rendered.release_dir, "root")):
+        w.dirs[d] = {"user": owner, "group": owner, "mode": 755}
+    for f in hp.rendered.files:
+        w.put(f.path, f.content, f.mode, f.owner, f.group)
+    w.links[layout.UNIT_PATH] = f"{layout.CURRENT}/{layout.SERVICE_NAME}.service"
+    rid = hp.rendered.release_id
+    w.releases = release.ReleaseState(current=rid, last_good=w.releases.last_good,
+                                      releases=(rid,) + tuple(r for r in w.releases.releases
+                                                               if r != rid),
+                                      decisions=w.releases.decisions)
+    w.running[f"{layout.SERVICE_NAME}.service"] = True
+    w.enabled[f"{layout.SERVICE_NAME}.service"] = True
+    w.put(layout.HF_TOKEN_FILE, (token + "\n") if token else "", "0600")
+    if plan.runtime == "docker":
+        cur = json.loads(w.files[DAEMON_JSON]["content"]) if DAEMON_JSON in w.files else None
+        w.put(DAEMON_JSON, json.dumps(merged_daemon_json(cur, plan.memlock, hp.is_jetson)))
+        assert plan.image
+        digest = w.images.get(plan.image) or f"{plan.image.split(':')[0]}@sha256:{'a' * 64}"
+        w.images[plan.image] = digest
+        w.put(layout.IMAGE_DIGEST_FILE, digest + "\n")
+        w.running["docker.service"] = True
+    for repo in (plan.model, plan.draft):
+        if repo:
+            w.hf_cached.add(repo)
+    if plan.jetson_tuning and w.nvpmodel is not None:
+        w.nvpmodel = "NV Power Mode: MAXN\n0"
+    if "jetson_clocks" in w.which:
+        w.put(CLOCKS_MARKER, "")
+    for path in [*w.files, *w.links]:  # parents exist on a converged host
+        parent = path.rsplit("/", 1)[0]
+        w.dirs.setdefault(parent, {"user": "root", "group": "root", "mode": 755})
+    return w
+
+
+# -- shared test data ----------------------------------------------------------------------------
+
+HOST = "@fake/orin-1"
+AGX = {"specdec_device": "agx-orin-64gb", "specdec_model": "meta-llama/Llama-3.1-8B-Instruct"}
+AGX_NATIVE = {**AGX, "specdec_runtime": "native"}
+AGX_UNGATED = {"specdec_device": "agx-orin-64gb", "specdec_model": "Qwen/Qwen3-0.6B"}
+SPARK = {
+    "specdec_device": "dgx-spark",
+    "specdec_engine": "trtllm",
+    "specdec_model": "openai/gpt-oss-120b",
+    "specdec_method": "eagle3",
+}
+
+
+def host_plan(world: World, data: dict[str, Any]) -> HostPlan:
+    from roles.common import plan_host
+
+    return plan_host(HOST, data, world.identity)
+
+
+def identity_output(files: dict[str, str | None]) -> list[str]:
+    """What the DeviceIdentity command prints for these identity files."""
+    lines: list[str] = []
+    for name, content in files.items():
+        if content is None:
+            lines.append(f"@@specdec-file {name} missing")
+        else:
+            lines.append(f"@@specdec-file {name}")
+            lines.extend(content.replace("\0", "\n").splitlines())
+    return lines

@@ -1,0 +1,320 @@
+"""Per role: the commands deploys/specdec.py sends given facts, and that a converged host gets
+none (idempotence)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from roles.common import DeployError
+from roles.facts import DAEMON_JSON
+from roles.jetson_tuning import CLOCKS_MARKER, TUNING_JSON
+from specdec import layout, release
+from specdec.render import LIMITS_PATH
+from tests.deploy.conftest import TOKEN
+from tests.deploy.harness import (
+    AGX,
+    AGX_NATIVE,
+    AGX_UNGATED,
+    HOST,
+    SPARK,
+    World,
+    converged,
+    run_deploy,
+)
+from tests.deploy.harness import host_plan as _hp
+
+
+@pytest.mark.parametrize(
+    ("world_name", "data"),
+    [("agx_world", AGX), ("agx_world", AGX_NATIVE), ("agx_world", AGX_UNGATED),
+     ("spark_world", SPARK)],
+)
+def test_second_run_sends_nothing(request, monkeypatch, world_name, data):
+    world: World = request.getfixturevalue(world_name)
+    world.nvpmodel = "NV Power Mode: 15W\n1"
+    world.which.add("jetson_clocks")
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    first = run_deploy(monkeypatch, world, data)
+    assert first.commands, "the first run must change something"
+    assert not first.failed
+
+    again = run_deploy(monkeypatch, converged(world, _hp(world, data), TOKEN), data)
+    assert again.commands == []
+    assert again.uploads == []
+    assert not again.failed
+
+
+def test_first_run_agx_docker(agx_world, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    r = run_deploy(monkeypatch, agx_world, AGX)
+    hp = _hp(agx_world, AGX)
+    rid = hp.rendered.release_id
+    cmds = r.commands
+    assert any(c.startswith("useradd") and "-G docker" in c and "-r" in c for c in cmds)
+    assert f"docker pull {hp.plan.image}" in cmds
+    downloads = [c for c in cmds if "hf download" in c or " download " in c]
+    assert len(downloads) == 2  # target + EAGLE-3 head
+    assert all("--entrypoint hf" in c and "HF_TOKEN_PATH=/run/secrets/hf_token" in c
+               for c in downloads)
+    assert release.activate(rid) in cmds
+    assert "systemctl daemon-reload" in cmds
+    # order: files of the release, then the link, then the switch, then the (re)start
+    i_switch = cmds.index(release.activate(rid))
+    assert cmds.index("systemctl daemon-reload") > i_switch
+    uploaded = dict(r.uploads)
+    assert f"{layout.release_dir(rid)}/specdec-engine.service" in uploaded
+    assert f"{layout.release_dir(rid)}/plan.json" in uploaded
+    assert LIMITS_PATH in uploaded
+    daemon = json.loads(uploaded[DAEMON_JSON])
+    assert daemon["runtimes"]["nvidia"] == {"path": "nvidia-container-runtime",
+                                            "runtimeArgs": []}
+    assert daemon["default-ulimits"]["memlock"] == {"Name": "memlock", "Hard": -1, "Soft": -1}
+    assert daemon["default-ulimits"]["stack"]["Hard"] == 67108864
+
+
+def test_native_runtime_has_no_docker(agx_world, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    r = run_deploy(monkeypatch, agx_world, AGX_NATIVE)
+    assert not any("docker" in c for c in r.commands)
+    assert DAEMON_JSON not in dict(r.uploads)
+    downloads = [c for c in r.commands if "hf download" in c]
+    assert downloads and all("HF_TOKEN_PATH=/etc/specdec/hf_token" in c for c in downloads)
+
+
+def test_daemon_json_merge_keeps_foreign_keys(agx_world, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    foreign = {
+        "log-driver": "json-file",
+        "data-root": "/mnt/docker",
+        "runtimes": {"crun": {"path": "/usr/bin/crun"}},
+        "default-ulimits": {"nofile": {"Name": "nofile", "Hard": 65536, "Soft": 65536}},
+    }
+    agx_world.put(DAEMON_JSON, json.dumps(foreign))
+    r = run_deploy(monkeypatch, agx_world, {**AGX, "specdec_memlock": 8388608})
+    merged = json.loads(dict(r.uploads)[DAEMON_JSON])
+    assert merged["log-driver"] == "json-file"
+    assert merged["data-root"] == "/mnt/docker"
+    assert merged["runtimes"]["crun"] == {"path": "/usr/bin/crun"}
+    assert merged["default-ulimits"]["nofile"]["Hard"] == 65536
+    assert merged["default-ulimits"]["memlock"] == {
+        "Name": "memlock", "Hard": 8388608, "Soft": 8388608}
+    assert "systemctl restart docker.service" in r.commands or \
+        "systemctl start docker.service" in r.commands
+
+
+def test_daemon_json_change_restarts_docker_and_engine(agx_world, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    world = converged(agx_world, _hp(agx_world, AGX), TOKEN)
+    world.put(DAEMON_JSON, json.dumps({"log-driver": "journald"}))
+    r = run_deploy(monkeypatch, world, AGX)
+    merged = json.loads(dict(r.uploads)[DAEMON_JSON])
+    assert merged["log-driver"] == "journald" and "nvidia" in merged["runtimes"]
+    assert r.commands == [
+        "install -d -m 0755 /etc/docker",
+        "systemctl restart docker.service",
+        "systemctl restart specdec-engine.service",
+    ]
+
+
+def test_daemon_json_already_merged_no_restart(agx_world, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    hp = _hp(agx_world, AGX)
+    world = converged(agx_world, hp, TOKEN)
+    doc = json.loads(world.files[DAEMON_JSON]["content"])
+    doc["log-driver"] = "journald"  # someone else's key: not ours to touch
+    world.put(DAEMON_JSON, json.dumps(doc))
+    r = run_deploy(monkeypatch, world, AGX)
+    assert r.commands == [] and r.uploads == []
+
+
+def test_spark_daemon_json_has_no_nvidia_runtime(spark_world, monkeypatch):
+    r = run_deploy(monkeypatch, spark_world, SPARK)
+    daemon = json.loads(dict(r.uploads)[DAEMON_JSON])
+    assert "runtimes" not in daemon
+    assert "engine.yaml" in " ".join(p for p, _ in r.uploads)
+
+
+# -- serve -------------------------------------------------------------------------------------
+
+
+def test_serve_activates_only_when_release_differs(agx_world, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    hp = _hp(agx_world, AGX)
+    rid = hp.rendered.release_id
+    world = converged(agx_world, hp, TOKEN)
+    world.releases = release.ReleaseState(current="0ld0ld0ld0ld", releases=(rid, "0ld0ld0ld0ld"))
+    r = run_deploy(monkeypatch, world, AGX)
+    assert r.commands[0] == release.activate(rid)
+    assert "systemctl daemon-reload" in r.commands
+    assert "systemctl restart specdec-engine.service" in r.commands
+    assert r.uploads == []  # the release files are already there
+
+    world.releases = release.ReleaseState(current=rid, releases=(rid, "0ld0ld0ld0ld"))
+    r = run_deploy(monkeypatch, world, AGX)
+    assert r.commands == []
+
+
+def test_recorded_disable_decision_keeps_baseline(agx_world, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    hp = _hp(agx_world, AGX)
+    assert hp.baseline is not None
+    rid, base = hp.rendered.release_id, hp.baseline.release_id
+    world = converged(agx_world, hp, TOKEN)
+    decision = {"outcome": "disabled", "active": base}
+    world.releases = release.ReleaseState(current=base, last_good=base, releases=(base, rid),
+                                          decisions={rid: decision})
+    for f in hp.baseline.release_files:
+        world.put(f.path, f.content, f.mode, f.owner, f.group)
+    world.dirs[hp.baseline.release_dir] = {"user": "root", "group": "root", "mode": 755}
+    r = run_deploy(monkeypatch, world, AGX)
+    assert r.commands == [] and r.uploads == []  # re-run after a rollback: a no-op
+
+    world.releases = release.ReleaseState(current=rid, releases=(base, rid),
+                                          decisions={rid: decision})
+    r = run_deploy(monkeypatch, world, AGX)
+    assert release.activate(base) in r.commands
+    assert release.activate(rid) not in r.commands
+
+
+def test_decision_naming_a_missing_release_falls_back_to_candidate(agx_world, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    hp = _hp(agx_world, AGX)
+    rid = hp.rendered.release_id
+    world = converged(agx_world, hp, TOKEN)
+    world.releases = release.ReleaseState(
+        current=rid, releases=(rid,),
+        decisions={rid: {"outcome": "disabled", "active": "f0f0f0f0f0f0"}})
+    r = run_deploy(monkeypatch, world, AGX)
+    assert r.commands == []  # the candidate stays; no dangling `current`
+
+
+def test_prune_keeps_five_and_protected(agx_world, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    hp = _hp(agx_world, AGX)
+    rid = hp.rendered.release_id
+    world = converged(agx_world, hp, TOKEN)
+    old = [f"old{i:09d}" for i in range(8)]  # newest first
+    world.releases = release.ReleaseState(current=rid, last_good=old[-1],
+                                          releases=(rid, *old))
+    r = run_deploy(monkeypatch, world, AGX)
+    assert r.commands == [release.remove(old[5:7])]  # old[7] is last-good
+
+
+# -- images ------------------------------------------------------------------------------------
+
+
+def test_present_image_is_not_pulled_and_digest_change_restarts(agx_world, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    hp = _hp(agx_world, AGX)
+    world = converged(agx_world, hp, TOKEN)
+    assert hp.plan.image
+    new = f"dustynv/vllm@sha256:{'b' * 64}"
+    world.images[hp.plan.image] = new
+    r = run_deploy(monkeypatch, world, AGX)
+    assert not any(c.startswith("docker pull") for c in r.commands)
+    assert r.commands[0] == f"printf '%s\\n' {new} > {layout.IMAGE_DIGEST_FILE}"
+    assert "systemctl restart specdec-engine.service" in r.commands
+    assert "systemctl daemon-reload" not in r.commands
+
+
+def test_digest_pinned_image_pulled_only_when_absent(agx_world, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    image = f"dustynv/vllm:0.9.2-r36.4-cu128-24.04@sha256:{'c' * 64}"
+    data = {**AGX, "specdec_image": image}
+    r = run_deploy(monkeypatch, agx_world, data)
+    assert f"docker pull {image}" in r.commands
+    world = converged(agx_world, _hp(agx_world, data), TOKEN)
+    r = run_deploy(monkeypatch, world, data)
+    assert r.commands == []
+
+
+# -- jetson tuning -----------------------------------------------------------------------------
+
+
+def test_jetson_tuning_sets_maxn_and_clocks(agx_world, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    hp = _hp(agx_world, AGX)
+    world = converged(agx_world, hp, TOKEN)
+    world.nvpmodel = "NV Power Mode: MODE_30W\n2"
+    world.which.add("jetson_clocks")
+    world.files.pop(CLOCKS_MARKER, None)
+    r = run_deploy(monkeypatch, world, AGX)
+    assert r.commands == [
+        f"printf '%s\\n' '{{\"previous_nvpmodel\": \"NV Power Mode: MODE_30W\"}}' > {TUNING_JSON}",
+        "nvpmodel -m 0 </dev/null",
+        f"jetson_clocks && mkdir -p /run/specdec && touch {CLOCKS_MARKER}",
+    ]
+
+
+def test_jetson_tuning_absent_tools_skip_cleanly(agx_world, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    world = converged(agx_world, _hp(agx_world, AGX), TOKEN)
+    world.nvpmodel = None
+    world.which.discard("jetson_clocks")
+    r = run_deploy(monkeypatch, world, AGX)
+    assert r.commands == [] and not r.failed
+    assert "nvpmodel is not installed" in r.output
+    assert "jetson_clocks is not installed" in r.output
+
+
+def test_jetson_tuning_opt_out(agx_world, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    data = {**AGX, "specdec_jetson_tuning": False}
+    world = converged(agx_world, _hp(agx_world, data), TOKEN)
+    world.nvpmodel = "NV Power Mode: MODE_30W\n2"
+    world.which.add("jetson_clocks")
+    world.files.pop(CLOCKS_MARKER, None)
+    r = run_deploy(monkeypatch, world, data)
+    assert r.commands == []
+    assert "NvpmodelMode" not in world.facts_seen
+
+
+# -- model prefetch ----------------------------------------------------------------------------
+
+
+def test_cached_models_are_not_downloaded(agx_world, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    hp = _hp(agx_world, AGX)
+    world = converged(agx_world, hp, TOKEN)
+    assert hp.plan.draft
+    world.hf_cached.discard(hp.plan.draft)
+    r = run_deploy(monkeypatch, world, AGX)
+    assert len(r.commands) == 2
+    assert r.commands[0].endswith(f"download {hp.plan.draft}")
+    assert r.commands[1] == f"chown -R specdec:specdec {layout.HF_HOME}"
+
+
+# -- bad plans ---------------------------------------------------------------------------------
+
+
+def test_bad_plan_aborts_before_any_command(agx_world, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    world = copy.deepcopy(agx_world)
+    with pytest.raises(DeployError) as err:
+        run_deploy(monkeypatch, world, {**AGX, "specdec_max_num_seqs": 0})
+    assert str(err.value) == f"{HOST}: specdec_max_num_seqs=0: must be an integer in 1..1024"
+    assert "DeviceIdentity" not in world.facts_seen  # data checked before any fact
+
+
+def test_device_mismatch_is_one_line(agx_world, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    with pytest.raises(DeployError) as err:
+        run_deploy(monkeypatch, agx_world, {**AGX, "specdec_device": "orin-nano-8gb"})
+    msg = str(err.value)
+    assert "\n" not in msg and HOST in msg and "orin-nano-8gb" in msg
+
+
+def test_one_bad_host_stops_every_host_before_any_op(agx_world, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    states: list = []
+    with pytest.raises(DeployError) as err:
+        run_deploy(monkeypatch, agx_world, AGX, state_out=states,
+                   others=[("@fake/orin-2", {**AGX, "specdec_port": 80})])
+    assert str(err.value).startswith("@fake/orin-2: specdec_port=80")
+    (state,) = states
+    # the good host (prepared first) got no operation at all, and nothing was executed
+    assert all(not ops for ops in state.ops.values())
+    assert all(not h.connector.executed_commands for h in state.inventory)

@@ -1,0 +1,276 @@
+"""deploys/specdec.py with the lock and verify roles switched on (pyinfra's @fake connector):
+lock first and last, verification after serve, a failed verification fails the host."""
+
+from __future__ import annotations
+
+import importlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyinfra.api import State
+from pyinfra.api.exceptions import PyinfraError
+
+from roles import facts as rfacts
+from specdec import release
+from tests.deploy.conftest import TOKEN
+from tests.deploy.harness import AGX, World, converged, run_deploy
+from tests.deploy.harness import host_plan as _hp
+from tests.unit.test_verify import FAST, PLAIN, SLOW8, Behaviour, FakeHost
+
+OLD = "0ld0ld0ld0ld"
+# `roles.verify` the attribute is the deploy function; the module is in sys.modules.
+VERIFY_MOD = importlib.import_module("roles.verify")
+# The @fake connector executes nothing: script the lock and the failing one-liner.
+FAILS = {"'specdec: ": {"success": False, "stderr": "specdec: ..."}}
+ACQUIRED = {**FAILS, "deploy.lock 2>/dev/null": "@@specdec-lock acquired"}
+
+
+@dataclass
+class LiveWorld(World):
+    """A world whose release pointers read differently once pyinfra executes (after serve)."""
+
+    after: release.ReleaseState | None = None
+    states: list[State] = field(default_factory=list)
+
+    def fact(self, cls: type, *args: Any, **kwargs: Any) -> Any:
+        if (cls is rfacts.SpecdecReleases and self.after is not None and self.states
+                and self.states[0].is_executing):
+            return self.after
+        return super().fact(cls, *args, **kwargs)
+
+
+@pytest.fixture
+def on(monkeypatch, tmp_path):
+    monkeypatch.setattr("roles.lock.SKIP_ON_FAKE_CONNECTOR", False)
+    monkeypatch.setenv("SPECDEC_REPORTS_DIR", str(tmp_path / "reports"))
+    monkeypatch.setenv("SPECDEC_RUN_ID", "t1")
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    return tmp_path / "reports" / "t1"
+
+
+def live(world: World, **kw: Any) -> LiveWorld:
+    return LiveWorld(**{**world.__dict__, **kw})
+
+
+def use_host(monkeypatch, fake: FakeHost) -> None:
+    monkeypatch.setattr(VERIFY_MOD, "make_io", lambda conn, spec: fake)
+
+
+def deploy(monkeypatch, world: LiveWorld, data: dict[str, Any], **kw: Any):
+    return run_deploy(monkeypatch, world, {**data, "fake_responses": dict(ACQUIRED)},
+                      state_out=world.states, **kw)
+
+
+@dataclass
+class Failed:
+    commands: list[str]
+    failed: bool = True
+
+
+def deploy_failing(monkeypatch, world: LiveWorld, data: dict[str, Any],
+                   responses: dict[str, Any] | None = None) -> Failed:
+    """A one-host run whose host fails: pyinfra's API then raises "No hosts remaining!"."""
+    with pytest.raises(PyinfraError, match="No hosts remaining"):
+        run_deploy(monkeypatch, world, {**data, "fake_responses": responses or dict(ACQUIRED)},
+                   state_out=world.states)
+    state = world.states[0]
+    h = state.inventory.get_host("@fake/orin-1")
+    assert h in state.failed_hosts
+    return Failed(list(h.connector.executed_commands))
+
+
+def report(run_dir: Path) -> dict[str, Any]:
+    return json.loads((run_dir / "fake_orin-1.json").read_text())
+
+
+def test_keep_after_serve_with_lock_around(agx_world, monkeypatch, on):
+    hp = _hp(agx_world, AGX)
+    c = hp.rendered.release_id
+    after = release.ReleaseState(current=c, last_good=OLD, releases=(c, OLD))
+    world = live(agx_world, after=after)
+    fake = FakeHost(c, OLD, (c, OLD), {c: Behaviour(bench=FAST)})
+    fake.behaviour[hp.baseline.release_id] = Behaviour(bench=PLAIN)  # type: ignore[union-attr]
+    use_host(monkeypatch, fake)
+    r = deploy(monkeypatch, world, AGX)
+    assert not r.failed, r.output
+    assert "mkdir /var/lib/specdec/deploy.lock" in r.commands[0]
+    assert "rm -rf /var/lib/specdec/deploy.lock" in r.commands[-1]
+    rep = report(on)
+    assert rep["outcome"] == "kept" and rep["run_id"] == "t1"
+    assert fake.last_good == c
+    assert (on / "summary.md").exists() and (on / "index.html").exists()
+
+
+def test_disable_is_not_a_failure(agx_world, monkeypatch, on):
+    hp = _hp(agx_world, AGX)
+    c, b = hp.rendered.release_id, hp.baseline.release_id  # type: ignore[union-attr]
+    world = live(agx_world, after=release.ReleaseState(c, OLD, (c, OLD)))
+    use_host(monkeypatch, FakeHost(c, OLD, (c, OLD), {c: Behaviour(bench=SLOW8),
+                                                      b: Behaviour(bench=PLAIN)}))
+    r = deploy(monkeypatch, world, AGX)
+    assert not r.failed
+    assert report(on)["outcome"] == "disabled"
+
+
+def test_failed_verification_fails_the_host_and_releases_the_lock(agx_world, monkeypatch, on):
+    hp = _hp(agx_world, AGX)
+    c = hp.rendered.release_id
+    world = live(agx_world, after=release.ReleaseState(c, OLD, (c, OLD)))
+    fake = FakeHost(c, OLD, (c, OLD), {c: Behaviour(health="crash"), OLD: Behaviour()})
+    use_host(monkeypatch, fake)
+    r = deploy_failing(monkeypatch, world, AGX)
+    assert fake.current == OLD
+    rep = report(on)
+    assert rep["outcome"] == "rolled_back"
+    i_unlock = next(i for i, x in enumerate(r.commands) if "rm -rf /var/lib/specdec/deploy.lock"
+                    in x)
+    assert "specdec: @fake/orin-1: rolled_back: unit:" in r.commands[i_unlock + 1]
+    assert r.commands[i_unlock + 1].endswith("exit 1")
+    for p in on.rglob("*"):
+        assert p.is_dir() or TOKEN not in p.read_text()
+
+
+def test_unchanged_rerun_changes_nothing(agx_world, monkeypatch, on):
+    hp = _hp(agx_world, AGX)
+    c = hp.rendered.release_id
+    world = converged(agx_world, hp, TOKEN)
+    world.releases = release.ReleaseState(current=c, last_good=c, releases=(c,))
+    world = live(world)
+    monkeypatch.setattr("specdec.verify.http_get", lambda url, timeout: (200, ""))
+
+    def no_io(conn, spec):
+        raise AssertionError("an unchanged host must not be verified again")
+
+    monkeypatch.setattr(VERIFY_MOD, "make_io", no_io)
+    r = deploy(monkeypatch, world, AGX)
+    assert not r.failed, r.output
+    assert len(r.commands) == 2  # the lock, taken and released; nothing else
+    assert "Success" not in r.output  # every operation reports "No changes"
+    assert report(on)["outcome"] == "unchanged"
+
+
+def test_verified_then_unchanged_carries_figures(agx_world, monkeypatch, on):
+    hp = _hp(agx_world, AGX)
+    c, b = hp.rendered.release_id, hp.baseline.release_id  # type: ignore[union-attr]
+    world = live(agx_world, after=release.ReleaseState(c, OLD, (c, OLD)))
+    use_host(monkeypatch, FakeHost(c, OLD, (c, OLD), {c: Behaviour(bench=FAST),
+                                                      b: Behaviour(bench=PLAIN)}))
+    assert not deploy(monkeypatch, world, AGX).failed
+    assert report(on)["outcome"] == "kept"
+    monkeypatch.setenv("SPECDEC_RUN_ID", "t2")
+    world = converged(agx_world, hp, TOKEN)
+    world.releases = release.ReleaseState(current=c, last_good=c, releases=(c,))
+    world = live(world)
+    monkeypatch.setattr("specdec.verify.http_get", lambda url, timeout: (200, ""))
+    assert not deploy(monkeypatch, world, AGX).failed
+    rep = report(on.parent / "t2")
+    assert rep["outcome"] == "unchanged" and rep["previous_outcome"] == "kept"
+    assert rep["carried_from"] == "t1" and rep["candidate"]["c1"]["throughput_tok_s"] == 28.0
+    assert "| unchanged (kept) |" in (on.parent / "t2" / "summary.md").read_text()
+
+
+def test_reverify_data_key_re_benchmarks(agx_world, monkeypatch, on):
+    hp = _hp(agx_world, AGX)
+    c, b = hp.rendered.release_id, hp.baseline.release_id  # type: ignore[union-attr]
+    world = converged(agx_world, hp, TOKEN)
+    world.releases = release.ReleaseState(current=c, last_good=c, releases=(c,))
+    world = live(world)
+    fake = FakeHost(c, c, (c,), {c: Behaviour(bench=FAST), b: Behaviour(bench=PLAIN)})
+    use_host(monkeypatch, fake)
+    r = deploy(monkeypatch, world, {**AGX, "specdec_reverify": True})
+    assert not r.failed
+    assert fake.benched == [c, b]
+    assert report(on)["outcome"] == "kept"
+
+
+def test_held_lock_refuses_before_any_change(agx_world, monkeypatch, on):
+    held = ("@@specdec-lock held 1000\ncontrol=other-node\npid=1\nrun=r0\nsince=990\n"
+            "token=abc\n")
+    world = live(agx_world)
+    use_host(monkeypatch, FakeHost(None, None, (), {}))
+    r = deploy_failing(monkeypatch, world, AGX, {
+        **FAILS, "deploy.lock 2>/dev/null": held.splitlines()})
+    assert len(r.commands) == 2  # the lock attempt and the one-line failure; nothing else
+    assert "is held by run r0 (pid 1 on other-node, 10s ago)" in r.commands[1]
+    rep = report(on)
+    assert rep["outcome"] == "failed" and rep["phase"] == "lock"
+
+
+def test_token_nowhere_at_full_verbosity(agx_world, monkeypatch, on):
+    hp = _hp(agx_world, AGX)
+    c = hp.rendered.release_id
+    world = live(agx_world, after=release.ReleaseState(c, OLD, (c, OLD)))
+    b = hp.baseline.release_id  # type: ignore[union-attr]
+    use_host(monkeypatch, FakeHost(c, OLD, (c, OLD), {c: Behaviour(bench=FAST),
+                                                      b: Behaviour(bench=PLAIN)}))
+    r = deploy(monkeypatch, world, AGX, verbose=True)
+    assert not r.failed and report(on)["outcome"] == "kept"
+    assert TOKEN not in r.output
+    assert not any(TOKEN in cmd for cmd in r.commands if "hf_token" not in cmd)
+    for p in on.rglob("*"):
+        if p.is_file():
+            assert TOKEN not in p.read_text(), p
+
+
+def test_fake_connector_skips_lock_and_verify_by_default(agx_world, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    r = run_deploy(monkeypatch, agx_world, AGX)
+    assert not any("deploy.lock" in c for c in r.commands)
+    assert not r.failed
+
+
+@pytest.mark.parametrize(("current", "expected"), [
+    ("bbb", ["ln -sfn releases/aaa", "systemctl daemon-reload",
+             "systemctl restart specdec-engine.service"]),
+    ("aaa", []),
+])
+def test_recover_deploy_returns_to_last_good(monkeypatch, current, expected):
+    import runpy
+
+    from pyinfra.api import Config, Inventory
+    from pyinfra.api.connect import connect_all
+    from pyinfra.api.operations import run_ops
+    from pyinfra.context import ctx_host, ctx_state
+
+    from tests.deploy.harness import ROOT
+
+    st = release.ReleaseState(current=current, last_good="aaa", releases=("bbb", "aaa"))
+    monkeypatch.setattr("pyinfra.api.host.Host.get_fact", lambda self, cls, *a, **k: (
+        st if cls is rfacts.SpecdecReleases else {"specdec-engine.service": True}))
+    inv = Inventory(([("@fake/x", {"fake_delay": 0})], {}))
+    state = State(inventory=inv, config=Config())
+    state.cwd = str(ROOT)
+    connect_all(state)
+    h = inv.get_host("@fake/x")
+    with ctx_state.use(state), ctx_host.use(h):
+        runpy.run_path(str(ROOT / "deploys" / "recover.py"), run_name="deploy")
+    run_ops(state)
+    cmds = list(h.connector.executed_commands)
+    assert len(cmds) == len(expected)
+    for cmd, want in zip(cmds, expected, strict=True):
+        assert cmd.startswith(want)
+
+
+def test_bench_settings_from_environment(monkeypatch):
+    from roles.common import DeployError
+
+    monkeypatch.setenv("SPECDEC_BENCH_REQUESTS", "8")
+    monkeypatch.setenv("SPECDEC_BENCH_TIMEOUT", "45")
+    s = VERIFY_MOD.bench_settings()
+    assert (s.requests, s.max_tokens, s.timeout_s) == (8, 128, 45.0)
+    monkeypatch.setenv("SPECDEC_BENCH_REQUESTS", "lots")
+    with pytest.raises(DeployError, match=r"\$SPECDEC_BENCH_REQUESTS='lots'"):
+        VERIFY_MOD.bench_settings()
+
+
+def test_any_failed_operation_releases_the_lock(agx_world, monkeypatch, on):
+    world = live(agx_world)
+    use_host(monkeypatch, FakeHost(None, None, (), {}))
+    r = deploy_failing(monkeypatch, world, AGX, {
+        **ACQUIRED, "docker pull": {"success": False, "stderr": "pull failed"}})
+    i_pull = next(i for i, c in enumerate(r.commands) if c.startswith("docker pull"))
+    assert "rm -rf /var/lib/specdec/deploy.lock" in r.commands[i_pull + 1]
+    assert len(r.commands) == i_pull + 2  # nothing else ran on the failed host

@@ -1,0 +1,207 @@
+"""The lab fleet as a pytest fixture: booted once per session, always torn down.
+
+    def test_something(lab):            # lab: LabFleet (hosts booted, nothing deployed yet)
+        run = lab.pyinfra()             # pyinfra -y inventories/lab.py deploys/specdec.py
+        assert run.rc == 0 and not run.changed
+        lab.ssh("lab-agx", "systemctl is-active specdec-engine")
+
+    def test_after_deploy(deployed):    # deployed: the first deploy's PyinfraRun (run once)
+
+The lab needs root and systemd-nspawn; without them the tests fail (never skip silently).
+Knobs for the whole session come from the environment as for `inventories/lab.py`
+(SPECDEC_LAB_HOSTS, SPECDEC_LAB_TIME_SCALE); per-run ones (SPECDEC_LAB_FAULTS, bench knobs)
+go to `LabFleet.pyinfra(env=...)`. Session teardown runs `specdec lab down` and fails the
+session if any namespace, veth, mount or process of the lab remains.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import string
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+INVENTORY = "inventories/lab.py"
+DEPLOY = "deploys/specdec.py"
+
+from specdec.lab.fleet import ssh_argv  # noqa: E402
+from specdec.lab.paths import STATE_FILE  # noqa: E402
+from specdec.lab.spec import LabHost, lab_hosts  # noqa: E402
+
+_OP = re.compile(r"^--> Starting operation: (.*?)\s*$")
+_RESULT = re.compile(r"^\s+\[([\w.-]+)\]\s+(Success|No changes|Skipped|Error.*)\s*$")
+_TOTAL = re.compile(r"Grand total\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)")
+
+
+@dataclass
+class PyinfraRun:
+    """One ``pyinfra`` run: exit status, output, and what changed per host."""
+
+    argv: list[str]
+    rc: int
+    output: str
+    seconds: float
+    # (host, operation) for every operation that reported Success (= changed something)
+    changed: list[tuple[str, str]] = field(default_factory=list)
+    errors: list[tuple[str, str]] = field(default_factory=list)
+    total: dict[str, str] | None = None  # the "Grand total" row: hosts/success/error/no_change
+
+    def summary(self) -> str:
+        tail = "\n".join(self.output.strip().splitlines()[-25:])
+        return f"rc={self.rc} changed={self.changed[:12]} errors={self.errors[:6]}\n{tail}"
+
+
+def parse_pyinfra(argv: list[str], rc: int, output: str, seconds: float) -> PyinfraRun:
+    run = PyinfraRun(argv, rc, output, seconds)
+    op = "?"
+    for line in output.splitlines():
+        if m := _OP.match(line):
+            op = m.group(1)
+        elif m := _RESULT.match(line):
+            host, what = m.groups()
+            if what == "Success":
+                run.changed.append((host, op))
+            elif what.startswith("Error"):
+                run.errors.append((host, op))
+        elif m := _TOTAL.search(line):
+            run.total = dict(zip(("hosts", "success", "error", "no_change"), m.groups(),
+                                 strict=True))
+    return run
+
+
+@dataclass
+class LabFleet:
+    inventory: str
+    hosts: list[LabHost]
+    hf_token: str  # the marker token exported as HF_TOKEN for this session
+    up_seconds: float
+    env: dict[str, str]
+    runs: list[PyinfraRun] = field(default_factory=list)
+
+    def host(self, name: str) -> LabHost:
+        return next(h for h in self.hosts if h.name == name)
+
+    def ssh(self, name: str, command: str, *, check: bool = True,
+            timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(ssh_argv(self.host(name).address, command), capture_output=True,
+                              text=True, timeout=timeout, check=False)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{name}: {command!r} failed ({proc.returncode}): "
+                                 f"{proc.stderr.strip()[-400:]}")
+        return proc
+
+    def specdec(self, *args: str, env: Mapping[str, str] | None = None,
+                timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "specdec", *args], cwd=ROOT,
+                              env={**self.env, **(env or {})}, capture_output=True, text=True,
+                              timeout=timeout, check=False)
+
+    def pyinfra(self, *extra: str, deploy: str = DEPLOY, env: Mapping[str, str] | None = None,
+                timeout: float = 1800) -> PyinfraRun:
+        """``pyinfra -y [extra] inventories/lab.py DEPLOY`` from the checkout."""
+        pyinfra = shutil.which("pyinfra") or "pyinfra"
+        argv = [pyinfra, "-y", *extra, self.inventory, deploy]
+        t0 = time.monotonic()
+        proc = subprocess.run(argv, cwd=ROOT, env={**self.env, **(env or {})},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=timeout, check=False)
+        run = parse_pyinfra(argv, proc.returncode, proc.stdout, time.monotonic() - t0)
+        self.runs.append(run)
+        return run
+
+    def status(self) -> list[dict[str, object]]:
+        proc = self.specdec("lab", "status", self.inventory, "--json", timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+
+def leftovers() -> list[str]:
+    """Anything of a lab on this machine: namespaces, veths, mounts, processes, state."""
+    found: list[str] = []
+    netns = Path("/run/netns")
+    if netns.is_dir():
+        found += [f"netns {p.name}" for p in netns.iterdir() if p.name.startswith("specdec-lab-")]
+    found += [f"link {p.name}" for p in Path("/sys/class/net").iterdir()
+              if p.name.startswith("sdlab")]
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        if "specdec-lab" in line and len(fields) > 4:
+            found.append(f"mount {fields[4]}")
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if ("systemd-nspawn" in cmd and "specdec-lab" in cmd) or (
+                "docker-registry" in cmd and "specdec-lab" in cmd):
+            found.append(f"process {proc.name}: {cmd[:80]}")
+    if STATE_FILE.exists():
+        found.append(f"state file {STATE_FILE}")
+    return found
+
+
+def _marker_token() -> str:
+    return "hf_MARKER" + "".join(secrets.choice(string.ascii_letters + string.digits)
+                                 for _ in range(24))
+
+
+@pytest.fixture(scope="session")
+def lab() -> Iterator[LabFleet]:
+    """``specdec lab up inventories/lab.py`` for the session; ``lab down`` afterwards, always."""
+    if os.geteuid() != 0:
+        pytest.fail("the lab end-to-end tests need root (systemd-nspawn, network namespaces)")
+    for tool in ("systemd-nspawn", "pyinfra"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"the lab end-to-end tests need {tool} ('make setup' installs it)")
+    if STATE_FILE.exists():
+        pytest.fail(f"a lab is already up ({STATE_FILE}); run 'specdec lab down "
+                    f"{INVENTORY}' first")
+    token = _marker_token()
+    env = {**os.environ, "HF_TOKEN": token, "PYTHONUNBUFFERED": "1"}
+    env.pop("SPECDEC_LAB_FAULTS", None)
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "specdec", "lab", "up", INVENTORY], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=1800, check=False)
+    up_seconds = time.monotonic() - t0
+    try:
+        if proc.returncode != 0:
+            pytest.fail(f"specdec lab up failed: {proc.stderr.strip()[-600:]}")
+        cwd = os.getcwd()
+        os.chdir(ROOT)
+        try:
+            hosts = lab_hosts(INVENTORY)
+        finally:
+            os.chdir(cwd)
+        fleet = LabFleet(INVENTORY, hosts, token, up_seconds, env)
+        sys.stderr.write(f"\n[lab] up in {up_seconds:.1f}s: {', '.join(h.name for h in hosts)}\n")
+        yield fleet
+        for run in fleet.runs:
+            sys.stderr.write(f"[lab] {' '.join(run.argv[1:])}: rc={run.rc} "
+                             f"{run.seconds:.1f}s, {len(run.changed)} changed op(s)\n")
+    finally:
+        down = subprocess.run([sys.executable, "-m", "specdec", "lab", "down", INVENTORY],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+                              check=False)
+        left = leftovers()
+        if down.returncode != 0 or left:
+            pytest.fail(f"lab down: rc={down.returncode} {down.stderr.strip()[-300:]}; "
+                        f"left behind: {left}")
+
+
+@pytest.fixture(scope="session")
+def deployed(lab: LabFleet) -> PyinfraRun:
+    """The first deploy to the lab, at -vvv (its output is checked for the token too)."""
+    return lab.pyinfra("-vvv")

@@ -1,0 +1,203 @@
+"""The rollout fault matrix on the lab: every host ends serving its last-good release, or is
+reported failed with its previous service intact; a rolled-back host is never a success.
+
+Each fault is injected into the engine emulator of one host (``SPECDEC_LAB_FAULTS``, which
+changes the host's plan, so a new candidate release is deployed) through ``specdec rollout``;
+the host's report must name the outcome and phase, and the host must still serve the release
+it served before. Runs after the first deploy (the `deployed` fixture) so hosts have a
+last-good release.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specdec.layout import CURRENT, LAST_GOOD, LOCK_FILE
+from tests.e2e.conftest import ROOT, LabFleet, PyinfraRun
+
+pytestmark = pytest.mark.e2e
+
+# Fast benchmarks on the emulator; a hung engine is detected within this many seconds.
+BENCH = {"SPECDEC_BENCH_REQUESTS": "16", "SPECDEC_BENCH_MAX_TOKENS": "64",
+         "SPECDEC_BENCH_WARMUP": "1", "SPECDEC_BENCH_TIMEOUT": "60"}
+
+
+def _pointer(lab: LabFleet, host: str, path: str) -> str:
+    return lab.ssh(host, f"basename $(readlink {path}) 2>/dev/null || true").stdout.strip()
+
+
+def _serves(lab: LabFleet, host: str) -> bool:
+    h = lab.host(host)
+    try:
+        with urllib.request.urlopen(f"http://{h.address}:{h.port}/v1/models", timeout=10) as r:
+            return r.status == 200 and bool(json.load(r)["data"])
+    except OSError:
+        return False
+
+
+def _rollout(lab: LabFleet, reports: Path, run_id: str, *args: str,
+             faults: str | None = None, env: dict[str, str] | None = None,
+             timeout: float = 1800) -> tuple[subprocess.CompletedProcess[str], Path]:
+    e = {**BENCH, **(env or {})}
+    if faults:
+        e["SPECDEC_LAB_FAULTS"] = faults
+    proc = lab.specdec("rollout", lab.inventory, "--run-id", run_id, "--reports", str(reports),
+                       *args, env=e, timeout=timeout)
+    return proc, reports / run_id
+
+
+def _report(run_dir: Path, host: str) -> dict[str, Any]:
+    return json.loads((run_dir / f"{host}.json").read_text())
+
+
+def _before(lab: LabFleet, host: str) -> tuple[str, str]:
+    cur, good = _pointer(lab, host, CURRENT), _pointer(lab, host, LAST_GOOD)
+    assert cur and cur == good, f"{host}: expected a verified release before the fault"
+    assert _serves(lab, host)
+    return cur, good
+
+
+def _assert_restored(lab: LabFleet, host: str, release: str) -> None:
+    assert _pointer(lab, host, CURRENT) == release, f"{host}: current is not the last-good"
+    assert _pointer(lab, host, LAST_GOOD) == release
+    active = lab.ssh(host, "systemctl is-active specdec-engine", check=False).stdout.strip()
+    assert active == "active", host
+    assert _serves(lab, host), f"{host}: not serving after the rollback"
+    assert lab.ssh(host, f"test -e {LOCK_FILE} && echo held || echo free").stdout.strip() == \
+        "free", f"{host}: deploy lock left behind"
+
+
+def _no_token(lab: LabFleet, *texts: str, run_dir: Path | None = None) -> None:
+    for t in texts:
+        assert lab.hf_token not in t
+    if run_dir is not None:
+        for p in run_dir.rglob("*"):
+            if p.is_file():
+                assert lab.hf_token not in p.read_text(errors="replace"), p
+
+
+def test_first_deploy_keeps_where_it_pays_and_disables_where_it_does_not(
+        lab: LabFleet, deployed: PyinfraRun) -> None:
+    assert deployed.rc == 0, deployed.summary()
+    from specdec.report import latest_run, load_reports
+
+    reps = {r["host"]: r for r in load_reports(latest_run(ROOT / "reports"))}
+    for h in lab.hosts:
+        rep = reps.get(h.name)
+        assert rep is not None, f"{h.name}: no report"
+        assert rep["outcome"] in ("kept", "disabled"), (h.name, rep["message"])
+        assert rep["measurements"], h.name
+        assert _pointer(lab, h.name, CURRENT) == _pointer(lab, h.name, LAST_GOOD)
+    if "lab-agx" in reps:  # EAGLE-3 on the AGX pays
+        assert reps["lab-agx"]["outcome"] == "kept", reps["lab-agx"]["message"]
+        assert reps["lab-agx"]["acceptance"]["length"] > 1
+    if "lab-nx" in reps:  # n-gram on chat prompts does not
+        assert reps["lab-nx"]["outcome"] == "disabled", reps["lab-nx"]["message"]
+
+
+@pytest.mark.parametrize(("host", "fault", "phase", "extra", "env"), [
+    ("lab-agx", "crash_at_start", ("unit",), (), {}),
+    ("lab-nano", "oom", ("oom", "unit"), (), {}),
+    ("lab-agx", "slow_start:90", ("health",), ("--data", "specdec_health_timeout=30"), {}),
+    ("lab-agx", "hang_after:4", ("bench",), (), {"SPECDEC_BENCH_TIMEOUT": "30"}),
+    ("lab-nano", "5xx_burst:3:12", ("bench",), (), {}),
+], ids=["crash-at-start", "oom", "slow-start", "hang-mid-bench", "5xx-burst"])
+def test_fault_rolls_back_to_last_good(lab: LabFleet, deployed: PyinfraRun, tmp_path: Path,
+                                       host: str, fault: str, phase: tuple[str, ...],
+                                       extra: tuple[str, ...], env: dict[str, str]) -> None:
+    if host not in {h.name for h in lab.hosts}:
+        pytest.fail(f"{host} is not in this lab")
+    _, good = _before(lab, host)
+    run_id = f"fault-{fault.split(':')[0]}-{int(time.time())}"
+    proc, run_dir = _rollout(lab, tmp_path, run_id, "--limit", host, *extra,
+                             faults=f"{host}={fault}", env=env)
+    assert proc.returncode != 0, "a rolled-back host must not count as a success"
+    rep = _report(run_dir, host)
+    assert rep["outcome"] == "rolled_back", rep["message"]
+    assert rep["phase"] in phase, rep
+    assert rep["candidate_release"] != good
+    assert f"rolled back to last-good {good}" in rep["message"]
+    _assert_restored(lab, host, good)
+    summary = (run_dir / "summary.md").read_text()
+    assert f"| {host} |" in summary and "rolled_back" in summary
+    _no_token(lab, proc.stdout, proc.stderr, run_dir=run_dir)
+
+
+def test_held_lock_refuses_without_touching_the_host(lab: LabFleet, deployed: PyinfraRun,
+                                                     tmp_path: Path) -> None:
+    host = lab.hosts[0].name
+    cur, _ = _before(lab, host)
+    lab.ssh(host, f"mkdir {LOCK_FILE} && printf 'control=elsewhere\\npid=1\\nrun=other\\n"
+                  f"since=%s\\ntoken=t0k\\n' \"$(date +%s)\" > {LOCK_FILE}/info")
+    try:
+        proc, run_dir = _rollout(lab, tmp_path, f"locked-{int(time.time())}", "--limit", host,
+                                 "--data", "specdec_reverify=true")
+        assert proc.returncode != 0
+        rep = _report(run_dir, host)
+        assert rep["outcome"] == "failed" and rep["phase"] == "lock", rep
+        assert "is held by run other" in rep["message"]
+        assert "is held by run other" in proc.stdout + proc.stderr
+        assert _pointer(lab, host, CURRENT) == cur and _serves(lab, host)
+    finally:
+        lab.ssh(host, f"rm -rf {LOCK_FILE}")
+
+
+def test_two_rollouts_at_once_do_not_interleave(lab: LabFleet, deployed: PyinfraRun,
+                                                tmp_path: Path) -> None:
+    host = lab.hosts[0].name
+    cur, _ = _before(lab, host)
+    env = {**lab.env, **BENCH}
+    procs = []
+    for i in range(2):
+        argv = [sys.executable, "-m", "specdec", "rollout", lab.inventory, "--limit", host,
+                "--run-id", f"twice{i}-{int(time.time())}", "--reports", str(tmp_path / str(i)),
+                "--data", "specdec_reverify=true"]
+        procs.append(subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True))
+        time.sleep(0.5)
+    outs = [p.communicate(timeout=1800)[0] for p in procs]
+    rcs = [p.returncode for p in procs]
+    refused = [o for o in outs if "deploy lock" in o and "is held by run" in o]
+    # Re-verification takes long enough that the second always meets the first's lock.
+    assert len(refused) == 1, outs
+    assert sorted(rcs)[0] == 0, outs
+    assert _pointer(lab, host, CURRENT) in (cur, _pointer(lab, host, LAST_GOOD))
+    assert _pointer(lab, host, CURRENT) == _pointer(lab, host, LAST_GOOD)
+    assert _serves(lab, host)
+    _no_token(lab, *outs)
+
+
+def test_canary_failure_leaves_later_batches_untouched(lab: LabFleet, deployed: PyinfraRun,
+                                                       tmp_path: Path) -> None:
+    first, rest = lab.hosts[0].name, [h.name for h in lab.hosts[1:]]
+    before = {h: _pointer(lab, h, CURRENT) for h in rest}
+    _, good = _before(lab, first)
+    proc, run_dir = _rollout(lab, tmp_path, f"canary-{int(time.time())}",
+                             "--batches", "1,100%", faults=f"{first}=crash_at_start")
+    assert proc.returncode != 0
+    assert _report(run_dir, first)["outcome"] == "rolled_back"
+    for h in rest:
+        assert _report(run_dir, h)["outcome"] == "skipped"
+        assert _pointer(lab, h, CURRENT) == before[h]
+    _assert_restored(lab, first, good)
+    out = lab.specdec("report", run_dir.name, "--reports", str(tmp_path))
+    assert out.returncode == 0 and "skipped" in out.stdout and "rolled_back" in out.stdout
+    assert (run_dir / "index.html").read_text().count("<svg") >= 3
+
+
+def test_unchanged_rerun_is_not_rebenchmarked(lab: LabFleet, deployed: PyinfraRun,
+                                              tmp_path: Path) -> None:
+    proc, run_dir = _rollout(lab, tmp_path, f"again-{int(time.time())}", "--batches", "100%")
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    for h in lab.hosts:
+        rep = _report(run_dir, h.name)
+        assert rep["outcome"] == "unchanged", (h.name, rep["message"])
+        assert not any(m["phase"] == "bench" for m in rep["measurements"])

@@ -1,0 +1,167 @@
+"""The real deploy over real SSH against the lab fleet (see conftest.py for the fixtures)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import urllib.request
+
+import pytest
+
+from roles.facts import identity_command, split_identity_output
+from specdec.identify import parse_identity
+from specdec.layout import CONFIG_DIR, HF_TOKEN_FILE, RELEASES_DIR, SERVICE_NAME, UNIT_PATH
+from tests.e2e.conftest import LabFleet, PyinfraRun, leftovers
+
+pytestmark = pytest.mark.e2e
+
+
+def _models(address: str, port: int) -> list[str]:
+    with urllib.request.urlopen(f"http://{address}:{port}/v1/models", timeout=10) as resp:
+        doc = json.load(resp)
+    return [m["id"] for m in doc["data"]]
+
+
+def test_each_host_identifies_as_its_device(lab: LabFleet) -> None:
+    for h in lab.hosts:
+        # Exactly what the deploy's DeviceIdentity fact runs, over SSH.
+        out = lab.ssh(h.name, identity_command()).stdout
+        ident = parse_identity(split_identity_output(out.splitlines()))
+        assert ident.device == h.device, h.name
+        assert ident.arch == "aarch64"
+        # And `specdec identify` on the host itself.
+        on_host = json.loads(lab.ssh(h.name, "specdec identify --json").stdout)
+        assert on_host["device"] == h.device, h.name
+
+
+def test_lab_hosts_run_systemd_docker_and_the_memlock_ceiling(lab: LabFleet) -> None:
+    for h in lab.hosts:
+        out = lab.ssh(h.name, "systemctl is-system-running; systemctl is-active docker sshd; "
+                      "ulimit -Hl; docker info --format '{{.Driver}}'", check=False).stdout
+        words = out.split()
+        assert words[0] in ("running", "degraded"), (h.name, out)
+        assert words[1:3] == ["active", "active"], (h.name, out)
+        assert words[3] == "8192", f"{h.name}: memlock ceiling {words[3]} KiB, expected 8 MiB"
+        assert words[4] == "vfs", (h.name, out)
+
+
+def test_status_before_deploy_reports_reachable_but_not_serving(lab: LabFleet) -> None:
+    if lab.runs:
+        pytest.skip("a deploy already ran in this session")
+    rows = {r["host"]: r for r in lab.status()}
+    assert set(rows) == {h.name for h in lab.hosts}
+    for h in lab.hosts:
+        assert rows[h.name]["reachable"] is True
+        assert rows[h.name]["serving"] is False
+
+
+def test_deploy_converges_every_host(lab: LabFleet, deployed: PyinfraRun) -> None:
+    assert deployed.rc == 0, deployed.summary()
+    assert not deployed.errors, deployed.summary()
+    runtimes = set()
+    for h in lab.hosts:
+        assert any(host == h.name for host, _ in deployed.changed), f"{h.name} got no changes"
+        active = lab.ssh(h.name, f"systemctl is-active {SERVICE_NAME}", check=False).stdout
+        assert active.strip() == "active", h.name
+        plan = json.loads(lab.ssh(h.name, f"cat {RELEASES_DIR}/$(basename $(readlink "
+                                          "/var/lib/specdec/current))/plan.json").stdout)
+        runtimes.add(plan["runtime"])
+        assert _models(h.address, h.port) == [plan.get("served_model_name") or plan["model"]]
+        containers = lab.ssh(h.name, "docker ps --format '{{.Names}} {{.Image}}'").stdout
+        if plan["runtime"] == "docker":
+            # A real pull from the lab registry, pinned as the plan says.
+            assert f"{SERVICE_NAME} localhost:5000/specdec/" in containers, containers
+            digest = lab.ssh(h.name, "cat /etc/specdec/image.digest").stdout.strip()
+            assert digest.startswith("localhost:5000/specdec/") and "@sha256:" in digest
+        else:
+            assert SERVICE_NAME not in containers
+            pids = lab.ssh(h.name, f"systemctl show -p MainPID --value {SERVICE_NAME}").stdout
+            cmd = lab.ssh(h.name, f"tr '\\0' ' ' < /proc/{pids.strip()}/cmdline").stdout
+            assert "specdec.emulator" in cmd and plan["engine"] in cmd.replace("-serve", ""), cmd
+    assert runtimes == {"docker", "native"}, "the fleet must exercise both runtimes"
+
+
+def test_second_run_changes_nothing(lab: LabFleet, deployed: PyinfraRun) -> None:
+    assert deployed.rc == 0, deployed.summary()
+    again = lab.pyinfra()
+    assert again.rc == 0, again.summary()
+    assert again.changed == [], f"second run changed: {again.changed}"
+    assert again.total is not None and again.total["success"] == "-", again.summary()
+    assert again.total["error"] == "-", again.summary()
+
+
+def test_status_json_after_deploy(lab: LabFleet, deployed: PyinfraRun) -> None:
+    assert deployed.rc == 0, deployed.summary()
+    rows = lab.status()
+    assert [r["host"] for r in rows] == [h.name for h in lab.hosts]
+    for r, h in zip(rows, lab.hosts, strict=True):
+        assert r == {"host": h.name, "device": h.device, "address": h.address,
+                     "reachable": True, "service_active": True, "serving": True}
+
+
+def test_hf_token_appears_nowhere_but_its_file(lab: LabFleet, deployed: PyinfraRun) -> None:
+    token = lab.hf_token
+    assert deployed.rc == 0, deployed.summary()
+    assert token not in deployed.output, "the token is in pyinfra -vvv output"
+    for run in lab.runs:
+        assert token not in run.output
+    q = shlex.quote(token)
+    for h in lab.hosts:
+        # The file holds it (so the searches below are able to find it) ...
+        assert lab.ssh(h.name, f"cat {HF_TOKEN_FILE}").stdout.strip() == token
+        mode = lab.ssh(h.name, f"stat -c '%a %U' {HF_TOKEN_FILE}").stdout.split()
+        assert mode == ["600", "root"]
+        # ... and nothing else: files, units, argv and environments, journal, containers.
+        found = lab.ssh(h.name, (
+            f"grep -rlF -- {q} /etc /var/lib/specdec /run/systemd /var/lib/docker/containers "
+            f"2>/dev/null | grep -vx {HF_TOKEN_FILE} || true"
+        )).stdout.strip()
+        assert found == "", f"{h.name}: token found in {found}"
+        assert token not in lab.ssh(h.name, "ps -eo args ww").stdout
+        environ = lab.ssh(h.name, "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' "
+                          "| grep -c ^HF_TOKEN= || true").stdout.strip()
+        assert environ == "0", f"{h.name}: a process has HF_TOKEN in its environment"
+        assert token not in lab.ssh(h.name, "journalctl --no-pager -o cat").stdout
+        assert token not in lab.ssh(h.name, f"systemctl cat {SERVICE_NAME}").stdout
+        assert token not in lab.ssh(h.name, f"cat {UNIT_PATH}; ls -R {CONFIG_DIR}").stdout
+        inspect = lab.ssh(h.name, f"docker inspect {SERVICE_NAME} 2>/dev/null || true").stdout
+        assert token not in inspect
+
+
+def test_lab_up_refuses_while_up(lab: LabFleet) -> None:
+    proc = lab.specdec("lab", "up", lab.inventory, timeout=120)
+    assert proc.returncode == 1
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and "already up" in err[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert all(row["reachable"] for row in lab.status())
+
+
+def test_leftovers_sees_a_running_lab(lab: LabFleet) -> None:
+    # The teardown check (conftest) must be able to fail: while up, it sees the lab.
+    found = leftovers()
+    assert any(f.startswith("netns specdec-lab-") for f in found)
+    assert any(f.startswith("process ") for f in found)
+    assert any(f.startswith("mount ") for f in found)
+
+
+def _decision(lab: LabFleet, name: str) -> dict[str, object]:
+    out = lab.ssh(name, f"cat {RELEASES_DIR}/*/decision.json 2>/dev/null || true").stdout
+    docs = [json.loads(chunk) for chunk in out.replace("}\n{", "}\0{").split("\0")
+            if chunk.strip()]
+    assert docs, f"{name}: no verification decision recorded"
+    return max(docs, key=lambda d: str(d.get("time", "")))
+
+
+def test_gate_keeps_eagle3_on_agx_and_disables_the_nx_draft(lab: LabFleet,
+                                                            deployed: PyinfraRun) -> None:
+    assert deployed.rc == 0, deployed.summary()
+    names = {h.name for h in lab.hosts}
+    if "lab-agx" in names:
+        assert _decision(lab, "lab-agx")["outcome"] == "kept"
+    if "lab-nx" in names:
+        nx = _decision(lab, "lab-nx")
+        assert nx["outcome"] == "disabled", nx
+        # The baseline (speculation off) is what runs now, and it serves.
+        current = lab.ssh("lab-nx", "basename $(readlink /var/lib/specdec/current)").stdout
+        assert current.strip() == nx["active"]

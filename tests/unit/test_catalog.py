@@ -1,0 +1,71 @@
+"""specdec.catalog: the shipped catalog loads and is internally consistent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specdec.catalog import (
+    ENGINES,
+    METHODS,
+    RUNTIMES,
+    TRTLLM_DECODING_TYPES,
+    load_catalog,
+    parse_catalog,
+)
+from specdec.errors import ConfigError
+from specdec.plan import check_image
+
+CAT_DIR = Path(__file__).resolve().parent.parent.parent / "specdec" / "catalog"
+
+
+def test_loads() -> None:
+    cat = load_catalog()
+    assert "agx-orin-64gb" in cat.devices and "dgx-spark" in cat.devices
+    assert "meta-llama/Llama-3.1-8B-Instruct" in cat.models
+
+
+def test_devices_consistent() -> None:
+    cat = load_catalog()
+    module_ids: set[str] = set()
+    for dev in cat.devices.values():
+        assert set(dev.engines) <= set(ENGINES) and set(dev.runtimes) <= set(RUNTIMES)
+        assert 0 < dev.mem_util_speculative <= dev.mem_util_baseline < 1
+        assert dev.memory_gib * (1 - dev.mem_util_baseline) >= 1.0  # the OS keeps >= 1 GiB
+        assert set(dev.speculative_tokens) <= set(METHODS)
+        for mid in dev.module_ids:
+            assert mid not in module_ids
+            module_ids.add(mid)
+        for per_release in dev.images.values():
+            for image in per_release.values():
+                check_image("catalog", dev.id, image)  # every catalog image is pinned
+        if dev.platform == "l4t":
+            assert dev.engines == ("vllm",)  # no trtllm-serve on Orin
+            assert dev.module_ids
+
+
+def test_models_and_heads() -> None:
+    cat = load_catalog()
+    for model in cat.models.values():
+        for method, head in model.heads.items():
+            assert method in METHODS
+            assert cat.heads[head].tokenizer == model.tokenizer
+        for d in model.drafts:
+            assert cat.models[d].weight_gib < model.weight_gib
+    assert set(TRTLLM_DECODING_TYPES) <= set(METHODS)
+
+
+def test_bad_catalog(tmp_path: Path) -> None:
+    devices = (CAT_DIR / "devices.yaml").read_text()
+    models = tmp_path / "models.yaml"
+    models.write_text((CAT_DIR / "models.yaml").read_text())
+    bad = tmp_path / "devices.yaml"
+    bad.write_text(devices.replace("engines: [vllm]", "engines: [sglang]", 1))
+    with pytest.raises(ConfigError, match="unknown engine 'sglang'"):
+        parse_catalog(bad, models)
+    bad.write_text("devices: [\n")
+    with pytest.raises(ConfigError, match="invalid YAML"):
+        parse_catalog(bad, models)
+    with pytest.raises(ConfigError, match="unknown device 'x'"):
+        load_catalog().device("x")

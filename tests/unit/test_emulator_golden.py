@@ -1,0 +1,76 @@
+"""Every rendered golden command line is accepted verbatim by the emulator's parsers."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from specdec.emulator import cli_trtllm, cli_vllm, engine_of
+from specdec.emulator.memory import trtllm_memory, vllm_memory
+from specdec.emulator.profiles import device_profile
+from specdec.emulator.runtime import StartupError
+
+GOLDEN = Path(__file__).resolve().parent.parent / "golden"
+DIRS = sorted(p for p in GOLDEN.iterdir() if (p / "specdec-engine.service").is_file())
+
+
+def engine_argv(unit: str, golden: Path) -> list[str]:
+    """The ``vllm serve ...`` / ``trtllm-serve ...`` tail of ExecStart (docker prefix stripped),
+    with the engine.yaml path pointed at the golden copy."""
+    line = next(x for x in unit.splitlines() if x.startswith("ExecStart="))
+    words = shlex.split(line[len("ExecStart="):])
+    start = next(i for i, w in enumerate(words) if engine_of(w) is not None
+                 and (w.endswith("trtllm-serve") or words[i + 1:i + 2] == ["serve"]))
+    argv = words[start:]
+    return [str(golden / "engine.yaml") if a.endswith("engine.yaml") else a for a in argv]
+
+
+def test_golden_dirs_exist() -> None:
+    assert len(DIRS) >= 5
+    engines = {json.loads((d / "plan.json").read_text())["engine"] for d in DIRS}
+    assert engines == {"vllm", "trtllm"}
+
+
+@pytest.mark.parametrize("golden", DIRS, ids=[d.name for d in DIRS])
+def test_golden_command_line_is_accepted(golden: Path) -> None:
+    plan = json.loads((golden / "plan.json").read_text())
+    argv = engine_argv((golden / "specdec-engine.service").read_text(), golden)
+    assert engine_of(argv[0]) == plan["engine"]
+    dev = device_profile(plan["device"])
+    if plan["engine"] == "vllm":
+        args = cli_vllm.parse_argv(argv[1:])
+        cfg = cli_vllm.config_from_args(args, seed=0, device_id=dev.id, device=dev)
+        assert cfg.gpu_memory_utilization == plan["gpu_memory_utilization"]
+    else:
+        assert (golden / "engine.yaml").is_file()
+        args = cli_trtllm.parse_argv(argv[1:])
+        cfg = cli_trtllm.config_from_args(args, seed=0, device=dev)
+        assert cfg.iter_perf_stats
+    assert cfg.setup.target.id == plan["model"]
+    assert cfg.port == plan["port"]
+    assert cfg.setup.max_num_seqs == plan["max_num_seqs"]
+    assert cfg.setup.model_len == plan["max_model_len"]
+    if plan["speculative"]:
+        assert cfg.setup.speculative
+        assert cfg.setup.k == plan["num_speculative_tokens"]
+        assert cfg.setup.method == plan["method"]
+    else:
+        assert not cfg.setup.speculative
+    # the plan's fit and the emulator's startup memory check agree: the engine starts
+    inp = cfg.setup.memory_inputs()
+    if plan["engine"] == "vllm":
+        rep = vllm_memory(inp, cfg.gpu_memory_utilization)
+    else:
+        rep = trtllm_memory(inp, cfg.kv_free_fraction)
+    assert rep.kv_tokens >= cfg.setup.model_len
+
+
+def test_engine_yaml_unknown_key_rejected(tmp_path: Path) -> None:
+    bad = tmp_path / "engine.yaml"
+    bad.write_text((DIRS[0].parent / "dgx-spark-trtllm-docker" / "engine.yaml").read_text()
+                   + "no_such_option: 1\n")
+    with pytest.raises(StartupError, match="(?s)no_such_option.*Extra inputs are not permitted"):
+        cli_trtllm.parse_extra_options(str(bad))

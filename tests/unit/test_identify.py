@@ -1,0 +1,260 @@
+"""specdec.identify: real-world identity strings -> catalog device, or a one-line refusal."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specdec.errors import IdentifyError
+from specdec.identify import IDENTITY_FILES, Identity, parse_identity, read_identity_root
+
+REL_36_4_3 = (
+    "# R36 (release), REVISION: 4.3, GCID: 38968081, BOARD: generic, EABI: aarch64, "
+    "DATE: Wed Jan  8 01:49:37 UTC 2025\n# KERNEL_VARIANT: oot\n"
+)
+REL_35_6 = "# R35 (release), REVISION: 6.0, GCID: 37391689, BOARD: t186ref, EABI: aarch64\n"
+
+
+def meminfo(kb: int) -> str:
+    return f"MemTotal:       {kb} kB\nMemFree:         1234 kB\nMemAvailable:    5678 kB\n"
+
+
+def jetson(model: str, compatible: str, mem_kb: int, release: str | None = REL_36_4_3) -> dict:
+    files: dict[str, str | None] = dict.fromkeys(IDENTITY_FILES)
+    files.update({
+        "proc/device-tree/model": model + "\0",
+        "proc/device-tree/compatible": compatible,
+        "etc/nv_tegra_release": release,
+        "proc/meminfo": meminfo(mem_kb),
+        "uname-m.txt": "aarch64\n",
+    })
+    return files
+
+
+AGX64 = jetson(
+    "NVIDIA Jetson AGX Orin Developer Kit",
+    "nvidia,p3737-0000+p3701-0005\0nvidia,p3701-0005\0nvidia,tegra234\0",
+    64_335_836,
+)
+NANO8 = jetson(
+    "NVIDIA Jetson Orin Nano Developer Kit",
+    "nvidia,p3768-0000+p3767-0005\0nvidia,p3767-0005\0nvidia,tegra234\0",
+    7_802_332,
+)
+NX16_SUPER = jetson(
+    "NVIDIA Jetson Orin NX Engineering Reference Developer Kit Super",
+    "nvidia,p3768-0000+p3767-0000-super\0nvidia,p3767-0000\0nvidia,tegra234\0",
+    15_655_268,
+)
+NANO4 = jetson(
+    "NVIDIA Jetson Orin Nano Developer Kit",
+    "nvidia,p3768-0000+p3767-0004\0nvidia,p3767-0004\0nvidia,tegra234\0",
+    3_624_408,
+)
+SPARK: dict[str, str | None] = dict.fromkeys(IDENTITY_FILES)
+SPARK.update({
+    "proc/meminfo": meminfo(125_570_024),  # ~119.8 GiB
+    "etc/dgx-release": 'DGX_NAME="DGX Spark"\nDGX_PRETTY_NAME="NVIDIA DGX Spark"\n',
+    "nvidia-smi.txt": "NVIDIA GB10, [N/A], 580.95.05\n",
+    "uname-m.txt": "aarch64\n",
+})
+
+
+def test_identity_files_are_relative() -> None:
+    assert "proc/device-tree/compatible" in IDENTITY_FILES
+    assert all(not k.startswith("/") for k in IDENTITY_FILES)
+
+
+def test_agx_orin_64() -> None:
+    ident = parse_identity(AGX64)
+    assert ident == Identity(
+        device="agx-orin-64gb",
+        model_string="NVIDIA Jetson AGX Orin Developer Kit",
+        module_id="p3701-0005",
+        l4t="36.4.3",
+        memory_gib=61.4,
+        arch="aarch64",
+        gpu_name=None,
+    )
+
+
+def test_nano_8gb_and_4gb() -> None:
+    assert parse_identity(NANO8).device == "orin-nano-8gb"
+    assert parse_identity(NANO8).memory_gib == 7.4
+    nano4 = parse_identity(NANO4)
+    assert (nano4.device, nano4.module_id, nano4.memory_gib) == ("orin-nano-4gb", "p3767-0004", 3.5)
+
+
+def test_orin_nx_super_devkit() -> None:
+    ident = parse_identity(NX16_SUPER)
+    assert ident.device == "orin-nx-16gb"
+    assert ident.module_id == "p3767-0000"
+    assert ident.model_string.endswith("Developer Kit Super")
+
+
+def test_l4t_r35() -> None:
+    files = dict(AGX64, **{"etc/nv_tegra_release": REL_35_6})
+    assert parse_identity(files).l4t == "35.6.0"
+
+
+def test_memory_contradiction_fails() -> None:
+    # A module id of an 8GB Nano with 4GB of RAM.
+    files = dict(NANO8, **{"proc/meminfo": meminfo(3_624_408)})
+    with pytest.raises(IdentifyError, match=r"p3767-0005 says orin-nano-8gb .* MemTotal is 3.5"):
+        parse_identity(files)
+
+
+def test_jetson_without_known_module_falls_back_to_model_and_memory() -> None:
+    files = dict(AGX64, **{"proc/device-tree/compatible": "nvidia,tegra234\0"})
+    assert parse_identity(files).device == "agx-orin-64gb"
+    assert parse_identity(files).module_id is None
+
+
+def test_unsupported_jetson() -> None:
+    xavier = jetson(
+        "NVIDIA Jetson AGX Xavier Developer Kit",
+        "nvidia,p2972-0000\0nvidia,galen\0nvidia,tegra194\0",
+        31_960_000,
+        REL_35_6,
+    )
+    with pytest.raises(IdentifyError, match="unsupported Jetson") as exc:
+        parse_identity(xavier)
+    assert "\n" not in str(exc.value)
+
+
+def test_spark_by_gpu_name() -> None:
+    ident = parse_identity(SPARK)
+    assert ident.device == "dgx-spark"
+    assert ident.gpu_name == "NVIDIA GB10"
+    assert ident.l4t is None and ident.module_id is None
+    assert ident.memory_gib == 119.8
+    assert ident.model_string == "NVIDIA DGX Spark"
+
+
+def test_spark_by_dgx_release_only() -> None:
+    files = dict(SPARK, **{"nvidia-smi.txt": None})
+    assert parse_identity(files).device == "dgx-spark"
+
+
+def test_dgx_release_on_x86_is_unsupported() -> None:
+    files = dict(SPARK, **{"nvidia-smi.txt": "NVIDIA H100 80GB HBM3, 81559 MiB, 570.86\n",
+                           "uname-m.txt": "x86_64\n", "proc/meminfo": meminfo(2_113_000_000)})
+    with pytest.raises(IdentifyError, match="unsupported hardware"):
+        parse_identity(files)
+
+
+def test_x86_pc_unsupported() -> None:
+    files: dict[str, str | None] = dict.fromkeys(IDENTITY_FILES)
+    files.update({
+        "proc/meminfo": meminfo(32_000_000),
+        "nvidia-smi.txt": "NVIDIA GeForce RTX 4090, 24564 MiB, 550.54.14\n",
+        "uname-m.txt": "x86_64\n",
+    })
+    with pytest.raises(IdentifyError) as exc:
+        parse_identity(files)
+    assert str(exc.value) == (
+        "unsupported hardware (GPU NVIDIA GeForce RTX 4090, x86_64): not a Jetson Orin or DGX Spark"
+    )
+
+
+def test_spark_gpu_with_wrong_memory() -> None:
+    with pytest.raises(IdentifyError, match="MemTotal"):
+        parse_identity(dict(SPARK, **{"proc/meminfo": meminfo(16_000_000)}))
+
+
+def test_missing_meminfo() -> None:
+    with pytest.raises(IdentifyError, match="MemTotal"):
+        parse_identity(dict(AGX64, **{"proc/meminfo": None}))
+
+
+def _write_root(root: Path, files: dict[str, str | None]) -> None:
+    for key, text in files.items():
+        if text is not None:
+            (root / key).parent.mkdir(parents=True, exist_ok=True)
+            (root / key).write_text(text)
+
+
+def test_read_identity_root(tmp_path: Path) -> None:
+    _write_root(tmp_path, NX16_SUPER)
+    files = read_identity_root(tmp_path)
+    assert set(files) == set(IDENTITY_FILES)
+    assert files["etc/dgx-release"] is None
+    assert files["nvidia-smi.txt"] is None  # not the local machine: no command is run
+    assert parse_identity(files).device == "orin-nx-16gb"
+
+
+def test_cli_identify_root(tmp_path: Path) -> None:
+    _write_root(tmp_path, SPARK)
+    out = subprocess.run([sys.executable, "-m", "specdec", "identify", "--root", str(tmp_path),
+                          "--json"], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert '"device": "dgx-spark"' in out.stdout and '"memory_gib": 119.8' in out.stdout
+    assert '"l4t": null' in out.stdout
+
+
+def test_cli_identify_unsupported(tmp_path: Path) -> None:
+    _write_root(tmp_path, {"proc/meminfo": meminfo(16_000_000), "uname-m.txt": "x86_64\n"})
+    out = subprocess.run([sys.executable, "-m", "specdec", "identify", "--root", str(tmp_path)],
+                         capture_output=True, text=True, check=False)
+    assert out.returncode == 1
+    assert out.stdout == ""
+    assert out.stderr.count("\n") == 1 and "unsupported hardware" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_unknown_module_of_known_family() -> None:
+    industrial = jetson(
+        "NVIDIA Jetson AGX Orin Industrial",
+        "nvidia,p3737-0000+p3701-0008\0nvidia,p3701-0008\0nvidia,tegra234\0",
+        64_000_000,
+    )
+    with pytest.raises(IdentifyError, match="unsupported Jetson module p3701-0008"):
+        parse_identity(industrial)
+
+
+def test_thor_unsupported() -> None:
+    thor = jetson(
+        "NVIDIA Jetson AGX Thor Developer Kit",
+        "nvidia,p3971-0080+p3834-0008\0nvidia,p3834-0008\0nvidia,tegra264\0",
+        128_000_000,
+        "# R38 (release), REVISION: 2.0, GCID: 1, BOARD: generic, EABI: aarch64\n",
+    )
+    with pytest.raises(IdentifyError, match="unsupported Jetson"):
+        parse_identity(thor)
+
+
+def test_compatible_with_nuls_lost_or_newlines() -> None:
+    # A fact may hand over the NUL-separated file with NULs stripped or turned into newlines.
+    raw = "nvidia,p3768-0000+p3767-0005\0nvidia,p3767-0005\0nvidia,tegra234\0"
+    for text in (raw.replace("\0", ""), raw.replace("\0", "\n")):
+        assert parse_identity(dict(NANO8, **{"proc/device-tree/compatible": text})).module_id == (
+            "p3767-0005")
+
+
+@pytest.mark.parametrize("files", [NANO8, SPARK, NX16_SUPER], ids=["nano8", "spark", "nx16"])
+def test_identity_script_roundtrip(tmp_path: Path, files: dict[str, str | None]) -> None:
+    from specdec.identify import identity_script, split_identity_dump
+
+    _write_root(tmp_path, files)
+    (tmp_path / "proc/device-tree").mkdir(parents=True, exist_ok=True)
+    out = subprocess.run(["sh", "-c", identity_script(str(tmp_path))], capture_output=True,
+                         text=True, check=True)
+    dumped = split_identity_dump(out.stdout)
+    assert set(dumped) == set(IDENTITY_FILES)
+    for key, text in files.items():
+        assert (dumped[key] is None) == (text is None), key
+    assert parse_identity(dumped) == parse_identity(files)
+    assert split_identity_dump(out.stdout.splitlines()) == dumped
+
+
+def test_identity_script_local_runs_commands() -> None:
+    from specdec.identify import identity_script, split_identity_dump
+
+    out = subprocess.run(["sh", "-c", identity_script()], capture_output=True, text=True,
+                         check=True)
+    dumped = split_identity_dump(out.stdout)
+    assert dumped["uname-m.txt"] is not None and dumped["uname-m.txt"].strip()
+    assert dumped["proc/meminfo"] is not None and "MemTotal" in dumped["proc/meminfo"]

@@ -1,0 +1,178 @@
+"""Pure parts of the lab: inventory validation, fleet data, identity files, image layout."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specdec.catalog import load_catalog
+from specdec.errors import LabError
+from specdec.identify import parse_identity
+from specdec.lab import fleet, images
+from specdec.lab.fleetdata import LAB_MEMLOCK, parse_faults
+from specdec.lab.fleetdata import fleet as fleet_data
+from specdec.lab.identity import device_files, meminfo
+from specdec.lab.spec import LabHost, parse_lab_hosts
+
+ROOT = Path(__file__).resolve().parents[2]
+TABLE = [
+    ("lab-a", {"lab_device": "agx-orin-64gb", "specdec_model": "Qwen/Qwen3-0.6B"}),
+    ("lab-b", {"lab_device": "orin-nano-8gb", "specdec_runtime": "native",
+               "specdec_model": "Qwen/Qwen3-0.6B"}),
+    ("lab-c", {"lab_device": "dgx-spark", "specdec_engine": "trtllm",
+               "specdec_model": "Qwen/Qwen3-8B"}),
+]
+
+
+def _host(name: str = "h", **data: object) -> tuple[str, dict[str, object]]:
+    return name, {"lab_device": "agx-orin-64gb", "ssh_hostname": "10.213.1.2", **data}
+
+
+def test_parse_lab_hosts_derives_addresses_and_names() -> None:
+    (h,) = parse_lab_hosts([_host("lab-x", ssh_hostname="10.213.7.2", specdec_port=8001)])
+    assert (h.address, h.gateway, h.port, h.device) == ("10.213.7.2", "10.213.7.1", 8001,
+                                                        "agx-orin-64gb")
+    assert h.netns == "specdec-lab-lab-x" and len(h.veth) <= 15
+    assert LabHost.from_dict(h.to_dict()) == h
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    ({"lab_device": "jetson-tx2"}, "lab_device='jetson-tx2': unknown device"),
+    ({"specdec_device": "orin-nx-8gb"}, "disagrees with lab_device"),
+    ({"ssh_hostname": "192.0.2.5"}, "must be the .2 of a /30"),
+    ({"ssh_hostname": "10.213.1.3"}, "must be the .2 of a /30"),
+    ({"ssh_hostname": "lab-host"}, "needs an IPv4 address"),
+    ({"lab_fault": ""}, "lab_fault"),
+])
+def test_parse_lab_hosts_rejects_bad_input_in_one_line(data: dict[str, object],
+                                                        message: str) -> None:
+    with pytest.raises(LabError) as exc:
+        parse_lab_hosts([_host("lab-x", **data)])
+    text = str(exc.value)
+    assert message in text and text.startswith("lab-x: ") and "\n" not in text
+
+
+def test_parse_lab_hosts_rejects_address_collisions() -> None:
+    with pytest.raises(LabError, match="address collision with host lab-a"):
+        parse_lab_hosts([_host("lab-a"), _host("lab-b")])
+
+
+def test_parse_faults() -> None:
+    hosts = ["lab-a", "lab-b", "lab-c"]
+    assert parse_faults("lab-a=crash_at_start,lab-c=oom", hosts) == {
+        "lab-a": "crash_at_start", "lab-c": "oom"}
+    assert parse_faults("lab-b=slow_start:5,hang_after:3", hosts) == {
+        "lab-b": "slow_start:5,hang_after:3"}
+    assert parse_faults("", hosts) == {}
+    with pytest.raises(ValueError, match="unknown lab host 'lab-z'"):
+        parse_faults("lab-z=oom", hosts)
+    with pytest.raises(ValueError, match="names no host"):
+        parse_faults("oom", hosts)
+
+
+def test_fleet_data_carries_lab_settings() -> None:
+    hosts = dict(fleet_data(TABLE, {"SPECDEC_LAB_TIME_SCALE": "0.05",
+                                    "SPECDEC_LAB_FAULTS": "lab-b=crash_at_start"}))
+    assert list(hosts) == ["lab-a", "lab-b", "lab-c"]
+    a, b, c = hosts["lab-a"], hosts["lab-b"], hosts["lab-c"]
+    assert a["ssh_hostname"] == "10.213.1.2" and c["ssh_hostname"] == "10.213.3.2"
+    assert a["specdec_memlock"] == LAB_MEMLOCK == 8 * 1024 * 1024
+    assert a["ssh_user"] == "root" and a["ssh_known_hosts_file"] == "/dev/null"
+    assert a["specdec_env"] == {"SPECDEC_EMU_DEVICE": "agx-orin-64gb",
+                                "SPECDEC_EMU_TIME_SCALE": "0.05"}
+    assert b["specdec_env"]["SPECDEC_EMU_FAULT"] == "crash_at_start"
+    assert b["lab_fault"] == "crash_at_start"
+    assert "specdec_image" not in b  # native runtime
+    assert "/specdec/vllm-emu:" in a["specdec_image"]
+    assert "/specdec/trtllm-emu:" in c["specdec_image"]
+    assert a["specdec_hf_token_file"].endswith("/hf_token")
+    with_token = dict(fleet_data(TABLE, {"HF_TOKEN": "x"}))
+    assert "specdec_hf_token_file" not in with_token["lab-a"]
+
+
+def test_fleet_data_host_count() -> None:
+    assert len(fleet_data(TABLE, {"SPECDEC_LAB_HOSTS": "2"})) == 2
+    assert len(fleet_data(TABLE + TABLE[:0], {})) == 3  # default 4, capped by the table
+    for bad in ("0", "4", "two"):
+        with pytest.raises(ValueError, match="SPECDEC_LAB_HOSTS"):
+            fleet_data(TABLE, {"SPECDEC_LAB_HOSTS": bad})
+
+
+@pytest.mark.parametrize("device_id", sorted(load_catalog().devices))
+def test_identity_files_identify_as_the_device(device_id: str) -> None:
+    device = load_catalog().device(device_id)
+    made = device_files(device)
+    files: dict[str, str | None] = {
+        "proc/meminfo": meminfo(made.memtotal_kb), "uname-m.txt": "aarch64\n"}
+    for rel, data in made.files.items():
+        key = rel.replace("firmware/devicetree/base/", "proc/device-tree/")
+        files[key] = data.decode()
+    if made.gpu_name:
+        files["nvidia-smi.txt"] = f"{made.gpu_name}, [N/A], 580.95.05\n"
+    assert parse_identity(files).device == device_id
+
+
+def test_image_version_and_wrappers_are_stable() -> None:
+    v = images.emulator_version()
+    assert v.startswith("emu-") and v == images.emulator_version()
+    paths = images.emulator_files()
+    assert "specdec/emulator/__init__.py" in paths and "specdec/catalog/devices.yaml" in paths
+    assert not any("/lab/" in p for p in paths)
+    wrappers = images.wrapper_scripts()
+    assert set(wrappers) == {"vllm", "trtllm-serve", "hf"}
+    assert all('"$@"' in w for w in wrappers.values())
+
+
+def test_emulator_files_tar_is_deterministic(tmp_path: Path) -> None:
+    import io
+
+    files = {f"opt/specdec/{p}": (d, 0o644) for p, d in images.emulator_files().items()}
+    one, two = io.BytesIO(), io.BytesIO()
+    images._files_tar(files, one)
+    images._files_tar(files, two)
+    assert one.getvalue() == two.getvalue()
+
+
+def test_lab_engine_rejects_unknown_device() -> None:
+    proc = subprocess.run([sys.executable, "-m", "specdec", "lab", "engine", "--device", "tx2",
+                           "--", "vllm", "serve", "Qwen/Qwen3-0.6B"], cwd=ROOT,
+                          capture_output=True, text=True, check=False, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (
+        "specdec: error: --device='tx2': unknown device; known: " +
+        ", ".join(sorted(load_catalog().devices)))
+
+
+def test_lab_up_rejects_bad_inventory_before_making_anything(tmp_path: Path) -> None:
+    inv = tmp_path / "bad.py"
+    inv.write_text('lab = [("lab-q", {"lab_device": "orin-nano-2gb", '
+                   '"ssh_hostname": "10.213.9.2"})]\n')
+    proc = subprocess.run([sys.executable, "-m", "specdec", "lab", "up", str(inv)], cwd=ROOT,
+                          capture_output=True, text=True, check=False, timeout=120)
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "lab_device='orin-nano-2gb': unknown device" in lines[0]
+    assert not Path("/run/netns/specdec-lab-lab-q").exists()
+
+
+def test_preflight_names_a_missing_prerequisite(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fleet.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(fleet.shutil, "which",
+                        lambda tool: None if tool == "systemd-nspawn" else "/usr/bin/" + tool)
+    with pytest.raises(LabError, match=r"systemd-nspawn is not installed \(apt-get install "
+                                       r"systemd-container\)"):
+        fleet._preflight([])
+
+
+def test_status_json_shape_when_down(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(fleet, "load_state", lambda: None)
+    monkeypatch.setattr(fleet, "lab_hosts", lambda inv, limit=None: parse_lab_hosts(
+        [_host("lab-x")]))
+    assert fleet.status("inventories/lab.py") == [{
+        "host": "lab-x", "device": "agx-orin-64gb", "address": "10.213.1.2",
+        "reachable": False, "service_active": False, "serving": False}]
+    json.dumps(fleet.status("x"))

@@ -1,0 +1,239 @@
+"""specdec.verify end to end on loopback: real engine emulator processes, real HTTP, the real
+``specdec bench`` subprocess and the real gate. Only the "host" (systemd, release pointers) is
+simulated: a restart starts the emulator for the current release, on 127.0.0.1."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import resource
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specdec.plan import baseline, make_plan
+from specdec.plan_types import Plan
+from specdec.render import engine_argv, render
+from specdec.verify import (
+    BenchSettings,
+    FileSpec,
+    Verifier,
+    VerifySpec,
+    bench_subprocess,
+    http_get,
+    secret_sha256,
+)
+
+TOKEN = "hf_MARKERtoken123"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _memlock() -> str:
+    soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
+    return "unlimited" if soft == resource.RLIM_INFINITY else str(soft)
+
+
+class LoopbackHost:
+    """Releases map to emulator command lines; `systemctl restart` (re)starts the process."""
+
+    def __init__(self, tmp: Path, argv: dict[str, list[str]], faults: dict[str, str],
+                 current: str, last_good: str | None) -> None:
+        self.tmp = tmp
+        self.env: dict[str, dict[str, str]] = {}
+        self.argv = argv
+        self.faults = faults
+        self.current: str | None = current
+        self.last_good = last_good
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = tmp / "engine.log"
+        self.files: dict[str, str] = {}
+        self.started: list[str] = []
+        self.start()
+
+    def start(self) -> None:
+        self.stop()
+        assert self.current is not None
+        env = {**os.environ, "SPECDEC_EMU_DEVICE": "agx-orin-64gb",
+               "SPECDEC_EMU_TIME_SCALE": "0.05", "SPECDEC_EMU_FAULT": self.faults.get(
+                   self.current, ""), "PYTHONUNBUFFERED": "1"}
+        env.pop("HF_TOKEN", None)
+        env.update(self.env.get(self.current, {}))
+        self.started.append(self.current)
+        with open(self.log, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "specdec.emulator", *self.argv[self.current]],
+                stdout=log, stderr=subprocess.STDOUT, env=env)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.proc = None
+
+    def run(self, command: str, timeout: float | None = None) -> tuple[bool, list[str]]:
+        if m := re.search(r"ln -sfn releases/(\S+) \S+/current\.tmp", command):
+            if m.group(1) not in self.argv:
+                return False, []
+            self.current = m.group(1)
+        if m := re.search(r"ln -sfn releases/(\S+) \S+/last-good\.tmp", command):
+            self.last_good = m.group(1)
+        if "systemctl restart" in command:
+            self.start()
+            return True, []
+        if "base64 -d" in command:
+            import base64
+
+            path = re.findall(r"mv -f \S+ (\S+)$", command)[0]
+            data = re.findall(r"printf '%s' (\S+) \| base64", command)[0].strip("'")
+            self.files[path] = base64.b64decode(data).decode()
+            return True, []
+        if command.startswith("systemctl show"):
+            if self.proc is None:
+                return True, ["ActiveState=inactive", "SubState=dead"]
+            if self.proc.poll() is not None:
+                return True, ["ActiveState=failed", "SubState=failed", "Result=exit-code",
+                              "NRestarts=0", "MainPID=0"]
+            return True, ["ActiveState=active", "SubState=running", "Result=success",
+                          "NRestarts=0", f"MainPID={self.proc.pid}"]
+        if command.startswith("journalctl"):
+            return True, self.log.read_text(errors="replace").splitlines()[-40:]
+        if "Max locked memory" in command:
+            assert self.proc is not None
+            pid = self.proc.pid
+            out = [f"@@pid {pid}"]
+            out += [ln for ln in Path(f"/proc/{pid}/limits").read_text().splitlines()
+                    if ln.startswith("Max locked memory")]
+            for section, name in (("@@argv", "cmdline"), ("@@environ", "environ")):
+                out.append(section)
+                words = Path(f"/proc/{pid}/{name}").read_bytes().decode(errors="replace")
+                hashes = set()
+                for w in words.split("\0"):
+                    hashes.add(hashlib.sha256(w.encode()).hexdigest())
+                    for x in re.split(r"[^A-Za-z0-9_-]", w):
+                        if x:
+                            hashes.add(hashlib.sha256(x.encode()).hexdigest())
+                out += sorted(hashes)
+            return True, out
+        if command.startswith("systemctl stop"):
+            self.stop()
+        return True, []
+
+    def http_get(self, url: str, timeout: float) -> tuple[int, str]:
+        return http_get(url, timeout)
+
+    def bench(self, url: str, model: str, out: Path) -> dict[str, Any]:
+        return bench_subprocess(url, model, out, BenchSettings(requests=8, max_tokens=32,
+                                                               warmup=1, timeout_s=60), [1, 8])
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+def _argv(plan: Plan) -> list[str]:
+    return ["127.0.0.1" if a == "0.0.0.0" else a for a in engine_argv(plan)]
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    port = _free_port()
+    plan = make_plan("loop-1", {"specdec_device": "agx-orin-64gb", "specdec_model":
+                                "Qwen/Qwen3-8B", "specdec_runtime": "native",
+                                "specdec_port": port, "specdec_health_timeout": 30,
+                                "specdec_memlock": _memlock()}, None)
+    base = baseline(plan)
+    c, b = render(plan).release_id, render(base).release_id
+    hosts: list[LoopbackHost] = []
+
+    def make(faults: dict[str, str], current: str, last_good: str | None,
+             extra: dict[str, list[str]] | None = None) -> LoopbackHost:
+        argv = {c: _argv(plan), b: _argv(base), **(extra or {})}
+        h = LoopbackHost(tmp_path, argv, faults, current, last_good)
+        hosts.append(h)
+        return h
+
+    def spec(**kw: Any) -> VerifySpec:
+        d: dict[str, Any] = dict(
+            plan=plan, address="127.0.0.1", candidate=c, desired=c, baseline_id=b,
+            baseline_files=(FileSpec(f"/var/lib/specdec/releases/{b}/x", "x"),),
+            restarted=True, secret_sha256=secret_sha256(TOKEN), cache_dir=tmp_path / "cache",
+            work_dir=tmp_path / "bench", poll_s=0.3, run_id="loop")
+        d.update(kw)
+        return VerifySpec(**d)
+
+    yield make, spec, c, b
+    for h in hosts:
+        h.stop()
+
+
+def test_eagle3_on_agx_is_decided_with_real_numbers(fleet):
+    make, spec, c, b = fleet
+    host = make({}, c, b)
+    rep = Verifier(spec(), host).run(_state(host, c, b))
+    assert rep["outcome"] in ("kept", "disabled"), rep["message"]
+    assert rep["gate"]["decision"] in ("keep", "disable", "inconclusive")
+    assert rep["acceptance"]["length"] > 1.0
+    assert len(rep["acceptance"]["per_position"]) == 3
+    assert rep["baseline"]["c1"]["throughput_tok_s"] > 0
+    memlock = next(m for m in rep["measurements"] if m["name"] == "memlock")
+    assert memlock["ok"] is True
+    tok = next(m for m in rep["measurements"] if m["name"] == "hf_token_in_argv")
+    assert tok["value"] is False
+    assert host.last_good == host.current
+
+
+def test_crash_at_start_rolls_back_to_a_serving_baseline(fleet):
+    make, spec, c, b = fleet
+    host = make({c: "crash_at_start"}, c, b)
+    rep = Verifier(spec(), host).run(_state(host, c, b))
+    assert rep["outcome"] == "rolled_back", rep["message"]
+    assert rep["phase"] in ("unit", "oom")
+    assert host.current == b
+    assert http_get(f"http://127.0.0.1:{spec().plan.port}/health", 5)[0] == 200
+
+
+def test_hang_mid_benchmark_rolls_back(fleet):
+    make, spec, c, b = fleet
+    host = make({c: "hang_after:3"}, c, b)
+    sp = spec()
+    host.bench = lambda url, model, out: bench_subprocess(  # type: ignore[method-assign]
+        url, model, out, BenchSettings(requests=8, max_tokens=16, warmup=1, timeout_s=8),
+        [1, 8])
+    rep = Verifier(sp, host).run(_state(host, c, b))
+    assert rep["outcome"] == "rolled_back" and rep["phase"] == "bench", rep["message"]
+    assert host.current == b
+
+
+def test_token_in_the_engine_environment_is_caught(fleet):
+    make, spec, c, b = fleet
+    host = make({}, c, b)
+    host.env[c] = {"HF_TOKEN": TOKEN}  # the leak EnvironmentFile= or `docker -e` would cause
+    host.start()
+    rep = Verifier(spec(), host).run(_state(host, c, b))
+    assert rep["outcome"] == "rolled_back", rep["message"]
+    assert "HF token is in the engine's environ" in rep["message"]
+    assert TOKEN not in json.dumps(rep)
+
+
+def _state(host: LoopbackHost, c: str, b: str):
+    from specdec.release import ReleaseState
+
+    return ReleaseState(host.current, host.last_good, (c, b))
