@@ -13,7 +13,7 @@ from pyinfra.operations import systemd
 
 from roles import deploy_lock, deploy_unlock
 from roles.facts import SpecdecReleases
-from specdec import layout, release
+from specdec import guard, layout, release
 
 
 @operation()
@@ -30,6 +30,7 @@ def restore_last_good():
         host.noop(f"already on last-good {st.last_good}")
         return
     yield release.activate(st.last_good)
+    yield guard.disarm_command()
 
 
 def _escalation() -> dict:

@@ -21,7 +21,7 @@ from pyinfra.operations.util import any_changed
 
 from roles.common import HostPlan
 from roles.facts import SpecdecReleases
-from specdec import layout, release
+from specdec import guard, layout, release
 from specdec.render import Rendered
 
 __all__ = ["ServeResult", "activate", "prune_releases", "serve"]
@@ -38,16 +38,32 @@ class ServeResult:
 
 
 @operation()
-def activate(release_id: str):
-    """Point /var/lib/specdec/current at releases/<release_id> atomically, if it does not yet.
+def activate(release_id: str, guard_seconds: int):
+    """Point /var/lib/specdec/current at releases/<release_id> atomically, if it does not yet;
+    arm the host's guard when that is not the last-good release (verify confirms or restores).
 
     + release_id: the release to run
+    + guard_seconds: the guard reverts to last-good unless confirmed within this many seconds
     """
     state = host.get_fact(SpecdecReleases)
     if state.current == release_id:
         host.noop(f"{layout.CURRENT} already points at {release_id}")
         return
+    if state.last_good is not None and state.last_good != release_id:
+        yield guard.arm_command(release_id, guard_seconds)
     yield release.activate(release_id)
+
+
+@deploy("Install the release guard")
+def install_guard():
+    """The guard script and its boot unit (see specdec/guard.py), enabled."""
+    files.directory(name="Ensure /usr/local/libexec", path="/usr/local/libexec", present=True)
+    files.put(name=f"Upload {guard.SCRIPT_PATH}", src=StringIO(guard.script()),
+              dest=guard.SCRIPT_PATH, user="root", group="root", mode="0755")
+    unit = files.put(name=f"Upload {guard.BOOT_UNIT_PATH}", src=StringIO(guard.boot_unit()),
+                     dest=guard.BOOT_UNIT_PATH, user="root", group="root", mode="0644")
+    systemd.daemon_reload(name="Reload systemd (guard unit changed)", _if=unit.did_change)
+    systemd.service(name=f"Enable {guard.BOOT_UNIT}", service=guard.BOOT_UNIT, enabled=True)
 
 
 @operation()
@@ -118,7 +134,9 @@ def serve(hp: HostPlan, restart_on: Sequence[OperationMeta | None] = ()) -> Serv
         target=UNIT_TARGET,
         force=True,
     )
-    switch = activate(name=f"Activate release {desired} ({layout.CURRENT})", release_id=desired)
+    install_guard()
+    switch = activate(name=f"Activate release {desired} ({layout.CURRENT})", release_id=desired,
+                      guard_seconds=guard.deadline_for(hp.plan.health_timeout_s))
 
     unit_changes = [op for op in (unit_op, link, switch) if op is not None]
     systemd.daemon_reload(

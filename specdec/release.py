@@ -29,6 +29,7 @@ __all__ = [
     "prune",
     "read_state",
     "remove",
+    "switch",
     "to_prune",
 ]
 
@@ -42,7 +43,8 @@ def _check_id(release_id: str) -> str:
     return release_id
 
 
-def _switch(pointer: str, release_id: str) -> str:
+def switch(pointer: str, release_id: str) -> str:
+    """Point ``pointer`` (a path, or a name relative to the cwd) at ``releases/<id>``."""
     rid = _check_id(release_id)
     tmp = f"{pointer}.tmp"
     target = f"releases/{rid}"
@@ -54,12 +56,12 @@ def _switch(pointer: str, release_id: str) -> str:
 
 def activate(release_id: str) -> str:
     """Point ``current`` at ``releases/<release_id>`` atomically."""
-    return _switch(layout.CURRENT, release_id)
+    return switch(layout.CURRENT, release_id)
 
 
 def mark_last_good(release_id: str) -> str:
     """Point ``last-good`` at ``releases/<release_id>`` atomically."""
-    return _switch(layout.LAST_GOOD, release_id)
+    return switch(layout.LAST_GOOD, release_id)
 
 
 def read_state() -> str:

@@ -19,6 +19,10 @@ Flow (`Verifier.run`):
    confirms it healthy, marks it last-good and records ``decision.json``;
 5. any failure restores the last-good release (activate, daemon-reload, restart, confirm it
    serves) → outcome ``rolled_back``; without one → ``failed``. Both fail the host.
+
+While a release other than last-good runs, the host's guard (`specdec.guard`) is armed with a
+deadline that covers the current phase (re-armed before each); committing or restoring disarms
+it. If this control node loses the host, the host reverts to last-good on its own.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from specdec import layout, release
+from specdec import guard, layout, release
 from specdec.errors import BenchError, GateError, SpecdecError
 from specdec.plan_types import Plan
 
@@ -291,6 +295,7 @@ class Verifier:
         }
         self.running: str | None = None
         self.releases: set[str] = set()
+        self.last_good: str | None = None
 
     # -- recording ---------------------------------------------------------------------------
 
@@ -314,8 +319,28 @@ class Verifier:
     def sh(self, command: str, what: str, timeout: float | None = 120) -> list[str]:
         ok, out = self.io.run(command, timeout)
         if not ok:
-            raise VerifyFailure("host", f"{what} failed on the host")
+            last = next((ln.strip() for ln in reversed(out) if ln.strip()), "")
+            raise VerifyFailure("host", f"{what} failed on the host" + (f": {last}" if last
+                                                                         else ""))
         return out
+
+    def _guard_arm(self, rid: str, seconds: float) -> str | None:
+        """The command arming the host's guard for ``rid`` (None when ``rid`` is last-good)."""
+        if self.last_good is None or rid == self.last_good:
+            return None
+        return guard.arm_command(rid, guard.deadline_for(seconds))
+
+    def arm(self, seconds: float) -> None:
+        """Re-arm the guard for what runs now: it reverts unless confirmed within ``seconds``."""
+        if self.running is not None and (cmd := self._guard_arm(self.running, seconds)):
+            self.sh(cmd, "arming the guard")
+
+    def commit(self, rid: str, extra: str = "") -> None:
+        """Mark ``rid`` last-good and disarm the guard (fails if the guard reverted it)."""
+        self.sh(guard.commit_command(rid) + (f" && {extra}" if extra else ""),
+                "marking last-good")
+        self.last_good = rid
+        self.report["last_good"] = rid
 
     def unit_state(self) -> dict[str, str]:
         ok, out = self.io.run(
@@ -342,8 +367,10 @@ class Verifier:
 
     def switch(self, rid: str) -> None:
         """Make ``rid`` current and restart the engine on it."""
-        self.sh(f"{release.activate(rid)} && systemctl daemon-reload && "
-                f"systemctl restart {SERVICE}", f"activating release {rid}", 300)
+        arm = self._guard_arm(rid, self.spec.plan.health_timeout_s)
+        self.sh(f"{release.activate(rid)} && {arm + ' && ' if arm else ''}"
+                f"systemctl daemon-reload && systemctl restart {SERVICE}",
+                f"activating release {rid}", 300)
         self.running = rid
         self.event(f"activated release {rid} and restarted the engine")
 
@@ -545,6 +572,7 @@ class Verifier:
         spec = self.spec
         self.running = state.current
         self.releases = set(state.releases)
+        self.last_good = state.last_good
         restore_to = state.last_good or (
             spec.prior_current if spec.prior_current in self.releases else None)
         self.report["last_good"] = state.last_good
@@ -560,13 +588,15 @@ class Verifier:
         running = state.current
         if running is None:
             raise VerifyFailure("release", "no release is current on the host")
+        if running != spec.desired and running == state.last_good:
+            return self._reverted_by_guard(running)
         label = _label(running, cand, base)
+        self.arm(spec.plan.health_timeout_s)
         self.wait_healthy(running, label)
         self.check_process(running, label)
 
         if base is None or not spec.plan.speculative or not spec.benchmark:
-            self.sh(release.mark_last_good(running), "marking last-good")
-            self.report["last_good"] = running
+            self.commit(running)
             why = ("the benchmark phase is off (specdec_verify=false)" if spec.benchmark is False
                    else "speculation is off in the plan")
             return self.finish("kept", "done", f"{why}; release {running} is healthy and "
@@ -592,6 +622,7 @@ class Verifier:
                     if arm == "baseline":
                         self.ensure_uploaded(base, spec.baseline_files)
                     self.activate_and_check(rid, arm)
+                self.arm(self.spec.bench.timeout_s)
                 res = self.bench(arm, rid, n)
                 rounds[arm].append(res)
                 if arm == "baseline" and n == 1:
@@ -618,10 +649,7 @@ class Verifier:
         if dec.decision == "keep":
             if self.running != cand:
                 self.activate_and_check(cand, "candidate")
-            self.sh(f"{release.mark_last_good(cand)} && rm -f "
-                    f"{shlex.quote(layout.release_dir(cand) + '/decision.json')}",
-                    "marking last-good")
-            self.report["last_good"] = cand
+            self.commit(cand, f"rm -f {shlex.quote(layout.release_dir(cand) + '/decision.json')}")
             self.event(f"kept speculation; last-good is {cand}")
             return self.finish("kept", "done", f"speculation kept: {dec.reason}")
 
@@ -635,10 +663,26 @@ class Verifier:
         self.sh(upload_command(FileSpec(f"{layout.release_dir(cand)}/decision.json",
                                         json.dumps(decision, indent=2) + "\n")),
                 "recording the decision")
-        self.sh(release.mark_last_good(base), "marking last-good")
-        self.report["last_good"] = base
+        self.commit(base)
         self.event(f"disabled speculation; last-good is the baseline {base}")
         return self.finish("disabled", "done", f"speculation disabled: {reason}")
+
+    def _reverted_by_guard(self, good: str) -> dict[str, Any]:
+        """``current`` went back to last-good between serve and verify: the host's guard did
+        it (the control node lost the host past the deadline). Confirm it serves; roll back."""
+        ok, out = self.io.run(f"tail -n 1 {guard.LOG_FILE} 2>/dev/null || true", 30)
+        line = " ".join(out[-1].split()) if ok and out else ""
+        desired = self.spec.desired
+        self.event(f"release {desired} is not current: {line or 'reverted to last-good'}")
+        try:
+            self.wait_healthy(good, "last-good", phase="restore")
+        except VerifyFailure as again:
+            return self.finish("failed", "guard", f"the host's guard reverted {desired} to "
+                               f"last-good {good}, which does not serve: {again.reason}")
+        return self.finish("rolled_back", "guard",
+                           f"the host's guard reverted {desired} to last-good {good} (not "
+                           f"confirmed in time{': ' + line if line else ''}); "
+                           f"rolled back to last-good {good} (serving)")
 
     def _recover(self, fail: VerifyFailure, target: str | None) -> dict[str, Any]:
         failing = self.running
@@ -660,9 +704,12 @@ class Verifier:
         try:
             self.switch(target)
             self.wait_healthy(target, "last-good", phase="restore")
+            self.sh(guard.disarm_command(), "disarming the guard")
         except VerifyFailure as again:
+            # The guard stays armed: the host reverts on its own at the deadline.
             return self.finish("failed", fail.phase,
-                               f"{what}; restoring last-good {target} failed too: {again.reason}")
+                               f"{what}; restoring last-good {target} failed too: {again.reason}"
+                               f" (the host's guard reverts it unless confirmed)")
         if failing == target:
             return self.finish("failed", fail.phase,
                                f"{what}; restarted last-good {target}, which serves again")

@@ -1,4 +1,5 @@
-"""``specdec lab up|down|status INVENTORY`` and ``specdec lab engine`` (the emulated fleet)."""
+"""``specdec lab up|down|status INVENTORY``, ``lab net HOST down|up``, ``lab reboot HOST`` and
+``specdec lab engine`` (the emulated fleet)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,15 @@ def register(subparsers: Any) -> None:
             p.add_argument("--limit", metavar="HOST", help="host names, globs or groups")
         p.add_argument("--json", action="store_true", help="machine-readable output")
         p.set_defaults(func=func)
+
+    n = sub.add_parser("net", help="cut or restore a lab host's network link (a partition)")
+    n.add_argument("host", metavar="HOST", help="lab host name")
+    n.add_argument("state", choices=("down", "up"), help="down: unreachable; up: back")
+    n.set_defaults(func=cmd_net)
+    r = sub.add_parser("reboot", help="reboot a lab host and wait until it has booted")
+    r.add_argument("host", metavar="HOST", help="lab host name")
+    r.add_argument("--no-wait", action="store_true", help="return once the reboot started")
+    r.set_defaults(func=cmd_reboot)
 
     e = sub.add_parser(
         "engine", help="run the engine emulator here: lab engine --device ID -- vllm serve MODEL …"
@@ -87,6 +97,21 @@ def cmd_status(args: argparse.Namespace) -> int:
     widths = [max(len(r[i]) for r in table) for i in range(len(cols))]
     for r in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+    return 0
+
+
+def cmd_net(args: argparse.Namespace) -> int:
+    from specdec.lab.fleet import set_link
+
+    set_link(args.host, args.state == "up")
+    _say(f"{args.host}: network {args.state}")
+    return 0
+
+
+def cmd_reboot(args: argparse.Namespace) -> int:
+    from specdec.lab.fleet import reboot
+
+    reboot(args.host, wait=not args.no_wait, log=_say)
     return 0
 
 

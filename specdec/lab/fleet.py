@@ -8,6 +8,7 @@ removes exactly that, and only processes the lab started.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import json
 import os
@@ -301,13 +302,19 @@ def _bring_up(state: dict[str, Any], hosts: list[LabHost], host_root: Path,
         raise errors[0]
 
 
-def _container_leader(nspawn: Proc) -> Proc | None:
-    """The container's PID 1 (a child of nspawn); killing it ends the container's PID ns."""
+def _first_child(pid: int) -> int | None:
     try:
-        children = Path(f"/proc/{nspawn.pid}/task/{nspawn.pid}/children").read_text().split()
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     except OSError:
         return None
-    return Proc(int(children[0])) if children else None
+    return int(children[0]) if children else None
+
+
+def _container_leader(boot_loop: Proc) -> Proc | None:
+    """The container's PID 1 (boot loop → nspawn → PID 1); killing it ends its PID ns."""
+    nspawn = _first_child(boot_loop.pid)
+    leader = _first_child(nspawn) if nspawn else None
+    return Proc(leader) if leader else None
 
 
 def _teardown(state: dict[str, Any], log: Log) -> list[str]:
@@ -316,14 +323,17 @@ def _teardown(state: dict[str, Any], log: Log) -> list[str]:
     recs = state.get("hosts", {})
 
     def stop_host(name: str, rec: dict[str, Any]) -> None:
-        nspawn = Proc.from_dict(rec.get("nspawn"))
-        if proc_alive(nspawn):
-            assert nspawn is not None
-            leader = _container_leader(nspawn)
+        loop = Proc.from_dict(rec.get("nspawn"))
+        if proc_alive(loop):
+            assert loop is not None
+            child = _first_child(loop.pid)
+            nspawn = Proc(child) if child else None
+            leader = _container_leader(loop)
             # SIGTERM makes nspawn power the container off cleanly (units, Docker stop).
-            stop_process(nspawn, grace=30)
-            if leader is not None and proc_alive(leader):
-                stop_process(leader, grace=5)
+            stop_process(loop, grace=30)
+            for p in (nspawn, leader):
+                if p is not None and proc_alive(p):
+                    stop_process(p, grace=5)
         stop_process(Proc.from_dict(rec.get("registry")), grace=5)
 
     threads = [threading.Thread(target=stop_host, args=(n, r)) for n, r in recs.items()]
@@ -410,3 +420,50 @@ def status(inventory: str, limit: str | None = None) -> list[dict[str, Any]]:
     for t in threads:
         t.join()
     return [results[h.name] for h in hosts]
+
+
+def _recorded(name: str) -> dict[str, Any]:
+    state = load_state()
+    if state is None:
+        raise LabError("no lab is up (specdec lab up INVENTORY)")
+    rec = state.get("hosts", {}).get(name)
+    if rec is None:
+        raise LabError(f"host {name!r} is not in the lab that is up; hosts: "
+                       f"{', '.join(sorted(state.get('hosts', {})))}")
+    return dict(rec)
+
+
+def set_link(name: str, up_: bool) -> None:
+    """Cut (``up_=False``) or restore the host's network link: a partition, as when a device
+    drops off the network. Its engine and systemd keep running."""
+    veth = _recorded(name).get("veth") or ""
+    if not Path(f"/sys/class/net/{veth}").exists():
+        raise LabError(f"{name}: its link {veth!r} does not exist")
+    run(["ip", "link", "set", veth, "up" if up_ else "down"], f"ip link set {veth}")
+
+
+def reboot(name: str, *, wait: bool = True, log: Log = _noop) -> float:
+    """Reboot the host (``systemctl reboot`` inside; the boot loop starts it again) and, with
+    ``wait``, return when it has booted. Returns the seconds it took."""
+    rec = _recorded(name)
+    spec = rec["spec"]
+    h = LabHost(**{f.name: spec[f.name] for f in dataclasses.fields(LabHost)})
+    loop = Proc.from_dict(rec.get("nspawn"))
+    if loop is None or not proc_alive(loop):
+        raise LabError(f"{name}: its systemd-nspawn is not running")
+    before = _first_child(loop.pid)
+    t0 = time.monotonic()
+    subprocess.run(ssh_argv(h.address, "systemctl reboot"), capture_output=True, check=False,
+                   timeout=30)
+    log(f"{name}: rebooting")
+    if not wait:
+        return 0.0
+    deadline = t0 + BOOT_TIMEOUT
+    while time.monotonic() < deadline and _first_child(loop.pid) in (before, None):
+        if not proc_alive(loop):
+            raise LabError(f"{name}: the boot loop ended instead of rebooting")
+        time.sleep(0.2)
+    _wait_booted(h, loop, deadline)
+    took = time.monotonic() - t0
+    log(f"{name}: up again after {took:.1f}s")
+    return took

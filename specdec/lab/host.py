@@ -236,14 +236,25 @@ def nspawn_argv(h: LabHost, root: Path) -> list[str]:
     ]
 
 
+# systemd-nspawn exits with 133 when the container reboots: boot it again, as a machine would.
+# SIGTERM (lab down) is passed on to nspawn, which powers the container off, then the loop ends.
+REBOOT_LOOP = (
+    'trap \'kill -TERM "$pid" 2>/dev/null; wait "$pid"; exit 0\' TERM INT; '
+    'while :; do "$@" & pid=$!; wait "$pid"; rc=$?; '
+    '[ "$rc" -eq 133 ] || exit "$rc"; echo "specdec-lab: rebooting" >&2; done'
+)
+
+
 def boot(h: LabHost, root: Path) -> Proc:
-    """Start systemd-nspawn in the background; returns the nspawn process."""
+    """Start systemd-nspawn in the background, in a loop that survives the host's reboots;
+    returns the loop's process (its child is nspawn, whose child is the host's PID 1)."""
     d = host_dir(h)
     env = dict(os.environ)
     env["SYSTEMD_NSPAWN_UNIFIED_HIERARCHY"] = "1"  # cgroup v2 inside: runc needs it
     with open(d / "console.log", "ab") as log:
         popen = subprocess.Popen(
-            nspawn_argv(h, root), stdin=subprocess.DEVNULL, stdout=log,
-            stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            ["/bin/sh", "-c", REBOOT_LOOP, "specdec-lab-boot", *nspawn_argv(h, root)],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+            start_new_session=True,
         )
     return Proc(popen.pid)

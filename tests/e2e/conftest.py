@@ -120,6 +120,12 @@ class LabFleet:
         self.runs.append(run)
         return run
 
+    def host_path(self, name: str, path: str) -> Path:
+        """A file of a lab host, seen from the control node (its root is a local mount): for
+        watching a host while it is cut off."""
+        state = json.loads(STATE_FILE.read_text())
+        return Path(state["hosts"][name]["root"]) / path.lstrip("/")
+
     def status(self) -> list[dict[str, object]]:
         proc = self.specdec("lab", "status", self.inventory, "--json", timeout=120)
         assert proc.returncode == 0, proc.stderr

@@ -145,23 +145,32 @@ def test_leftovers_sees_a_running_lab(lab: LabFleet) -> None:
     assert any(f.startswith("mount ") for f in found)
 
 
-def _decision(lab: LabFleet, name: str) -> dict[str, object]:
-    out = lab.ssh(name, f"cat {RELEASES_DIR}/*/decision.json 2>/dev/null || true").stdout
-    docs = [json.loads(chunk) for chunk in out.replace("}\n{", "}\0{").split("\0")
-            if chunk.strip()]
-    assert docs, f"{name}: no verification decision recorded"
-    return max(docs, key=lambda d: str(d.get("time", "")))
+def _decision(lab: LabFleet, name: str, release_id: str) -> dict[str, object] | None:
+    out = lab.ssh(name, f"cat {RELEASES_DIR}/{release_id}/decision.json 2>/dev/null || true")
+    return json.loads(out.stdout) if out.stdout.strip() else None
 
 
 def test_gate_keeps_eagle3_on_agx_and_disables_the_nx_draft(lab: LabFleet,
                                                             deployed: PyinfraRun) -> None:
     assert deployed.rc == 0, deployed.summary()
     names = {h.name for h in lab.hosts}
+    pointers = "basename $(readlink /var/lib/specdec/current); " \
+               "basename $(readlink /var/lib/specdec/last-good)"
     if "lab-agx" in names:
-        assert _decision(lab, "lab-agx")["outcome"] == "kept"
+        # Kept: the speculative candidate runs, is last-good and carries no "disabled" record.
+        current, good = lab.ssh("lab-agx", pointers).stdout.split()
+        assert current == good
+        plan = json.loads(lab.ssh("lab-agx", f"cat {RELEASES_DIR}/{current}/plan.json").stdout)
+        assert plan["method"] == "eagle3", plan
+        assert _decision(lab, "lab-agx", current) is None
     if "lab-nx" in names:
-        nx = _decision(lab, "lab-nx")
-        assert nx["outcome"] == "disabled", nx
-        # The baseline (speculation off) is what runs now, and it serves.
-        current = lab.ssh("lab-nx", "basename $(readlink /var/lib/specdec/current)").stdout
-        assert current.strip() == nx["active"]
+        # Disabled: the candidate's decision names the baseline, which runs and is last-good.
+        current, good = lab.ssh("lab-nx", pointers).stdout.split()
+        assert current == good
+        plan = json.loads(lab.ssh("lab-nx", f"cat {RELEASES_DIR}/{current}/plan.json").stdout)
+        assert plan["method"] == "none", plan
+        found = lab.ssh("lab-nx", f"grep -l '\"disabled\"' {RELEASES_DIR}/*/decision.json")
+        cand = found.stdout.strip().split("/")[-2]
+        nx = _decision(lab, "lab-nx", cand)
+        assert nx is not None and nx["outcome"] == "disabled" and nx["active"] == current, nx
+        assert _models(lab.host("lab-nx").address, lab.host("lab-nx").port)

@@ -277,8 +277,13 @@ def test_vllm_metrics_and_truth_agree(vllm: Emu) -> None:
 
 def test_vllm_concurrent_requests_are_batched(vllm: Emu) -> None:
     httpx.post(vllm.base + "/lab/truth/reset")
-    threads = [threading.Thread(target=chat, args=(vllm.base, f"topic {i}"),
-                                kwargs={"max_tokens": 96, "ignore_eos": True}) for i in range(6)]
+    start = threading.Barrier(6)
+
+    def one(i: int) -> None:
+        start.wait()  # arrive together even when this machine is busy
+        chat(vllm.base, f"topic {i}", max_tokens=192, ignore_eos=True)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(6)]
     for t in threads:
         t.start()
     for t in threads:

@@ -76,6 +76,12 @@ class FakeHost:
         self.restarts = 0
         self.stopped = False
         self.benched: list[str] = []
+        self.guard: list[tuple[Any, ...]] = []  # ("arm", release, seconds) | ("disarm",)
+        self.guard_reverted: str | None = None  # set: the host's guard already reverted
+
+    @property
+    def armed(self) -> bool:
+        return bool(self.guard) and self.guard[-1][0] == "arm"
 
     def state(self) -> release.ReleaseState:
         return release.ReleaseState(self.current, self.last_good, tuple(sorted(self.releases)))
@@ -86,6 +92,13 @@ class FakeHost:
     # HostIO
     def run(self, command: str, timeout: float | None = None) -> tuple[bool, list[str]]:
         self.commands.append(command)
+        if command.startswith("flock ") and self.guard_reverted:
+            return False, [f"current is releases/{self.current}, not {self.guard_reverted}: "
+                           f"deadline: reverted {self.guard_reverted} to last-good"]
+        if m := re.search(r"release=(\S+) deadline=(\d+)s", command):
+            self.guard.append(("arm", m.group(1), int(m.group(2))))
+        if "rm -f pending" in command or "rm -f /var/lib/specdec/pending" in command:
+            self.guard.append(("disarm",))
         if m := re.search(r"ln -sfn releases/(\S+) \S+/current\.tmp", command):
             if m.group(1) not in self.releases:
                 return False, []
@@ -446,3 +459,58 @@ def test_roofline_accounts_for_the_emulator_time_scale(tmp_path):
     host = FakeHost(C, OLD, (C, OLD), {C: Behaviour(bench=FAST), B: Behaviour(bench=PLAIN)})
     rep = run(host, spec(tmp_path, roofline=Roofline(204.8, 8 * 10**9, time_scale=0.1)))
     assert rep["roofline"]["baseline_pct"] == pytest.approx(100 * 20 * 0.1 / 25.6)
+
+
+# -- the host's guard ------------------------------------------------------------------------
+
+
+def test_guard_is_armed_for_each_phase_and_disarmed_by_the_commit(tmp_path):
+    host = FakeHost(C, OLD, (C, OLD), {C: Behaviour(bench=FAST), B: Behaviour(bench=PLAIN)})
+    rep = run(host, spec(tmp_path))
+    assert rep["outcome"] == "kept"
+    arms = [g for g in host.guard if g[0] == "arm"]
+    # health of the candidate, its bench, the switch to the baseline, its bench, back again
+    assert [g[1] for g in arms] == [C, C, B, B, C]
+    assert arms[0][2] == 60 + 30 and arms[1][2] == 600 + 150  # health / bench + margin
+    assert not host.armed and host.last_good == C
+    commit = next(c for c in host.commands if c.startswith("flock "))
+    assert "/var/lib/specdec/last-good.tmp" in commit and f"not {C}" in commit
+
+
+def test_guard_is_not_armed_when_running_last_good(tmp_path):
+    host = FakeHost(C, C, (C, B), {C: Behaviour(bench=FAST), B: Behaviour(bench=PLAIN)})
+    rep = run(host, spec(tmp_path, reverify=True, restarted=False))
+    assert rep["outcome"] == "kept"
+    assert [g[1] for g in host.guard if g[0] == "arm"] == [B, B]  # only while off last-good
+
+
+def test_rollback_disarms_the_guard(tmp_path):
+    host = FakeHost(C, OLD, (C, OLD), {C: Behaviour(health="crash"), OLD: Behaviour()})
+    assert run(host, spec(tmp_path))["outcome"] == "rolled_back"
+    assert host.guard[0][:2] == ("arm", C) and host.guard[-1] == ("disarm",)
+
+
+def test_failed_restore_leaves_the_guard_armed(tmp_path):
+    host = FakeHost(C, OLD, (C, OLD), {C: Behaviour(health="crash"),
+                                       OLD: Behaviour(health="crash")})
+    rep = run(host, spec(tmp_path))
+    assert rep["outcome"] == "failed" and "guard reverts it" in rep["message"]
+    assert ("disarm",) not in host.guard
+
+
+def test_commit_after_the_guard_reverted_is_not_a_success(tmp_path):
+    host = FakeHost(C, OLD, (C, OLD), {C: Behaviour(bench=FAST), B: Behaviour(bench=PLAIN),
+                                       OLD: Behaviour()})
+    host.guard_reverted = C
+    rep = run(host, spec(tmp_path))
+    assert rep["outcome"] in ("rolled_back", "failed")
+    assert "reverted" in rep["message"] and host.last_good == OLD
+
+
+def test_release_reverted_by_the_guard_before_verify_is_a_rollback(tmp_path):
+    # serve made C current; the control node lost the host; its guard went back to OLD.
+    host = FakeHost(OLD, OLD, (C, OLD), {C: Behaviour(bench=FAST), OLD: Behaviour()})
+    rep = run(host, spec(tmp_path))
+    assert rep["outcome"] == "rolled_back" and rep["phase"] == "guard", rep["message"]
+    assert f"guard reverted {C} to last-good {OLD}" in rep["message"]
+    assert host.benched == [] and host.current == OLD and host.last_good == OLD

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from specdec import guard
 from specdec.layout import CURRENT, LAST_GOOD, LOCK_FILE
 from tests.e2e.conftest import ROOT, LabFleet, PyinfraRun
 
@@ -89,7 +90,10 @@ def test_first_deploy_keeps_where_it_pays_and_disables_where_it_does_not(
     assert deployed.rc == 0, deployed.summary()
     from specdec.report import latest_run, load_reports
 
-    reps = {r["host"]: r for r in load_reports(latest_run(ROOT / "reports"))}
+    run_dir = latest_run(ROOT / "reports")
+    reps = {r["host"]: r for r in load_reports(run_dir)}
+    # Charts: TPOT and throughput per host, acceptance per position.
+    assert (run_dir / "index.html").read_text().count("<svg") >= 3
     for h in lab.hosts:
         rep = reps.get(h.name)
         assert rep is not None, f"{h.name}: no report"
@@ -129,6 +133,97 @@ def test_fault_rolls_back_to_last_good(lab: LabFleet, deployed: PyinfraRun, tmp_
     summary = (run_dir / "summary.md").read_text()
     assert f"| {host} |" in summary and "rolled_back" in summary
     _no_token(lab, proc.stdout, proc.stderr, run_dir=run_dir)
+
+
+def _start_rollout(lab: LabFleet, reports: Path, run_id: str, host: str, fault: str,
+                   *data: str) -> subprocess.Popen[str]:
+    argv = [sys.executable, "-m", "specdec", "rollout", lab.inventory, "--limit", host,
+            "--run-id", run_id, "--reports", str(reports)]
+    for d in data:
+        argv += ["--data", d]
+    env = {**lab.env, **BENCH, "SPECDEC_LAB_FAULTS": f"{host}={fault}"}
+    return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _wait_for(what: str, check: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.5)
+
+
+def _assert_serving_last_good(lab: LabFleet, host: str, good: str, timeout: float = 180) -> None:
+    _wait_for(f"{host} to serve again", lambda: _serves(lab, host), timeout)
+    assert _pointer(lab, host, CURRENT) == good and _pointer(lab, host, LAST_GOOD) == good
+    assert lab.ssh(host, f"test -e {guard.PENDING_FILE} && echo armed || echo clear").stdout \
+        .strip() == "clear"
+    assert lab.ssh(host, "systemctl is-active specdec-engine", check=False).stdout.strip() == \
+        "active"
+
+
+def test_ssh_lost_mid_deploy_the_host_reverts_on_its_own(lab: LabFleet, deployed: PyinfraRun,
+                                                         tmp_path: Path) -> None:
+    """The network drops right after the candidate is activated and stays down past the
+    guard's deadline: the host goes back to last-good by itself; the run reports no success."""
+    host = "lab-agx"
+    _, good = _before(lab, host)
+    pending = lab.host_path(host, guard.PENDING_FILE)
+    log = lab.host_path(host, guard.LOG_FILE)
+    log.unlink(missing_ok=True)
+    run_id = f"partition-{int(time.time())}"
+    proc = _start_rollout(lab, tmp_path, run_id, host, "slow_start:25",
+                          "specdec_health_timeout=30")
+    try:
+        _wait_for("the candidate to be activated", pending.exists, 600)
+        cut = lab.specdec("lab", "net", host, "down")
+        assert cut.returncode == 0, cut.stderr
+        try:
+            _wait_for("the guard's deadline", lambda: log.exists() and "deadline: reverted"
+                      in log.read_text(), 240)
+        finally:
+            assert lab.specdec("lab", "net", host, "up").returncode == 0
+        out = proc.communicate(timeout=1200)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0, out[-2000:]
+    rep = _report(tmp_path / run_id, host)
+    assert rep["outcome"] in ("rolled_back", "failed"), rep["message"]
+    assert good in log.read_text()
+    _assert_serving_last_good(lab, host, good)
+    _no_token(lab, out, run_dir=tmp_path / run_id)
+
+
+def test_reboot_mid_rollout_boots_the_last_good_release(lab: LabFleet, deployed: PyinfraRun,
+                                                        tmp_path: Path) -> None:
+    """The host reboots while its candidate is unconfirmed: it boots its last-good release
+    (the guard runs before the engine), and the run reports no success."""
+    host = "lab-agx"
+    _, good = _before(lab, host)
+    pending = lab.host_path(host, guard.PENDING_FILE)
+    log = lab.host_path(host, guard.LOG_FILE)
+    log.unlink(missing_ok=True)
+    run_id = f"reboot-{int(time.time())}"
+    proc = _start_rollout(lab, tmp_path, run_id, host, "slow_start:40",
+                          "specdec_health_timeout=60")
+    try:
+        _wait_for("the candidate to be activated", pending.exists, 600)
+        rebooted = lab.specdec("lab", "reboot", host)
+        assert rebooted.returncode == 0, rebooted.stderr
+        out = proc.communicate(timeout=1200)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0, out[-2000:]
+    assert "boot: reverted" in log.read_text()
+    rep = _report(tmp_path / run_id, host)
+    assert rep["outcome"] in ("rolled_back", "failed"), rep["message"]
+    _assert_serving_last_good(lab, host, good)
+    # The next run finds the stale lock of the dead run's connection, or none, and proceeds.
+    again, run_dir = _rollout(lab, tmp_path, f"after-reboot-{int(time.time())}", "--limit", host)
+    assert again.returncode == 0, again.stdout[-2000:]
+    assert _report(run_dir, host)["outcome"] == "unchanged"
 
 
 def test_held_lock_refuses_without_touching_the_host(lab: LabFleet, deployed: PyinfraRun,
@@ -190,7 +285,8 @@ def test_canary_failure_leaves_later_batches_untouched(lab: LabFleet, deployed: 
     _assert_restored(lab, first, good)
     out = lab.specdec("report", run_dir.name, "--reports", str(tmp_path))
     assert out.returncode == 0 and "skipped" in out.stdout and "rolled_back" in out.stdout
-    assert (run_dir / "index.html").read_text().count("<svg") >= 3
+    page = (run_dir / "index.html").read_text()
+    assert all(h.name in page for h in lab.hosts)
 
 
 def test_unchanged_rerun_is_not_rebenchmarked(lab: LabFleet, deployed: PyinfraRun,
