@@ -62,8 +62,12 @@ def install_guard():
               dest=guard.SCRIPT_PATH, user="root", group="root", mode="0755")
     unit = files.put(name=f"Upload {guard.BOOT_UNIT_PATH}", src=StringIO(guard.boot_unit()),
                      dest=guard.BOOT_UNIT_PATH, user="root", group="root", mode="0644")
-    systemd.daemon_reload(name="Reload systemd (guard unit changed)", _if=unit.did_change)
-    systemd.service(name=f"Enable {guard.BOOT_UNIT}", service=guard.BOOT_UNIT, enabled=True)
+    # Enabled as `systemctl enable` does it (pyinfra's SystemdEnabled fact cannot see a unit
+    # that is not loaded, which this one is not while nothing is pending).
+    wants = files.link(name=f"Enable {guard.BOOT_UNIT}", path=guard.BOOT_UNIT_WANTS,
+                       target=guard.BOOT_UNIT_PATH, force=True)
+    systemd.daemon_reload(name="Reload systemd (guard unit changed)",
+                          _if=any_changed(unit, wants))
 
 
 @operation()

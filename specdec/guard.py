@@ -26,6 +26,7 @@ from specdec import layout
 __all__ = [
     "BOOT_UNIT",
     "BOOT_UNIT_PATH",
+    "BOOT_UNIT_WANTS",
     "DEADLINE_UNIT",
     "LOG_FILE",
     "PENDING_FILE",
@@ -43,6 +44,7 @@ LOG_FILE = f"{layout.STATE_DIR}/guard.log"
 SCRIPT_PATH = "/usr/local/libexec/specdec-guard"
 BOOT_UNIT = "specdec-guard.service"
 BOOT_UNIT_PATH = f"/etc/systemd/system/{BOOT_UNIT}"
+BOOT_UNIT_WANTS = f"/etc/systemd/system/multi-user.target.wants/{BOOT_UNIT}"
 DEADLINE_UNIT = "specdec-guard-deadline"  # transient: .timer + .service
 
 

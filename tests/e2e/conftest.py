@@ -56,6 +56,7 @@ class PyinfraRun:
     changed: list[tuple[str, str]] = field(default_factory=list)
     errors: list[tuple[str, str]] = field(default_factory=list)
     total: dict[str, str] | None = None  # the "Grand total" row: hosts/success/error/no_change
+    reports: Path | None = None  # reports/<run-id>/ of this run, when the fixture chose it
 
     def summary(self) -> str:
         tail = "\n".join(self.output.strip().splitlines()[-25:])
@@ -208,6 +209,11 @@ def lab() -> Iterator[LabFleet]:
 
 
 @pytest.fixture(scope="session")
-def deployed(lab: LabFleet) -> PyinfraRun:
-    """The first deploy to the lab, at -vvv (its output is checked for the token too)."""
-    return lab.pyinfra("-vvv")
+def deployed(lab: LabFleet, tmp_path_factory: pytest.TempPathFactory) -> PyinfraRun:
+    """The first deploy to the lab, at -vvv (its output is checked for the token too); its
+    reports go to ``run.reports``."""
+    reports = tmp_path_factory.mktemp("reports")
+    run = lab.pyinfra("-vvv", env={"SPECDEC_REPORTS_DIR": str(reports),
+                                   "SPECDEC_RUN_ID": "first-deploy"})
+    run.reports = reports / "first-deploy"
+    return run

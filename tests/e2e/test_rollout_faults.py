@@ -88,9 +88,10 @@ def _no_token(lab: LabFleet, *texts: str, run_dir: Path | None = None) -> None:
 def test_first_deploy_keeps_where_it_pays_and_disables_where_it_does_not(
         lab: LabFleet, deployed: PyinfraRun) -> None:
     assert deployed.rc == 0, deployed.summary()
-    from specdec.report import latest_run, load_reports
+    from specdec.report import load_reports
 
-    run_dir = latest_run(ROOT / "reports")
+    run_dir = deployed.reports
+    assert run_dir is not None and run_dir.is_dir()
     reps = {r["host"]: r for r in load_reports(run_dir)}
     # Charts: TPOT and throughput per host, acceptance per position.
     assert (run_dir / "index.html").read_text().count("<svg") >= 3
