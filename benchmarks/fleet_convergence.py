@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # roles/ (for the daemon.json merge the playbook mirrors)
 INVENTORY = "inventories/lab.py"
 TOKEN = "hf_benchmarkTokenNotASecret000000"
 
@@ -69,7 +70,7 @@ def _ansible_inventory(env: dict[str, str], work: Path) -> Path:
     token_file = work / "hf_token"
     token_file.write_text(TOKEN + "\n")
     token_file.chmod(0o600)
-    data = {name: d for name, _groups, d in load_inventory(INVENTORY, None)}
+    data = dict(load_inventory(INVENTORY))
     hosts: dict[str, Any] = {}
     for plan in _plans(env):
         name = plan["host"]
@@ -142,7 +143,11 @@ def main() -> int:
         work = Path(tmp)
         for sub in sizes:
             (work / f"ansible-{sub}").mkdir()
-        rows = {n: measure(n, not args.skip_ansible, work) for n in sizes}
+        rows = {}
+        for n in sizes:
+            rows[n] = measure(n, not args.skip_ansible, work)
+            print(f"{n} host(s): " + ", ".join(f"{k} {v:.1f}" for k, v in rows[n].items()),
+                  file=sys.stderr, flush=True)
     cols = ["lab_up_s", "pyinfra_first_s", "pyinfra_noop_s", "ansible_first_s", "ansible_noop_s"]
     print(f"{'hosts':>5} " + " ".join(f"{c:>16}" for c in cols))
     for n, row in rows.items():

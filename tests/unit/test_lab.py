@@ -176,3 +176,50 @@ def test_status_json_shape_when_down(monkeypatch: pytest.MonkeyPatch, tmp_path: 
         "host": "lab-x", "device": "agx-orin-64gb", "address": "10.213.1.2",
         "reachable": False, "service_active": False, "serving": False}]
     json.dumps(fleet.status("x"))
+
+
+# -- the boot loop (reboots) -------------------------------------------------------------------
+
+
+def test_boot_loop_boots_again_after_a_reboot_and_stops_otherwise(tmp_path: Path) -> None:
+    from specdec.lab.host import REBOOT_LOOP
+
+    counter = tmp_path / "boots"
+    fake = tmp_path / "nspawn"
+    # Exits 133 ("reboot") twice, then 7 (power off with an error): three boots, exit 7.
+    fake.write_text(f'#!/bin/sh\necho x >> {counter}\n'
+                    f'[ "$(wc -l < {counter})" -ge 3 ] && exit 7\nexit 133\n')
+    fake.chmod(0o755)
+    proc = subprocess.run(["/bin/sh", "-c", REBOOT_LOOP, "loop", str(fake)], capture_output=True,
+                          text=True, timeout=30, check=False)
+    assert proc.returncode == 7
+    assert counter.read_text().count("x") == 3
+    assert proc.stderr.count("rebooting") == 2
+
+
+def test_boot_loop_passes_sigterm_to_nspawn_and_ends(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    from specdec.lab.host import REBOOT_LOOP
+
+    marker = tmp_path / "terminated"
+    fake = tmp_path / "nspawn"
+    fake.write_text(f"#!/bin/sh\ntrap 'echo yes > {marker}; exit 0' TERM\n"
+                    "while :; do sleep 0.1; done\n")
+    fake.chmod(0o755)
+    proc = subprocess.Popen(["/bin/sh", "-c", REBOOT_LOOP, "loop", str(fake)])
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=10) == 0
+    assert marker.read_text().strip() == "yes"
+
+
+def test_net_and_reboot_refuse_without_a_lab(monkeypatch: pytest.MonkeyPatch,
+                                             tmp_path: Path) -> None:
+    monkeypatch.setattr(fleet, "STATE_FILE", tmp_path / "state.json")
+    with pytest.raises(LabError, match="no lab is up"):
+        fleet.set_link("lab-agx", False)
+    (tmp_path / "state.json").write_text(json.dumps({"hosts": {"lab-agx": {}}}))
+    with pytest.raises(LabError, match="'lab-nano' is not in the lab that is up; hosts: lab-agx"):
+        fleet.reboot("lab-nano")
