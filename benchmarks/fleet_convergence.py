@@ -38,8 +38,9 @@ def _run(argv: list[str], env: dict[str, str], log: Path) -> float:
         proc = subprocess.run(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
     elapsed = time.perf_counter() - t0
     if proc.returncode != 0:
-        sys.exit(f"fleet_convergence: {' '.join(argv[:3])} failed (exit {proc.returncode}); "
-                 f"see {log}")
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+        sys.exit(f"{tail}\nfleet_convergence: {' '.join(argv[:4])} failed "
+                 f"(exit {proc.returncode})")
     return elapsed
 
 

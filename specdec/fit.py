@@ -2,7 +2,7 @@
 
 The model mirrors how vLLM sizes its KV cache on a unified-memory device:
 
-    usable   = device_gib * gpu_memory_utilization        (vLLM's budget, of *total* RAM on UMA)
+    usable   = memtotal_gib * gpu_memory_utilization      (vLLM's budget: of MemTotal on UMA)
     overhead = OVERHEAD_FIXED_GIB + OVERHEAD_WEIGHT_FRACTION * (target + draft weights)
                (CUDA context, activations at profiling, CUDA graphs, sampler)
     kv       = usable - target - draft - overhead          (what is left for the KV cache)
@@ -46,13 +46,13 @@ def fit(
     max_model_len: int,
 ) -> FitReport:
     """The memory budget of one configuration (pure; see the module docstring)."""
-    usable = device.memory_gib * gpu_memory_utilization
+    usable = device.memtotal_gib * gpu_memory_utilization
     weights = target_weight_gib + draft_weight_gib
     overhead = OVERHEAD_FIXED_GIB + OVERHEAD_WEIGHT_FRACTION * weights
     kv = usable - target_weight_gib - draft_weight_gib - overhead
     needed = max_model_len * (target_kv_bytes_per_token + draft_kv_bytes_per_token) / GIB
     return FitReport(
-        device_gib=_r(device.memory_gib),
+        device_gib=_r(device.memtotal_gib),
         usable_gib=_r(usable),
         target_gib=_r(target_weight_gib),
         draft_gib=_r(draft_weight_gib),

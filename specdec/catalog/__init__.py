@@ -48,7 +48,8 @@ class Device:
     family: str
     model_string: str
     module_ids: tuple[str, ...]
-    memory_gib: float
+    memory_gib: float  # nominal (the module's name)
+    memtotal_gib: float  # MemTotal: what the OS and the engine see (carve-outs removed)
     bandwidth_gbs: float
     fp16_tflops: float
     arch: str
@@ -177,6 +178,7 @@ def _device(dev_id: str, d: dict[str, Any]) -> Device:
         model_string=_req(w, d, "model_string", str),
         module_ids=tuple(_req(w, d, "module_ids", list)),
         memory_gib=_positive(w, "memory_gib", _req(w, d, "memory_gib", (int, float))),
+        memtotal_gib=_positive(w, "memtotal_gib", _req(w, d, "memtotal_gib", (int, float))),
         bandwidth_gbs=_positive(w, "bandwidth_gbs", _req(w, d, "bandwidth_gbs", (int, float))),
         fp16_tflops=_positive(w, "fp16_tflops", _req(w, d, "fp16_tflops", (int, float))),
         arch=_req(w, d, "arch", str),

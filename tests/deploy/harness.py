@@ -31,7 +31,7 @@ from roles.docker_access import merged_daemon_json
 from roles.facts import DAEMON_JSON
 from roles.images import image_present  # noqa: F401  (import check)
 from roles.jetson_tuning import CLOCKS_MARKER
-from specdec import layout, release
+from specdec import guard, layout, release
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploys" / "specdec.py"
@@ -213,6 +213,9 @@ def converged(world: World, hp: HostPlan, token: str | None) -> World:
     for f in hp.rendered.files:
         w.put(f.path, f.content, f.mode, f.owner, f.group)
     w.links[layout.UNIT_PATH] = f"{layout.CURRENT}/{layout.SERVICE_NAME}.service"
+    w.put(guard.SCRIPT_PATH, guard.script(), "0755")
+    w.put(guard.BOOT_UNIT_PATH, guard.boot_unit())
+    w.links[guard.BOOT_UNIT_WANTS] = guard.BOOT_UNIT_PATH
     rid = hp.rendered.release_id
     w.releases = release.ReleaseState(current=rid, last_good=w.releases.last_good,
                                       releases=(rid,) + tuple(r for r in w.releases.releases

@@ -11,7 +11,7 @@ import pytest
 from roles.common import DeployError
 from roles.facts import DAEMON_JSON
 from roles.jetson_tuning import CLOCKS_MARKER, TUNING_JSON
-from specdec import layout, release
+from specdec import guard, layout, release
 from specdec.render import LIMITS_PATH
 from tests.deploy.conftest import TOKEN
 from tests.deploy.harness import (
@@ -63,7 +63,7 @@ def test_first_run_agx_docker(agx_world, monkeypatch):
     assert "systemctl daemon-reload" in cmds
     # order: files of the release, then the link, then the switch, then the (re)start
     i_switch = cmds.index(release.activate(rid))
-    assert cmds.index("systemctl daemon-reload") > i_switch
+    assert len(cmds) - 1 - cmds[::-1].index("systemctl daemon-reload") > i_switch
     uploaded = dict(r.uploads)
     assert f"{layout.release_dir(rid)}/specdec-engine.service" in uploaded
     assert f"{layout.release_dir(rid)}/plan.json" in uploaded
@@ -318,3 +318,16 @@ def test_one_bad_host_stops_every_host_before_any_op(agx_world, monkeypatch):
     # the good host (prepared first) got no operation at all, and nothing was executed
     assert all(not ops for ops in state.ops.values())
     assert all(not h.connector.executed_commands for h in state.inventory)
+
+
+def test_activation_off_last_good_arms_the_guard_first(monkeypatch, agx_world):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    hp = _hp(agx_world, AGX)
+    rid = hp.rendered.release_id
+    world = converged(agx_world, hp, TOKEN)
+    world.releases = release.ReleaseState(current="0ld0ld0ld0ld", last_good="0ld0ld0ld0ld",
+                                          releases=(rid, "0ld0ld0ld0ld"))
+    r = run_deploy(monkeypatch, world, AGX)
+    assert r.commands[0] == guard.arm_command(rid, guard.deadline_for(hp.plan.health_timeout_s))
+    assert r.commands[1] == release.activate(rid)
+    assert r.commands.index("systemctl restart specdec-engine.service") > 1

@@ -223,7 +223,7 @@ def test_fake_connector_skips_lock_and_verify_by_default(agx_world, monkeypatch)
 
 
 @pytest.mark.parametrize(("current", "expected"), [
-    ("bbb", ["ln -sfn releases/aaa", "systemctl daemon-reload",
+    ("bbb", ["ln -sfn releases/aaa", "rm -f /var/lib/specdec/pending", "systemctl daemon-reload",
              "systemctl restart specdec-engine.service"]),
     ("aaa", []),
 ])

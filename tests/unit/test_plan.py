@@ -208,10 +208,10 @@ def test_data_from_hostdata_like_object() -> None:
          ["specdec_draft=", "tokenizer llama3"]),
         ({"device": "orin-nano-8gb", "model": "nvidia/Llama-3.3-70B-Instruct-FP4"}, PlanError,
          ["specdec_model='nvidia/Llama-3.3-70B-Instruct-FP4'", "model weights 39.50 GiB",
-          "exceed 8 GiB x 0.45"]),
+          "exceed 7.44 GiB x 0.45"]),
         ({"device": "orin-nano-8gb", "model": "nvidia/Llama-3.3-70B-Instruct-FP4",
           "method": "draft_model"}, PlanError, ["specdec_method='draft_model'",
-                                                "+ draft 5.66 GiB", "exceed 8 GiB x 0.45"]),
+                                                "+ draft 5.66 GiB", "exceed 7.44 GiB x 0.45"]),
         ({"device": "orin-nano-8gb", "model": L1, "max_model_len": 131072}, PlanError,
          ["specdec_max_model_len=131072", "To serve at least one request with max_model_len "
           "(131072)", "larger than the available KV cache memory"]),

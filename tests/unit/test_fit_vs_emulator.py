@@ -1,0 +1,45 @@
+"""The plan's memory check must not be more optimistic than the engine: every vLLM plan the
+planner says fits starts in the engine emulator's memory model (vLLM's startup accounting)."""
+
+from __future__ import annotations
+
+import pytest
+
+from specdec.catalog import load_catalog
+from specdec.emulator.memory import EngineFailure, vllm_memory
+from specdec.emulator.profiles import device_profile
+from specdec.emulator.setup import setup_for
+from specdec.errors import SpecdecError
+from specdec.plan import baseline, make_plan
+
+CAT = load_catalog()
+SMALL = ["Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-4B", "Qwen/Qwen3-8B",
+         "meta-llama/Llama-3.2-1B-Instruct", "meta-llama/Llama-3.2-3B-Instruct",
+         "meta-llama/Llama-3.1-8B-Instruct"]
+
+
+@pytest.mark.parametrize("device", sorted(CAT.devices))
+def test_catalog_memtotal_is_what_the_emulated_device_reports(device: str) -> None:
+    assert CAT.devices[device].memtotal_gib == device_profile(device).memtotal_gib
+
+
+@pytest.mark.parametrize("device", sorted(d for d, v in CAT.devices.items()
+                                          if "vllm" in v.engines))
+def test_every_plan_that_fits_starts_in_the_engine(device: str) -> None:
+    checked = 0
+    for model in (m for m in SMALL if m in CAT.models):
+        try:
+            plan = make_plan("h", {"specdec_device": device, "specdec_model": model}, CAT)
+        except SpecdecError:
+            continue  # the planner refused it: nothing is deployed
+        for p in (plan, baseline(plan)):
+            setup = setup_for(device, p.model, p.method if p.speculative else "none",
+                              p.num_speculative_tokens, p.draft if p.method != "eagle3" else None,
+                              max_num_seqs=p.max_num_seqs, max_model_len=p.max_model_len)
+            try:
+                vllm_memory(setup.memory_inputs(0.0), p.gpu_memory_utilization)
+            except EngineFailure as exc:
+                pytest.fail(f"{device} {p.model} {p.method}: the plan fits "
+                            f"({p.fit}) but the engine says: {exc}")
+            checked += 1
+    assert checked > 0
