@@ -15,7 +15,7 @@ from typing import Any
 
 from specdec.catalog import GIB, Catalog, Device, Model, load_catalog
 from specdec.errors import ConfigError, PlanError
-from specdec.fit import fit, fit_problem
+from specdec.fit import fit, fit_problem, max_model_len_for
 from specdec.hostdata import HostSettings, parse_host_settings
 from specdec.identify import Identity
 from specdec.plan_types import FitReport, Plan
@@ -27,6 +27,9 @@ DEFAULT_PORT = 8000
 HEAD_METHODS = ("eagle3", "eagle", "medusa", "mlp_speculator", "dflash")
 # Methods with no separate weights.
 SELF_METHODS = ("ngram", "ngram_gpu", "suffix", "mtp")
+# A default context that does not fit is shortened, but not below this.
+MIN_AUTO_MODEL_LEN = 1024
+
 # Starting num_speculative_tokens for methods the device table does not list.
 _K_ALIASES = {"eagle": "eagle3", "dflash": "eagle3", "ngram_gpu": "ngram", "suffix": "ngram"}
 _DEFAULT_K = 3
@@ -379,6 +382,28 @@ def make_plan(
         last_problem = f"{_fit_keys(s, cand.method, cand.draft, util, max_model_len)}: {problem}"
         notes.append(f"{cand.method}{' ' + cand.draft if cand.draft else ''} does not fit: "
                      f"{problem}")
+    if chosen is None and s.max_model_len is None:
+        # Nothing fits at the device's default context: the longest context that does (as
+        # vLLM's "estimated maximum model length"), in the same order of preference.
+        for cand in candidates:
+            spec = cand.method != "none"
+            util = s.gpu_memory_utilization or (
+                device.mem_util_speculative if spec else device.mem_util_baseline
+            )
+            report = fit(device, model.weight_gib, model.kv_bytes_per_token,
+                         cand.draft_weight_gib, cand.draft_kv_bytes_per_token, util,
+                         max_model_len)
+            shorter = max_model_len_for(report, max_model_len) // 256 * 256
+            if shorter < MIN_AUTO_MODEL_LEN:
+                continue
+            report = fit(device, model.weight_gib, model.kv_bytes_per_token,
+                         cand.draft_weight_gib, cand.draft_kv_bytes_per_token, util, shorter)
+            if fit_problem(report, util, shorter) is None:
+                notes.append(f"max_model_len {max_model_len} does not fit; {shorter} does "
+                             f"(set specdec_max_model_len to choose)")
+                max_model_len = shorter
+                chosen = (cand, util, report)
+                break
     if chosen is None:
         raise PlanError(last_problem, host=host)
     cand, util, report = chosen

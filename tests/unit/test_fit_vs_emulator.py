@@ -43,3 +43,23 @@ def test_every_plan_that_fits_starts_in_the_engine(device: str) -> None:
                             f"({p.fit}) but the engine says: {exc}")
             checked += 1
     assert checked > 0
+
+
+def test_every_lab_host_plans_and_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole lab fleet (all 8 hosts): each plans, and each vLLM plan starts."""
+    from pathlib import Path
+
+    from specdec.commands.plan import _plans
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+    monkeypatch.setenv("SPECDEC_LAB_HOSTS", "8")
+    plans = _plans("inventories/lab.py", None)
+    assert len(plans) == 8
+    for plan in plans:
+        if plan.engine != "vllm":
+            continue
+        for p in (plan, baseline(plan)):
+            setup = setup_for(p.device, p.model, p.method if p.speculative else "none",
+                              p.num_speculative_tokens, p.draft if p.method != "eagle3" else None,
+                              max_num_seqs=p.max_num_seqs, max_model_len=p.max_model_len)
+            vllm_memory(setup.memory_inputs(0.0), p.gpu_memory_utilization)

@@ -286,3 +286,15 @@ def test_every_device_model_engine_runtime_plans_or_refuses_cleanly() -> None:
                     assert render(p).files and render(baseline(p)).files
                     planned += 1
     assert planned > 40
+
+
+def test_default_context_that_does_not_fit_is_shortened() -> None:
+    # Qwen3-1.7B on an 8 GB Orin NX: the device's default 4096 leaves too little KV cache.
+    p = make_plan("nx8", {"specdec_device": "orin-nx-8gb", "specdec_model": "Qwen/Qwen3-1.7B"},
+                  None)
+    assert p.max_model_len < 4096 and p.max_model_len % 256 == 0 and p.fit.fits
+    assert any("max_model_len 4096 does not fit" in n for n in p.notes)
+    # A context the user set is theirs: it fails with vLLM's words instead.
+    with pytest.raises(PlanError, match="estimated maximum model length"):
+        make_plan("nx8", {"specdec_device": "orin-nx-8gb", "specdec_model": "Qwen/Qwen3-1.7B",
+                          "specdec_max_model_len": 4096}, None)
