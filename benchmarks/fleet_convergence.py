@@ -71,6 +71,7 @@ def _ansible_inventory(env: dict[str, str], work: Path) -> Path:
     token_file = work / "hf_token"
     token_file.write_text(TOKEN + "\n")
     token_file.chmod(0o600)
+    os.environ["SPECDEC_LAB_HOSTS"] = env["SPECDEC_LAB_HOSTS"]  # the inventory reads it
     data = dict(load_inventory(INVENTORY))
     hosts: dict[str, Any] = {}
     for plan in _plans(env):
