@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import shlex
 
-from specdec import layout
+from specdec import layout, release
 
 __all__ = [
     "BOOT_UNIT",
@@ -123,8 +123,6 @@ def disarm_command() -> str:
 def commit_command(release_id: str, state_dir: str = layout.STATE_DIR) -> str:
     """Mark ``release_id`` last-good and disarm, under the guard's lock; fails (exit 3) when
     ``current`` is not ``release_id`` any more (the guard reverted it)."""
-    from specdec import release
-
     target = shlex.quote(f"releases/{release_id}")
     inner = (
         f"cd {shlex.quote(state_dir)} && "

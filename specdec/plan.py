@@ -366,38 +366,34 @@ def make_plan(
         candidates = supported
 
     pinned_choice = s.method is not None or s.draft is not None
+    def budget(cand: _Candidate, length: int) -> tuple[float, FitReport]:
+        util = s.gpu_memory_utilization or (
+            device.mem_util_speculative if cand.method != "none" else device.mem_util_baseline
+        )
+        return util, fit(device, model.weight_gib, model.kv_bytes_per_token,
+                         cand.draft_weight_gib, cand.draft_kv_bytes_per_token, util, length)
+
     chosen: tuple[_Candidate, float, FitReport] | None = None
     last_problem = ""
+    reports: list[tuple[_Candidate, FitReport]] = []
     for cand in candidates:
-        spec = cand.method != "none"
-        util = s.gpu_memory_utilization or (
-            device.mem_util_speculative if spec else device.mem_util_baseline
-        )
-        report = fit(device, model.weight_gib, model.kv_bytes_per_token, cand.draft_weight_gib,
-                     cand.draft_kv_bytes_per_token, util, max_model_len)
+        util, report = budget(cand, max_model_len)
         problem = fit_problem(report, util, max_model_len)
         if problem is None:
             chosen = (cand, util, report)
             break
+        reports.append((cand, report))
         last_problem = f"{_fit_keys(s, cand.method, cand.draft, util, max_model_len)}: {problem}"
         notes.append(f"{cand.method}{' ' + cand.draft if cand.draft else ''} does not fit: "
                      f"{problem}")
     if chosen is None and s.max_model_len is None:
         # Nothing fits at the device's default context: the longest context that does (as
         # vLLM's "estimated maximum model length"), in the same order of preference.
-        for cand in candidates:
-            spec = cand.method != "none"
-            util = s.gpu_memory_utilization or (
-                device.mem_util_speculative if spec else device.mem_util_baseline
-            )
-            report = fit(device, model.weight_gib, model.kv_bytes_per_token,
-                         cand.draft_weight_gib, cand.draft_kv_bytes_per_token, util,
-                         max_model_len)
+        for cand, report in reports:
             shorter = max_model_len_for(report, max_model_len) // 256 * 256
             if shorter < MIN_AUTO_MODEL_LEN:
                 continue
-            report = fit(device, model.weight_gib, model.kv_bytes_per_token,
-                         cand.draft_weight_gib, cand.draft_kv_bytes_per_token, util, shorter)
+            util, report = budget(cand, shorter)
             if fit_problem(report, util, shorter) is None:
                 notes.append(f"max_model_len {max_model_len} does not fit; {shorter} does "
                              f"(set specdec_max_model_len to choose)")

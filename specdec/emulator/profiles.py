@@ -39,7 +39,7 @@ ARCHITECTURES = {
 
 @dataclass(frozen=True)
 class _Family:
-    memtotal_ratio: float  # MemTotal / nominal memory (carve-outs, firmware)
+    memtotal_ratio: float  # MemTotal / nominal, for emulator-only devices (catalog: its own)
     os_used_gib: float  # memory in use by the OS at idle (UMA: counts against free memory)
     uma: bool
     bw_eff: float  # achievable fraction of peak memory bandwidth
@@ -63,8 +63,6 @@ _FAMILIES: dict[str, _Family] = {
     "h100": _Family(0.989, 0.0, False, 0.80, 0.60, 0.25e-3, 0.05e-3, 4e-6, 0.8,
                     "NVIDIA H100 80GB HBM3", (9, 0)),
 }
-# Orin Nano 4GB reads ~3.4 GiB MemTotal.
-_MEMTOTAL_OVERRIDE = {"orin-nano-4gb": 0.86}
 
 
 @dataclass(frozen=True)
@@ -116,10 +114,12 @@ def device_profile(device_id: str, catalog: Catalog | None = None) -> DeviceProf
     if device_id in EMULATOR_DEVICES:
         fam_id, mem, bw, tflops = EMULATOR_DEVICES[device_id]
         engines: tuple[str, ...] = ("vllm", "trtllm")
+        memtotal: float | None = None  # from the family's ratio
     elif device_id in cat.devices:
         d = cat.devices[device_id]
         fam_id, mem, bw, tflops, engines = (d.family, d.memory_gib, d.bandwidth_gbs,
                                             d.fp16_tflops, d.engines)
+        memtotal = d.memtotal_gib  # one source: what the plan's fit check uses too
     else:
         raise ConfigError(
             f"SPECDEC_EMU_DEVICE={device_id!r} is not a known device "
@@ -128,9 +128,10 @@ def device_profile(device_id: str, catalog: Catalog | None = None) -> DeviceProf
     fam = _FAMILIES.get(fam_id)
     if fam is None:
         raise ConfigError(f"device {device_id!r}: family {fam_id!r} has no emulator profile")
-    ratio = _MEMTOTAL_OVERRIDE.get(device_id, fam.memtotal_ratio)
+    if memtotal is None:
+        memtotal = round(mem * fam.memtotal_ratio, 2)
     return DeviceProfile(
-        id=device_id, family=fam_id, memory_gib=mem, memtotal_gib=round(mem * ratio, 2),
+        id=device_id, family=fam_id, memory_gib=mem, memtotal_gib=memtotal,
         os_used_gib=fam.os_used_gib, uma=fam.uma, bandwidth_gbs=bw, fp16_tflops=tflops,
         bw_eff=fam.bw_eff, compute_eff=fam.compute_eff, sched_overhead_s=fam.sched_overhead_s,
         graph_launch_s=fam.graph_launch_s, kernel_launch_s=fam.kernel_launch_s,

@@ -8,7 +8,6 @@ removes exactly that, and only processes the lab started.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fcntl
 import json
 import os
@@ -310,13 +309,6 @@ def _first_child(pid: int) -> int | None:
     return int(children[0]) if children else None
 
 
-def _container_leader(boot_loop: Proc) -> Proc | None:
-    """The container's PID 1 (boot loop → nspawn → PID 1); killing it ends its PID ns."""
-    nspawn = _first_child(boot_loop.pid)
-    leader = _first_child(nspawn) if nspawn else None
-    return Proc(leader) if leader else None
-
-
 def _teardown(state: dict[str, Any], log: Log) -> list[str]:
     """Remove everything ``state`` records; returns problems that remain (empty = clean)."""
     problems: list[str] = []
@@ -326,9 +318,11 @@ def _teardown(state: dict[str, Any], log: Log) -> list[str]:
         loop = Proc.from_dict(rec.get("nspawn"))
         if proc_alive(loop):
             assert loop is not None
+            # boot loop → nspawn → the container's PID 1 (killing it ends its PID namespace)
             child = _first_child(loop.pid)
             nspawn = Proc(child) if child else None
-            leader = _container_leader(loop)
+            pid1 = _first_child(child) if child else None
+            leader = Proc(pid1) if pid1 else None
             # SIGTERM makes nspawn power the container off cleanly (units, Docker stop).
             stop_process(loop, grace=30)
             for p in (nspawn, leader):
@@ -446,8 +440,7 @@ def reboot(name: str, *, wait: bool = True, log: Log = _noop) -> float:
     """Reboot the host (``systemctl reboot`` inside; the boot loop starts it again) and, with
     ``wait``, return when it has booted. Returns the seconds it took."""
     rec = _recorded(name)
-    spec = rec["spec"]
-    h = LabHost(**{f.name: spec[f.name] for f in dataclasses.fields(LabHost)})
+    h = LabHost.from_dict(rec["spec"])
     loop = Proc.from_dict(rec.get("nspawn"))
     if loop is None or not proc_alive(loop):
         raise LabError(f"{name}: its systemd-nspawn is not running")

@@ -33,8 +33,6 @@ DGX_RELEASE = (
 DRIVER_VERSION = "580.95.05"
 # Carrier boards of the developer kits (the first compatible entry is carrier+module).
 _CARRIER = {"agx-orin": "p3737-0000", "orin-nx": "p3768-0000", "orin-nano": "p3768-0000"}
-# MemTotal is below nominal (carve-outs, firmware); real readings are 0.92-0.97 of nominal.
-_MEM_FRACTION = 0.94
 
 
 @dataclass(frozen=True)
@@ -113,7 +111,7 @@ printf '%s\\n' "$out" | sed 's/x86_64/aarch64/g'
 def device_files(device: Device) -> DeviceFiles:
     """Identity files for ``device`` (paths relative to the host root, or to ``firmware/`` for
     the device tree that the lab mounts at /sys/firmware)."""
-    total_kb = int(device.memory_gib * _MEM_FRACTION * 1024 * 1024)
+    total_kb = int(device.memtotal_gib * 1024 * 1024)  # the catalog's MemTotal
     files: dict[str, bytes] = {"usr/local/bin/uname": UNAME_SHIM.encode()}
     gpu = None
     if device.is_jetson:

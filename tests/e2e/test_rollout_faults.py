@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -136,22 +137,36 @@ def test_fault_rolls_back_to_last_good(lab: LabFleet, deployed: PyinfraRun, tmp_
     _no_token(lab, proc.stdout, proc.stderr, run_dir=run_dir)
 
 
-def _start_rollout(lab: LabFleet, reports: Path, run_id: str, host: str, fault: str,
-                   *data: str) -> subprocess.Popen[str]:
-    argv = [sys.executable, "-m", "specdec", "rollout", lab.inventory, "--limit", host,
-            "--run-id", run_id, "--reports", str(reports)]
-    for d in data:
-        argv += ["--data", d]
-    env = {**lab.env, **BENCH, "SPECDEC_LAB_FAULTS": f"{host}={fault}"}
-    return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-
-
 def _wait_for(what: str, check: Any, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.5)
+
+
+def _interrupted_rollout(lab: LabFleet, reports: Path, run_id: str, host: str, fault: str,
+                         data: tuple[str, ...], interrupt: Callable[[], None]) -> str:
+    """``specdec rollout --limit host`` with ``fault``; once the host has activated (and armed
+    the guard for) its candidate, ``interrupt()``; returns the rollout's output (it must fail)."""
+    argv = [sys.executable, "-m", "specdec", "rollout", lab.inventory, "--limit", host,
+            "--run-id", run_id, "--reports", str(reports)]
+    for d in data:
+        argv += ["--data", d]
+    env = {**lab.env, **BENCH, "SPECDEC_LAB_FAULTS": f"{host}={fault}"}
+    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_for("the candidate to be activated",
+                  lab.host_path(host, guard.PENDING_FILE).exists, 600)
+        interrupt()
+        out = proc.communicate(timeout=1200)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0, out[-2000:]
+    rep = _report(reports / run_id, host)
+    assert rep["outcome"] in ("rolled_back", "failed"), rep["message"]
+    return out
 
 
 def _assert_serving_last_good(lab: LabFleet, host: str, good: str, timeout: float = 180) -> None:
@@ -169,14 +184,11 @@ def test_ssh_lost_mid_deploy_the_host_reverts_on_its_own(lab: LabFleet, deployed
     guard's deadline: the host goes back to last-good by itself; the run reports no success."""
     host = "lab-agx"
     _, good = _before(lab, host)
-    pending = lab.host_path(host, guard.PENDING_FILE)
     log = lab.host_path(host, guard.LOG_FILE)
     log.unlink(missing_ok=True)
     run_id = f"partition-{int(time.time())}"
-    proc = _start_rollout(lab, tmp_path, run_id, host, "slow_start:25",
-                          "specdec_health_timeout=30")
-    try:
-        _wait_for("the candidate to be activated", pending.exists, 600)
+
+    def partition() -> None:
         cut = lab.specdec("lab", "net", host, "down")
         assert cut.returncode == 0, cut.stderr
         try:
@@ -184,13 +196,9 @@ def test_ssh_lost_mid_deploy_the_host_reverts_on_its_own(lab: LabFleet, deployed
                       in log.read_text(), 240)
         finally:
             assert lab.specdec("lab", "net", host, "up").returncode == 0
-        out = proc.communicate(timeout=1200)[0]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode != 0, out[-2000:]
-    rep = _report(tmp_path / run_id, host)
-    assert rep["outcome"] in ("rolled_back", "failed"), rep["message"]
+
+    out = _interrupted_rollout(lab, tmp_path, run_id, host, "slow_start:25",
+                               ("specdec_health_timeout=30",), partition)
     assert good in log.read_text()
     _assert_serving_last_good(lab, host, good)
     _no_token(lab, out, run_dir=tmp_path / run_id)
@@ -202,24 +210,18 @@ def test_reboot_mid_rollout_boots_the_last_good_release(lab: LabFleet, deployed:
     (the guard runs before the engine), and the run reports no success."""
     host = "lab-agx"
     _, good = _before(lab, host)
-    pending = lab.host_path(host, guard.PENDING_FILE)
     log = lab.host_path(host, guard.LOG_FILE)
     log.unlink(missing_ok=True)
     run_id = f"reboot-{int(time.time())}"
-    proc = _start_rollout(lab, tmp_path, run_id, host, "slow_start:40",
-                          "specdec_health_timeout=60")
-    try:
-        _wait_for("the candidate to be activated", pending.exists, 600)
+
+    def reboot() -> None:
         rebooted = lab.specdec("lab", "reboot", host)
         assert rebooted.returncode == 0, rebooted.stderr
-        out = proc.communicate(timeout=1200)[0]
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode != 0, out[-2000:]
+
+    out = _interrupted_rollout(lab, tmp_path, run_id, host, "slow_start:40",
+                               ("specdec_health_timeout=60",), reboot)
     assert "boot: reverted" in log.read_text()
-    rep = _report(tmp_path / run_id, host)
-    assert rep["outcome"] in ("rolled_back", "failed"), rep["message"]
+    _no_token(lab, out, run_dir=tmp_path / run_id)
     _assert_serving_last_good(lab, host, good)
     # The next run finds the stale lock of the dead run's connection, or none, and proceeds.
     again, run_dir = _rollout(lab, tmp_path, f"after-reboot-{int(time.time())}", "--limit", host)
