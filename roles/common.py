@@ -60,10 +60,11 @@ class HostPlan:
     is_jetson: bool
 
 
-def plan_host(name: str, data: Any, identity: Any) -> HostPlan:
+def plan_host(name: str, data: Any, identity: Any,
+              installed: dict[str, str] | None = None) -> HostPlan:
     """Plan and render one host; any `SpecdecError` becomes a one-line `DeployError`."""
     try:
-        plan = make_plan(name, data, identity)
+        plan = make_plan(name, data, identity, installed=installed)
         rendered = render(plan)
         base = render(baseline(plan)) if plan.speculative else None
         device = load_catalog().device(plan.device)
@@ -124,10 +125,10 @@ def missing_token_message(hp: HostPlan) -> str | None:
 
 
 def _prepare_one(h: Any) -> tuple[HostPlan, HiddenValue | None]:
-    from roles.facts import DeviceIdentity
+    from roles.facts import DeviceIdentity, EngineVersions
 
     try:
-        parse_host_settings(h.name, h.data)  # bad data fails before any fact is gathered
+        settings = parse_host_settings(h.name, h.data)  # bad data fails before any fact
     except SpecdecError as exc:
         raise DeployError(one_line(exc)) from None
     try:
@@ -136,7 +137,9 @@ def _prepare_one(h: Any) -> tuple[HostPlan, HiddenValue | None]:
         raise DeployError(f"{h.name}: {one_line(exc)}") from None
     if identity is None:
         raise DeployError(f"{h.name}: could not read the device identity files")
-    hp = plan_host(h.name, h.data, identity)
+    # Natively, the engine release is what the host has installed (docker: the image's).
+    installed = h.get_fact(EngineVersions) if settings.runtime == "native" else None
+    hp = plan_host(h.name, h.data, identity, installed)
     token = read_hf_token(h.name, h.data)
     if token is None and (msg := missing_token_message(hp)):
         raise DeployError(msg)

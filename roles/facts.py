@@ -10,7 +10,7 @@ from pyinfra.api import FactBase
 from pyinfra.api.exceptions import FactProcessError
 from typing_extensions import override
 
-from specdec import layout, release
+from specdec import prefetch, release
 from specdec.identify import (
     IDENTITY_FILES,
     NVIDIA_SMI_CMD,
@@ -22,6 +22,7 @@ from specdec.identify import (
 __all__ = [
     "DeviceIdentity",
     "DockerDaemonConfig",
+    "EngineVersions",
     "HfCached",
     "ImageDigest",
     "NvpmodelMode",
@@ -127,11 +128,12 @@ class DockerDaemonConfig(FactBase[dict[str, Any] | None]):
 
 def hf_repo_dir(repo: str) -> str:
     """The hub cache directory of a repo: ``$HF_HOME/hub/models--ORG--NAME``."""
-    return f"{layout.HF_HOME}/hub/models--{repo.replace('/', '--')}"
+    return prefetch.repo_dir(repo)
 
 
 class HfCached(FactBase[bool]):
-    """Whether ``repo`` has a non-empty snapshot in the specdec HF cache."""
+    """Whether ``repo`` (or its ``local_dir`` copy) was downloaded completely: its completion
+    record lists every file of the snapshot and each one is there (`specdec.prefetch`)."""
 
     @staticmethod
     @override
@@ -139,12 +141,8 @@ class HfCached(FactBase[bool]):
         return False
 
     @override
-    def command(self, repo: str) -> str:
-        snaps = shlex.quote(hf_repo_dir(repo) + "/snapshots")
-        return (
-            f"if [ -d {snaps} ] && [ -n \"$(find {snaps} -mindepth 2 -maxdepth 2 "
-            f"-print -quit 2>/dev/null)\" ]; then echo yes; else echo no; fi"
-        )
+    def command(self, repo: str, local_dir: str | None = None) -> str:
+        return prefetch.cached_check(repo, local_dir)
 
     @override
     def process(self, output: list[str]) -> bool:
@@ -185,6 +183,44 @@ class SpecdecReleases(FactBase[release.ReleaseState]):
     @override
     def process(self, output: list[str]) -> release.ReleaseState:
         return release.parse_state(output)
+
+
+class EngineVersions(FactBase[dict[str, str]]):
+    """Engines installed on the host (native runtime) and their versions, e.g.
+    ``{"vllm": "0.19.0"}``: ``vllm --version``, and the ``tensorrt_llm`` distribution's version
+    as the Python behind ``trtllm-serve`` sees it (importing tensorrt_llm would print a banner
+    and take long)."""
+
+    @staticmethod
+    @override
+    def default() -> dict[str, str]:
+        return {}
+
+    @override
+    def command(self) -> str:
+        meta = shlex.quote("import importlib.metadata as m; print(m.version('tensorrt_llm'))")
+        return (
+            "if command -v vllm >/dev/null 2>&1; then "
+            "echo \"vllm=$(vllm --version 2>/dev/null | tail -n 1)\"; fi; "
+            "if t=$(command -v trtllm-serve 2>/dev/null); then "
+            "py=$(head -n 1 \"$t\" | sed -n 's|^#! *\\([^ ]*python[0-9.]*\\).*|\\1|p'); "
+            f"echo \"trtllm=$(${{py:-python3}} -c {meta} 2>/dev/null | tail -n 1)\"; fi; true"
+        )
+
+    @override
+    def process(self, output: list[str]) -> dict[str, str]:
+        from specdec.engines.version import Version
+
+        found: dict[str, str] = {}
+        for line in output:
+            engine, sep, text = line.strip().partition("=")
+            if not sep or engine not in ("vllm", "trtllm") or not text:
+                continue
+            try:
+                found[engine] = str(Version.parse(text.split()[-1]))
+            except ValueError:
+                continue  # not a version: as good as not installed
+        return found
 
 
 class NvpmodelMode(FactBase[str | None]):

@@ -64,6 +64,7 @@ class HostSettings:
     max_num_seqs: int | None = None
     port: int | None = None
     image: str | None = None
+    engine_version: str | None = None  # what the image (or native install) carries
     memlock: str = DEFAULT_MEMLOCK
     env: tuple[tuple[str, str], ...] = ()
     extra_args: tuple[str, ...] = ()
@@ -226,6 +227,22 @@ def _extra_args(r: _Reader) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _engine_version(r: _Reader) -> str | None:
+    from specdec.engines.version import Version
+
+    key = "specdec_engine_version"
+    value = r.get(key)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        raise r.fail(key, value, "must be a quoted version string (e.g. '0.9.2')")
+    text = r.str_(key)
+    if text is None:
+        return None
+    try:
+        return str(Version.parse(text))
+    except ValueError:
+        raise r.fail(key, value, "is not a version (e.g. 0.9.2 or 1.2.0rc6)") from None
+
+
 _GATE_FIELDS = {f.name: f for f in dataclasses.fields(GatePolicy)}
 
 
@@ -296,6 +313,7 @@ def parse_host_settings(host: str, data: Any) -> HostSettings:
         max_num_seqs=r.int_("specdec_max_num_seqs", 1, 1024),
         port=r.int_("specdec_port", 1024, 65535),
         image=r.str_("specdec_image"),
+        engine_version=_engine_version(r),
         memlock=_memlock(r),
         env=_env(r),
         extra_args=_extra_args(r),
@@ -321,7 +339,8 @@ KNOWN_KEYS = tuple(
     PREFIX + name
     for name in (
         "device", "engine", "runtime", "model", "method", "draft", "num_speculative_tokens",
-        "gpu_memory_utilization", "max_model_len", "max_num_seqs", "port", "image", "memlock",
+        "gpu_memory_utilization", "max_model_len", "max_num_seqs", "port", "image",
+        "engine_version", "memlock",
         "env", "extra_args", "jetson_tuning", "health_timeout", "gate", "model_params_b",
         "model_weight_gib", "model_kv_bytes_per_token", "model_tokenizer", "hf_token_file",
         "reverify", "verify", "service_user",

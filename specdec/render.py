@@ -30,6 +30,7 @@ __all__ = [
     "Rendered",
     "RenderedFile",
     "engine_argv",
+    "hub_env",
     "render",
     "speculative_config",
     "systemd_quote",
@@ -102,8 +103,22 @@ def _env_assignment(name: str, value: str) -> str:
     return f'"{text}"' if not _SAFE.fullmatch(f"{name}={value}") else text
 
 
+def hub_env() -> list[tuple[str, str]]:
+    """Every variable through which an image may point the Hub cache elsewhere, set to the host
+    cache. huggingface_hub (constants.py) reads HF_HUB_CACHE, then HUGGINGFACE_HUB_CACHE, then
+    HF_HOME/hub; transformers reads TRANSFORMERS_CACHE; jetson-containers images set the last
+    three to /data/models/huggingface (packages/llm/huggingface_hub/Dockerfile), which would
+    otherwise win over HF_HOME."""
+    hub = f"{layout.HF_HOME}/hub"
+    return [("HF_HOME", layout.HF_HOME), ("HF_HUB_CACHE", hub), ("HUGGINGFACE_HUB_CACHE", hub),
+            ("TRANSFORMERS_CACHE", hub)]
+
+
 def speculative_config(plan: Plan) -> dict[str, object] | None:
-    """vLLM's ``--speculative-config`` for the plan (None when speculation is off)."""
+    """vLLM's ``--speculative-config`` for the plan (None when speculation is off), with only the
+    keys the plan's vLLM release has (`specdec.engines.vllm.spec_keys`)."""
+    from specdec.engines import vllm_facts
+
     if not plan.speculative:
         return None
     cfg: dict[str, object] = {"method": plan.method}
@@ -113,6 +128,10 @@ def speculative_config(plan: Plan) -> dict[str, object] | None:
     cfg["draft_tensor_parallel_size"] = 1
     if plan.method in ("ngram", "ngram_gpu"):
         cfg["prompt_lookup_min"], cfg["prompt_lookup_max"] = NGRAM_PROMPT_LOOKUP
+    unknown = set(cfg) - vllm_facts(plan.engine_version).spec_keys
+    if unknown:
+        raise RenderError(f"vLLM {plan.engine_version} has no speculative-config key "
+                          f"{', '.join(sorted(unknown))}", host=plan.host)
     return cfg
 
 
@@ -164,13 +183,15 @@ def _docker_argv(plan: Plan, release_id: str, device_is_jetson: bool) -> list[st
         "--ulimit", f"memlock={memlock}",
         "--ulimit", f"stack={STACK_BYTES}",
         "-v", f"{layout.HF_HOME}:{layout.HF_HOME}",
-        "-e", f"HF_HOME={layout.HF_HOME}",
+        *[a for k, v in hub_env() for a in ("-e", f"{k}={v}")],
         "-e", "HF_HUB_OFFLINE=1",
         "-v", f"{layout.HF_TOKEN_FILE}:{CONTAINER_HF_TOKEN}:ro",
         "-e", f"HF_TOKEN_PATH={CONTAINER_HF_TOKEN}",
     ]
     if device_is_jetson:
         argv += ["-v", "/etc/nv_tegra_release:/etc/nv_tegra_release:ro"]
+    if plan.tiktoken_dir:
+        argv += ["-e", f"TIKTOKEN_ENCODINGS_BASE={plan.tiktoken_dir}"]
     for name, value in plan.env:
         argv += ["-e", f"{name}={value}"]
     engine_yaml = None
@@ -202,17 +223,19 @@ def _engine_yaml(plan: Plan) -> dict[str, object]:
         },
         "cuda_graph_config": {"max_batch_size": plan.max_num_seqs},
     }
-    decoding = plan.trtllm_decoding_type
+    decoding = plan.decoding_type
     if plan.speculative:
         if decoding is None:
-            raise RenderError(f"method={plan.method!r}: trtllm has no decoding type for it",
-                              host=plan.host)
+            raise RenderError(f"method={plan.method!r}: TensorRT-LLM {plan.engine_version} has "
+                              "no decoding_type for it", host=plan.host)
         spec: dict[str, object] = {
             "decoding_type": decoding,
             "max_draft_len": plan.num_speculative_tokens,
         }
         if plan.draft:
-            spec["speculative_model_dir"] = plan.draft
+            # A local directory where the release needs one (before PR #10099), else the repo
+            # id (read from the prefetched Hub cache). The alias works on every release.
+            spec["speculative_model_dir"] = plan.draft_dir or plan.draft
         if decoding == "NGram":
             spec["max_matching_ngram_size"] = NGRAM_PROMPT_LOOKUP[1]
         doc["speculative_config"] = spec
@@ -269,9 +292,12 @@ def render(plan: Plan) -> Rendered:
         + f" k={plan.num_speculative_tokens}" if plan.speculative else "off"
     )
 
-    env_lines = [_env_assignment("HF_HOME", layout.HF_HOME), _env_assignment("HF_HUB_OFFLINE", "1")]
+    env_lines = [_env_assignment(k, v) for k, v in hub_env()]
+    env_lines.append(_env_assignment("HF_HUB_OFFLINE", "1"))
     if not docker:
         env_lines.append("HF_TOKEN_PATH=%d/hf_token")  # %d: systemd's credentials directory
+        if plan.tiktoken_dir:
+            env_lines.append(_env_assignment("TIKTOKEN_ENCODINGS_BASE", plan.tiktoken_dir))
     env_lines += [_env_assignment(k, v) for k, v in plan.env]
 
     argv = _docker_argv(plan, release_id, is_jetson) if docker else _native_argv(plan, release_id)

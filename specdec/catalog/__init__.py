@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from specdec.catalog.images import Image, parse_images
+from specdec.engines.version import Version
 from specdec.errors import ConfigError
 
 __all__ = [
@@ -20,6 +22,7 @@ __all__ = [
     "Catalog",
     "Device",
     "Head",
+    "Image",
     "Model",
     "load_catalog",
 ]
@@ -40,6 +43,13 @@ TRTLLM_DECODING_TYPES = {
     "mtp": "MTP",
 }
 GIB = 1024**3
+# config.json of the catalog's model families: "architectures"[0] and "model_type" (what the
+# engines check EAGLE-3 targets against). A model entry may give its own (MoE variants).
+FAMILY_CONFIG = {
+    "llama3": ("LlamaForCausalLM", "llama"),
+    "qwen3": ("Qwen3ForCausalLM", "qwen3"),
+    "o200k_harmony": ("GptOssForCausalLM", "gpt_oss"),
+}
 
 
 @dataclass(frozen=True)
@@ -62,7 +72,6 @@ class Device:
     max_model_len: int
     speculative_tokens: dict[str, int]
     eagle3: bool
-    images: dict[str, dict[str, str]]  # engine -> {release key (r36, sbsa) -> image}
     gpu_name: str | None = None
 
     @property
@@ -82,6 +91,8 @@ class Model:
     heads: dict[str, str]  # method -> head repo
     drafts: tuple[str, ...]
     active_params_b: float | None = None
+    architecture: str = ""  # config.json architectures[0]; "" when unknown
+    model_type: str = ""  # config.json model_type
 
     @property
     def weight_bytes(self) -> int:
@@ -114,6 +125,26 @@ class Catalog:
     devices: dict[str, Device]
     models: dict[str, Model]
     heads: dict[str, Head]
+    images: dict[str, Image]
+
+    def default_image(self, device: Device, engine: str, l4t: str | None) -> Image | None:
+        """The newest GA image of ``engine`` that runs on the device (its L4T release on a
+        Jetson), else the newest release candidate; None when the catalog has none."""
+        host_l4t = Version.parse(l4t) if l4t else None
+        fits = [i for i in self.images.values()
+                if i.engine == engine and i.runs_on(device.platform, host_l4t)]
+        if not fits:
+            return None
+        return max(fits, key=lambda i: (i.channel == "ga", i.engine_version))
+
+    def image_for(self, ref: str) -> Image | None:
+        """The catalog image ``ref`` is, or mirrors (same repository path and tag)."""
+        from specdec.catalog.images import parse_image_ref
+
+        parsed = parse_image_ref(ref)
+        if parsed is None:
+            return None
+        return next((i for i in self.images.values() if i.key == parsed.key), None)
 
     def device(self, device_id: str) -> Device:
         try:
@@ -161,10 +192,6 @@ def _device(dev_id: str, d: dict[str, Any]) -> Device:
         if not isinstance(v, int | float) or not 0 < v <= 1:
             raise ConfigError(f"catalog {w}: gpu_memory_utilization.{k}={v!r} must be in (0, 1]")
         fractions[k] = float(v)
-    images = _req(w, d, "images", dict)
-    for eng, per_release in images.items():
-        if eng not in engines or not isinstance(per_release, dict) or not per_release:
-            raise ConfigError(f"catalog {w}: images.{eng}={per_release!r} is invalid")
     spec_tokens = _req(w, d, "speculative_tokens", dict)
     for m, k in spec_tokens.items():
         if m not in METHODS or not isinstance(k, int) or k < 1:
@@ -191,7 +218,6 @@ def _device(dev_id: str, d: dict[str, Any]) -> Device:
         max_model_len=int(_positive(w, "max_model_len", _req(w, d, "max_model_len", int))),
         speculative_tokens=dict(spec_tokens),
         eagle3=_req(w, d, "eagle3", bool),
-        images={k: dict(v) for k, v in images.items()},
         gpu_name=d.get("gpu_name"),
     )
 
@@ -204,11 +230,17 @@ def _model(model_id: str, d: dict[str, Any]) -> Model:
     if not isinstance(heads, dict):
         raise ConfigError(f"catalog {w}: heads={heads!r} must be a mapping")
     active = d.get("active_params_b")
+    tokenizer = _req(w, d, "tokenizer", str)
+    arch, mtype = FAMILY_CONFIG.get(tokenizer, ("", ""))
+    arch = d.get("architecture", arch)
+    mtype = d.get("model_type", mtype)
+    if not isinstance(arch, str) or not isinstance(mtype, str):
+        raise ConfigError(f"catalog {w}: architecture and model_type must be strings")
     return Model(
         id=model_id,
         params_b=_positive(w, "params_b", _req(w, d, "params_b", (int, float))),
         weight_gib=_positive(w, "weight_gib", _req(w, d, "weight_gib", (int, float))),
-        tokenizer=_req(w, d, "tokenizer", str),
+        tokenizer=tokenizer,
         layers=int(_positive(w, "layers", _req(w, d, "layers", int))),
         kv_bytes_per_token=int(
             _positive(w, "kv_bytes_per_token", _req(w, d, "kv_bytes_per_token", int))
@@ -217,6 +249,8 @@ def _model(model_id: str, d: dict[str, Any]) -> Model:
         heads=dict(heads),
         drafts=tuple(d.get("drafts") or ()),
         active_params_b=float(active) if active is not None else None,
+        architecture=arch,
+        model_type=mtype,
     )
 
 
@@ -242,10 +276,13 @@ def _read_yaml(path: Path | Any, top: str) -> dict[str, Any]:
     return data
 
 
-def parse_catalog(devices_yaml: Path | Any, models_yaml: Path | Any) -> Catalog:
-    """Load and cross-check the two catalog files."""
+def parse_catalog(devices_yaml: Path | Any, models_yaml: Path | Any,
+                  images_yaml: Path | Any | None = None) -> Catalog:
+    """Load and cross-check the catalog files."""
     dev_data = _read_yaml(devices_yaml, "devices")
     mod_data = _read_yaml(models_yaml, "models")
+    images = (parse_images(_read_yaml(images_yaml, "images")["images"], ENGINES)
+              if images_yaml is not None else {})
     devices = {k: _device(k, v) for k, v in dev_data["devices"].items()}
     models = {k: _model(k, v) for k, v in mod_data["models"].items()}
     heads = {k: _head(k, v) for k, v in (mod_data.get("heads") or {}).items()}
@@ -260,11 +297,12 @@ def parse_catalog(devices_yaml: Path | Any, models_yaml: Path | Any) -> Catalog:
                 raise ConfigError(f"catalog model {m.id}: draft {draft!r} is not a catalog model")
             if models[draft].tokenizer != m.tokenizer:
                 raise ConfigError(f"catalog model {m.id}: draft {draft!r} has another tokenizer")
-    return Catalog(devices=devices, models=models, heads=heads)
+    return Catalog(devices=devices, models=models, heads=heads, images=images)
 
 
 @cache
 def load_catalog() -> Catalog:
     """The catalog shipped in the package."""
     root = resources.files("specdec.catalog")
-    return parse_catalog(root.joinpath("devices.yaml"), root.joinpath("models.yaml"))
+    return parse_catalog(root.joinpath("devices.yaml"), root.joinpath("models.yaml"),
+                         root.joinpath("images.yaml"))

@@ -180,6 +180,8 @@ class ModelSpec:
     moe_experts: int = 0  # routed experts per layer (0: dense)
     moe_active: int = 0  # experts per token
     expert_byte_fraction: float = 0.0  # share of decode bytes that are routed experts
+    config_architecture: str = ""  # config.json architectures[0] (catalog), "" for heads
+    model_type: str = ""  # config.json model_type (catalog)
 
     def forward_bytes(self, tokens: int) -> float:
         """Bytes read by one forward over ``tokens`` tokens. A dense model reads its weights
@@ -208,7 +210,7 @@ class ModelSpec:
     def architecture(self) -> str:
         if self.kind == "head":
             return "Eagle3LlamaForCausalLM"
-        return ARCHITECTURES.get(self.tokenizer, "LlamaForCausalLM")
+        return self.config_architecture or ARCHITECTURES.get(self.tokenizer, "LlamaForCausalLM")
 
     @property
     def weight_gib(self) -> float:
@@ -231,6 +233,7 @@ def model_spec(repo: str, catalog: Catalog | None = None) -> ModelSpec | None:
             layers=m.layers, kv_bytes_per_token=m.kv_bytes_per_token,
             max_context=m.max_context, tokenizer=m.tokenizer, hidden=hidden, moe_experts=experts,
             moe_active=active_experts, expert_byte_fraction=expert_fraction,
+            config_architecture=m.architecture, model_type=m.model_type,
         )
     h = cat.heads.get(repo)
     if h is not None:

@@ -17,16 +17,20 @@ from specdec.emulator.setup import EngineSetup
 from specdec.errors import ConfigError, SpecdecError
 
 __all__ = [
+    "VERSION_ENV",
     "RunContext",
     "ServeConfig",
     "StartupError",
+    "emulated_version",
+    "engine_version",
     "env_float",
     "make_context",
     "resolve_device",
 ]
 
-VLLM_VERSION = "0.11.0"
-TRTLLM_VERSION = "1.2.0rc6"
+# The engine release to emulate. A lab image carries it in its environment, as the real image
+# carries its engine; without it, the release of the device's default catalog image.
+VERSION_ENV = "SPECDEC_EMU_ENGINE_VERSION"
 
 
 class StartupError(Exception):
@@ -59,6 +63,7 @@ class ServeConfig:
     spec_log: dict[str, Any] | None = None
     warnings: tuple[str, ...] = ()
     tp: int = 1
+    engine_version: str = ""
 
 
 @dataclass
@@ -137,3 +142,38 @@ def make_context(engine: str, device: str | None, time_scale: float | None) -> R
     reserved = env_float("SPECDEC_EMU_RESERVED_GIB", 0.0)
     return RunContext(device=resolve_device(device), time_scale=scale, faults=faults, seed=seed,
                       reserved_gib=reserved, log=EngineLog(engine))
+
+
+def engine_version(engine: str, device: DeviceProfile) -> str:
+    """$SPECDEC_EMU_ENGINE_VERSION, else the device's default catalog image's release."""
+    from specdec.catalog import load_catalog
+    from specdec.engines.version import Version
+
+    raw = os.environ.get(VERSION_ENV, "").strip()
+    if raw:
+        try:
+            return str(Version.parse(raw))
+        except ValueError as exc:
+            raise ConfigError(f"{VERSION_ENV}: {exc}") from None
+    cat = load_catalog()
+    dev = cat.devices.get(device.id)
+    img = cat.default_image(dev, engine, "36.4" if dev.is_jetson else None) if dev else None
+    if img is None:  # an emulator-only device: the newest release the catalog knows
+        versions = [i.engine_version for i in cat.images.values() if i.engine == engine]
+        if not versions:
+            raise ConfigError(f"no {engine} release in the catalog; set {VERSION_ENV}")
+        return str(max(versions))
+    return str(img.engine_version)
+
+
+def emulated_version(engine: str) -> str:
+    """What ``--version`` prints: the release this emulator process emulates."""
+    from specdec.engines.version import Version
+
+    raw = os.environ.get(VERSION_ENV, "").strip()
+    try:
+        if raw:
+            return str(Version.parse(raw))
+        return engine_version(engine, resolve_device(None))
+    except (SpecdecError, ValueError) as exc:
+        return f"unknown ({exc})"

@@ -20,7 +20,8 @@ TOKEN = "hf_MARKERtoken123"
 
 @pytest.fixture
 def agx_world() -> World:
-    return World(identity=parse_identity(AGX64), groups=["root"])
+    # vLLM on PATH too, as on a host set up for the native runtime (the docker runtime ignores it)
+    return World(identity=parse_identity(AGX64), groups=["root"], engines={"vllm": "0.19.0"})
 
 
 @pytest.fixture

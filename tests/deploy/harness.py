@@ -32,6 +32,7 @@ from roles.facts import DAEMON_JSON
 from roles.images import image_present  # noqa: F401  (import check)
 from roles.jetson_tuning import CLOCKS_MARKER
 from specdec import guard, layout, release
+from specdec.engines.trtllm import TIKTOKEN_FILES
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploys" / "specdec.py"
@@ -50,7 +51,9 @@ class World:
     running: dict[str, bool] = field(default_factory=dict)
     enabled: dict[str, bool] = field(default_factory=dict)
     which: set[str] = field(default_factory=lambda: {"useradd", "usermod", "groupadd"})
-    hf_cached: set[str] = field(default_factory=set)
+    hf_cached: set[str] = field(default_factory=set)  # repo, or "repo@local_dir"
+    engines: dict[str, str] = field(default_factory=dict)  # EngineVersions (native installs)
+    hashes: dict[str, str] = field(default_factory=dict)  # path -> sha256 of real file bodies
     images: dict[str, str] = field(default_factory=dict)
     releases: release.ReleaseState = field(default_factory=release.ReleaseState)
     nvpmodel: str | None = None
@@ -73,7 +76,10 @@ class World:
             f = self.files.get(DAEMON_JSON)
             return json.loads(f["content"]) if f else None
         if cls is rfacts.HfCached:
-            return kwargs["repo"] in self.hf_cached
+            key = kwargs["repo"] + (f"@{kwargs['local_dir']}" if kwargs.get("local_dir") else "")
+            return key in self.hf_cached
+        if cls is rfacts.EngineVersions:
+            return dict(self.engines)
         if cls is rfacts.ImageDigest:
             return self.images.get(kwargs["image"])
         if cls is rfacts.SpecdecReleases:
@@ -98,6 +104,8 @@ class World:
             algo = {ffacts.Sha1File: "sha1", ffacts.Sha256File: "sha256",
                     ffacts.Md5File: "md5"}[cls]
             f = self.files.get(path)
+            if f and algo == "sha256" and path in self.hashes:
+                return self.hashes[path]
             return hashlib.new(algo, f["content"].encode()).hexdigest() if f else None
         if cls is ffacts.FileContents:
             f = self.files.get(path)
@@ -235,6 +243,13 @@ def converged(world: World, hp: HostPlan, token: str | None) -> World:
     for repo in (plan.model, plan.draft):
         if repo:
             w.hf_cached.add(repo)
+    if plan.draft and plan.draft_dir:
+        w.hf_cached.add(f"{plan.draft}@{plan.draft_dir}")
+    if plan.tiktoken_dir:
+        for name, digest in TIKTOKEN_FILES.items():
+            path = f"{plan.tiktoken_dir}/{name}"
+            w.put(path, "(encoding)")
+            w.hashes[path] = digest
     if plan.jetson_tuning and w.nvpmodel is not None:
         w.nvpmodel = "NV Power Mode: MAXN\n0"
     if "jetson_clocks" in w.which:
@@ -262,7 +277,8 @@ SPARK = {
 def host_plan(world: World, data: dict[str, Any]) -> HostPlan:
     from roles.common import plan_host
 
-    return plan_host(HOST, data, world.identity)
+    native = data.get("specdec_runtime") == "native"
+    return plan_host(HOST, data, world.identity, dict(world.engines) if native else None)
 
 
 def identity_output(files: dict[str, str | None]) -> list[str]:

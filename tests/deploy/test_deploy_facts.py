@@ -82,16 +82,11 @@ def test_hf_cached():
     assert fact.default() is False
 
 
-def test_hf_cached_command_on_a_real_tree(tmp_path, monkeypatch):
-    monkeypatch.setattr("specdec.layout.HF_HOME", str(tmp_path))
+def test_hf_cached_uses_the_completion_record():
     cmd = HfCached().command(repo="org/name")
-    snap = tmp_path / "hub" / "models--org--name" / "snapshots" / "abc"
-    snap.mkdir(parents=True)
-    run = lambda: subprocess.run(["sh", "-c", cmd], capture_output=True, text=True,  # noqa: E731
-                                 check=True).stdout.split()
-    assert run() == ["no"]  # empty snapshot
-    (snap / "config.json").write_text("{}")
-    assert run() == ["yes"]
+    assert "/var/lib/specdec/hf/.specdec/complete/org--name" in cmd  # see tests/unit/test_prefetch
+    local = HfCached().command(repo="org/name", local_dir="/var/lib/specdec/hf/local/org--name")
+    assert "complete/org--name.local" in local
 
 
 def test_image_digest():

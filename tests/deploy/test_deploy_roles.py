@@ -55,10 +55,11 @@ def test_first_run_agx_docker(agx_world, monkeypatch):
     cmds = r.commands
     assert any(c.startswith("useradd") and "-G docker" in c and "-r" in c for c in cmds)
     assert f"docker pull {hp.plan.image}" in cmds
-    downloads = [c for c in cmds if "hf download" in c or " download " in c]
+    downloads = [c for c in cmds if c.startswith("docker run --rm --network host")]
     assert len(downloads) == 2  # target + EAGLE-3 head
-    assert all("--entrypoint hf" in c and "HF_TOKEN_PATH=/run/secrets/hf_token" in c
-               for c in downloads)
+    assert all("--entrypoint sh" in c and "HF_TOKEN_PATH=/run/secrets/hf_token" in c
+               and "command -v hf" in c and f"complete/{repo.replace('/', '--')}" in c
+               for c, repo in zip(downloads, (hp.plan.model, hp.plan.draft), strict=True))
     assert release.activate(rid) in cmds
     assert "systemctl daemon-reload" in cmds
     # order: files of the release, then the link, then the switch, then the (re)start
@@ -80,7 +81,7 @@ def test_native_runtime_has_no_docker(agx_world, monkeypatch):
     r = run_deploy(monkeypatch, agx_world, AGX_NATIVE)
     assert not any("docker" in c for c in r.commands)
     assert DAEMON_JSON not in dict(r.uploads)
-    downloads = [c for c in r.commands if "hf download" in c]
+    downloads = [c for c in r.commands if "command -v hf" in c]
     assert downloads and all("HF_TOKEN_PATH=/etc/specdec/hf_token" in c for c in downloads)
 
 
@@ -283,7 +284,7 @@ def test_cached_models_are_not_downloaded(agx_world, monkeypatch):
     world.hf_cached.discard(hp.plan.draft)
     r = run_deploy(monkeypatch, world, AGX)
     assert len(r.commands) == 2
-    assert r.commands[0].endswith(f"download {hp.plan.draft}")
+    assert f" sh {hp.plan.draft} >/dev/null" in r.commands[0]
     assert r.commands[1] == f"chown -R specdec:specdec {layout.HF_HOME}"
 
 
@@ -331,3 +332,20 @@ def test_activation_off_last_good_arms_the_guard_first(monkeypatch, agx_world):
     assert r.commands[0] == guard.arm_command(rid, guard.deadline_for(hp.plan.health_timeout_s))
     assert r.commands[1] == release.activate(rid)
     assert r.commands.index("systemctl restart specdec-engine.service") > 1
+
+
+def test_native_plans_with_the_installed_release(agx_world, monkeypatch):
+    """Natively the engine release is what the host has: vLLM 0.9.2 cannot run EAGLE-3 for a
+    Qwen3 target, so the plan falls back; with nothing installed the deploy stops first."""
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    data = {**AGX_NATIVE, "specdec_model": "Qwen/Qwen3-8B"}
+    agx_world.engines = {"vllm": "0.9.2"}
+    hp = _hp(agx_world, data)
+    assert (hp.plan.engine_version, hp.plan.method) == ("0.9.2", "draft_model")
+    assert any("Eagle3 is only supported for Llama models" in n for n in hp.plan.notes)
+    agx_world.engines = {}
+    world = copy.deepcopy(agx_world)
+    with pytest.raises(DeployError) as err:
+        run_deploy(monkeypatch, world, data)
+    assert str(err.value) == (f"{HOST}: specdec_runtime='native': vllm is not installed on the "
+                              "host (nothing on PATH answers --version)")

@@ -37,9 +37,10 @@ def test_devices_consistent() -> None:
         for mid in dev.module_ids:
             assert mid not in module_ids
             module_ids.add(mid)
-        for per_release in dev.images.values():
-            for image in per_release.values():
-                check_image("catalog", dev.id, image)  # every catalog image is pinned
+        for engine in dev.engines:
+            img = cat.default_image(dev, engine, "36.4.3" if dev.platform == "l4t" else None)
+            assert img is not None, (dev.id, engine)  # every device has a default per engine
+            check_image("catalog", dev.id, img.ref)  # every catalog image is pinned
         if dev.platform == "l4t":
             assert dev.engines == ("vllm",)  # no trtllm-serve on Orin
             assert dev.module_ids
