@@ -47,6 +47,7 @@ def plan_record(plan: Plan) -> dict[str, Any]:
         "host": plan.host,
         "device": plan.device,
         "engine": plan.engine,
+        "engine_version": plan.engine_version,
         "runtime": plan.runtime,
         "model": plan.model,
         "method": plan.method,
@@ -81,7 +82,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
              "LEN", "SEQS", "KV GiB", "RELEASE"]]
     for p in plans:
         rows.append([
-            p.host, p.device, p.engine, p.runtime, _short(p.model, 34), p.method,
+            p.host, p.device, f"{p.engine} {p.engine_version}", p.runtime, _short(p.model, 34),
+            p.method,
             _short(p.draft, 34), str(p.num_speculative_tokens), f"{p.gpu_memory_utilization:g}",
             str(p.max_model_len), str(p.max_num_seqs),
             f"{p.fit.kv_gib:.1f}/{p.fit.kv_needed_gib:.2f}", p.release_id(),

@@ -127,3 +127,15 @@ def test_fallback_is_explained_in_the_notes() -> None:
     assert any(n.startswith("draft_model Qwen/Qwen3-0.6B skipped: vLLM 0.11.0 cannot run "
                             "draft_model") and "first release that can: 0.15.0" in n
                for n in p.notes)
+
+
+def test_readme_lists_the_default_images() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    cat = load_catalog()
+    for dev in cat.devices.values():
+        for engine in dev.engines:
+            img = cat.default_image(dev, engine, "36.4.3" if dev.is_jetson else None)
+            assert img is not None
+            assert f"| `{img.ref}` | {img.engine_version} |" in readme, (dev.id, engine)
