@@ -217,8 +217,9 @@ _VLLM_MANAGED = {
     "--model": "use specdec_model",
     "--config": "a config file could set managed flags",
 }
-# trtllm-serve (click, tensorrt_llm/commands/serve.py): "--config" is an alias of
-# "--extra_llm_api_options" in newer releases; "--free_gpu_memory_fraction" of the KV flag.
+# trtllm-serve (click; NVIDIA/TensorRT-LLM tensorrt_llm/commands/serve.py at main 00209af):
+# "--config" is an alias of "--extra_llm_api_options" there (newer than some pinned releases),
+# "--free_gpu_memory_fraction" of "--kv_cache_free_gpu_memory_fraction".
 _TRTLLM_MANAGED = {
     "--host": "specdec serves on 0.0.0.0",
     "--port": "use specdec_port",
@@ -240,10 +241,12 @@ def _normal(flag: str) -> str:
 def managed_flag(arg: str, engine: str) -> tuple[str, str] | None:
     """``(flag, why)`` when ``arg`` sets a managed or secret flag, in any spelling.
 
-    vLLM's FlexibleArgumentParser (vllm v0.9.2, vllm/utils/__init__.py, parse_args) reads
-    ``--a_b`` as ``--a-b``, ``--k.x=v`` as setting ``--k``, and argparse (allow_abbrev) takes an
-    unambiguous prefix such as ``--max-model`` for ``--max-model-len``. trtllm-serve (click)
-    takes exact names and ``--name=value``; other spellings are refused as well.
+    vLLM's FlexibleArgumentParser (vllm v0.9.2, the Jetson images' release,
+    vllm/utils/__init__.py, parse_args; the same in v0.11) reads ``--a_b`` as ``--a-b``,
+    ``--k.x=v`` as setting ``--k``, and ``--config FILE`` as more arguments; argparse
+    (allow_abbrev, left on) takes an unambiguous prefix such as ``--max-model`` for
+    ``--max-model-len``. trtllm-serve (click) takes exact names and ``--name=value``; the
+    other spellings are refused there as well.
     """
     if not arg.startswith("--") or arg == "--":
         return None
