@@ -17,7 +17,9 @@ from typing import Any
 from specdec.errors import ConfigError, redact
 
 __all__ = [
+    "IMAGE_REFERENCE",
     "LINE_BREAKS",
+    "split_reference",
     "MAX_ARG",
     "MAX_ARGS",
     "MAX_ENV",
@@ -154,6 +156,24 @@ _TAG = r"[\w][\w.-]{0,127}"
 _DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*[:][0-9a-fA-F]{32,}"
 _REFERENCE = re.compile(rf"(?P<name>{_NAME})(?::(?P<tag>{_TAG}))?(?:@(?P<digest>{_DIGEST}))?",
                         re.ASCII)
+IMAGE_REFERENCE = _REFERENCE  # groups: name, tag, digest
+_PATH_ONLY = re.compile(rf"{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*", re.ASCII)
+
+
+def split_reference(text: str) -> tuple[str | None, str, str | None, str | None] | None:
+    """(registry, path, tag, digest) of a reference, or None when it is not one. The first
+    component is the registry only when it has a '.' or ':', is "localhost" or an IPv6 literal
+    (distribution/reference normalize.go splitDockerDomain); otherwise it is a path component
+    and so lower case."""
+    m = _REFERENCE.fullmatch(text) if isinstance(text, str) else None
+    if m is None:
+        return None
+    first, sep, rest = m.group("name").partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost" or first.startswith("[")):
+        return first, rest, m.group("tag"), m.group("digest")
+    if not _PATH_ONLY.fullmatch(m.group("name")):
+        return None
+    return None, m.group("name"), m.group("tag"), m.group("digest")
 NAME_TOTAL_LENGTH_MAX = 255  # distribution/reference reference.go
 _SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
 
@@ -163,7 +183,7 @@ def check_image(host: str | None, key: str, value: Any) -> str:
     (Docker's reference grammar; never a moving ``latest`` tag)."""
     check_text(host, key, value, MAX_IMAGE)
     m = _REFERENCE.fullmatch(value)
-    if not m:
+    if not m or split_reference(value) is None:
         raise fail(host, key, value, "not a valid image reference ([registry[:port]/]path"
                    "[:tag][@digest]; lowercase path components starting with a letter or digit)")
     if len(m.group("name")) > NAME_TOTAL_LENGTH_MAX:

@@ -10,30 +10,18 @@ comes with ``specdec_engine_version``.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 from specdec.engines.version import Version, version_in_tag
 from specdec.errors import ConfigError
+from specdec.hygiene import split_reference
 
 __all__ = ["HUB_CLIS", "Image", "ImageRef", "parse_image_ref", "parse_images"]
 
 HUB_CLIS = ("hf", "huggingface-cli")
 PLATFORMS = ("l4t", "sbsa")
 CHANNELS = ("ga", "rc")
-
-# distribution/reference regexp.go: a domain is a hostname (components of [A-Za-z0-9-], not
-# starting or ending with '-') with an optional port, or "localhost"; it is present only when the
-# first component contains '.' or ':' or is "localhost".
-_DOMAIN_COMPONENT = r"(?:[A-Za-z0-9]|[A-Za-z0-9][A-Za-z0-9-]*[A-Za-z0-9])"
-_DOMAIN = rf"{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*(?::[0-9]+)?"
-_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_REF = re.compile(
-    rf"(?:(?P<domain>{_DOMAIN})/)?(?P<path>{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*)"
-    r"(?::(?P<tag>[\w][\w.-]{0,127}))?(?:@(?P<digest>sha256:[0-9a-f]{64}))?"
-)
-
 
 @dataclass(frozen=True)
 class ImageRef:
@@ -52,28 +40,14 @@ class ImageRef:
 
 
 def parse_image_ref(text: str) -> ImageRef | None:
-    """Docker's reference grammar (None when ``text`` is not a reference)."""
+    """Docker's reference grammar (`specdec.hygiene.split_reference`); None when ``text`` is
+    not a reference."""
     if not isinstance(text, str) or len(text) > 512:
         return None
-    m = _REF.fullmatch(text)
-    if m is None:
+    parts = split_reference(text)
+    if parts is None:
         return None
-    domain = m.group("domain")
-    if domain is None:
-        # "localhost/x" or "host:5000/x" parsed as a path would be wrong: Docker treats a first
-        # component with '.' or ':' (or "localhost") as the registry.
-        first = m.group("path").split("/")[0]
-        if "." in first or first == "localhost":
-            return None
-    elif not ("." in domain or ":" in domain or domain == "localhost"):
-        # "dustynv/vllm": the first component is a namespace on Docker Hub, not a registry
-        # (and so must follow the path grammar: lower case).
-        if not re.fullmatch(_PATH_COMPONENT, domain):
-            return None
-        return ImageRef(text, None, f"{domain}/{m.group('path')}", m.group("tag"),
-                        m.group("digest"))
-    path = m.group("path")
-    return ImageRef(text, domain, path, m.group("tag"), m.group("digest"))
+    return ImageRef(text, *parts)
 
 
 @dataclass(frozen=True)

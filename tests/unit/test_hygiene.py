@@ -232,3 +232,11 @@ def test_guard_and_commit_use_their_own_temporary_names() -> None:
 
 def test_redact_replaces_a_given_secret_too() -> None:
     assert redact("a secret-ish value", "secret-ish") == "a <redacted> value"
+
+
+def test_upper_case_first_component_is_not_a_registry() -> None:
+    from specdec.hygiene import split_reference
+
+    assert split_reference("Upper/vllm:1") is None  # a path component: must be lower case
+    assert split_reference("Registry.Example:5000/team/vllm:1") == (
+        "Registry.Example:5000", "team/vllm", "1", None)
