@@ -277,3 +277,12 @@ def test_net_and_reboot_refuse_without_a_lab(monkeypatch: pytest.MonkeyPatch,
         fleet.reboot("lab-nano")
     with pytest.raises(LabError, match="lab instance 'test' is not up"):
         fleet.reboot("lab-agx", instance=Instance("test"))  # demo's host, not test's
+
+
+def test_lab_commands_refuse_a_bad_instance_in_one_line() -> None:
+    for argv in (["down", "--instance", "Demo1"], ["net", "lab-agx", "down", "--instance", "x-y"]):
+        proc = subprocess.run([sys.executable, "-m", "specdec", "lab", *argv], cwd=ROOT,
+                              capture_output=True, text=True, check=False, timeout=60)
+        assert proc.returncode == 1
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and "a lab instance name is 1 to 6 lowercase letters" in lines[0]
