@@ -119,7 +119,7 @@ class HostRecord:
 def _refuse(name: str, key: str, value: Any, why: str) -> LabError:
     text = repr(value)
     text = text if len(text) <= 80 else text[:77] + "..."
-    return LabError(f"refused hosts[{name!r}].{key}={text}: {why}")
+    return LabError(f"refused hosts[{name!r}]{'.' + key if key else ''}={text}: {why}")
 
 
 def _proc(name: str, key: str, value: Any, expect: list[str], exact: list[list[str]]) -> Proc:
