@@ -10,7 +10,8 @@ its `lab_device` (device tree, L4T release, MemTotal; GB10 via nvidia-smi on the
 a real Docker engine that pulls the engine emulator images from the lab's own registry
 (localhost:5000). `lab_*` keys are read by the lab only (pyinfra and the planner ignore them).
 
-Knobs (environment): SPECDEC_LAB_HOSTS=N (first N rows below, default 4, up to 8),
+Knobs (environment): SPECDEC_LAB_INSTANCE=NAME (which lab: default demo; the end-to-end
+tests use test, beside it), SPECDEC_LAB_HOSTS=N (first N rows below, default 4, up to 8),
 SPECDEC_LAB_TIME_SCALE=X (emulator speed, default 0.1), SPECDEC_LAB_FAULTS="host=fault,..."
 (emulator faults: crash_at_start, slow_start:S, hang_after:N, 5xx_burst:START:COUNT,
 slowdown:F, oom). See specdec/lab/fleetdata.py for the data every host gets (SSH settings,

@@ -1,4 +1,5 @@
-"""One lab host: its network namespace, root (an overlay on the cached rootfs), files, boot."""
+"""One lab host: its network namespace, root (an overlay on the cached rootfs), files, boot.
+Its names and paths come from its lab instance (`specdec.lab.instance`)."""
 
 from __future__ import annotations
 
@@ -12,21 +13,23 @@ from pathlib import Path
 from specdec.catalog import load_catalog
 from specdec.lab.identity import device_files, meminfo
 from specdec.lab.images import INSTALL_DIR, emulator_files, wrapper_scripts
-from specdec.lab.paths import HOSTS_DIR, KEY_FILE, REGISTRY_DIR
+from specdec.lab.instance import Instance
+from specdec.lab.paths import NSPAWN_LOCK, NSPAWN_RUN, REGISTRY_DIR
 from specdec.lab.spec import LabHost
+from specdec.lab.state import BOOT_LOOP_NAME, shared_lock
 from specdec.lab.system import Proc, is_mounted, run
+from specdec.lab.teardown import NSPAWN_TMPFS
 
 __all__ = [
     "DAEMON_JSON",
     "REGISTRY_PORT",
     "boot",
     "create_netns",
-    "delete_netns",
+    "ensure_nspawn_run",
     "host_dir",
     "mount_root",
     "prepare_root",
     "start_registry",
-    "unmount_root",
 ]
 
 REGISTRY_PORT = 5000
@@ -74,7 +77,7 @@ http:
 
 
 def host_dir(h: LabHost) -> Path:
-    return HOSTS_DIR / h.name
+    return Instance(h.instance).host_dir(h.name)
 
 
 # -- network --------------------------------------------------------------------------------
@@ -97,13 +100,6 @@ def create_netns(h: LabHost) -> None:
     ]
     for argv in steps:
         run(argv, f"{h.name}: {' '.join(argv)}")
-
-
-def delete_netns(netns: str, veth: str) -> None:
-    if Path(f"/sys/class/net/{veth}").exists():
-        run(["ip", "link", "del", veth], f"ip link del {veth}", check=False)
-    if Path(f"/run/netns/{netns}").exists():
-        run(["ip", "netns", "del", netns], f"ip netns del {netns}", check=False)
 
 
 def start_registry(h: LabHost) -> Proc:
@@ -134,17 +130,10 @@ def mount_root(h: LabHost, lower: Path) -> Path:
         (d / sub).mkdir(parents=True)
     root = d / "root"
     root.mkdir(parents=True, exist_ok=True)
-    run(["mount", "-t", "overlay", f"specdec-lab-{h.name}", "-o",
+    run(["mount", "-t", "overlay", h.netns, "-o",
          f"lowerdir={lower},upperdir={d / 'upper'},workdir={d / 'work'}", str(root)],
         f"{h.name}: mounting its root overlay")
     return root
-
-
-def unmount_root(root: Path) -> None:
-    if is_mounted(root):
-        proc = run(["umount", str(root)], f"umount {root}", check=False)
-        if proc.returncode != 0:
-            run(["umount", "-l", str(root)], f"umount -l {root}", check=False)
 
 
 def _write(root: Path, rel: str, data: bytes | str, mode: int = 0o644) -> None:
@@ -166,7 +155,7 @@ def prepare_root(h: LabHost, root: Path) -> None:
                               "::1\tlocalhost ip6-localhost ip6-loopback\n")
     _write(root, "etc/machine-id",
            hashlib.sha256(f"specdec-lab:{h.name}".encode()).hexdigest()[:32] + "\n", 0o444)
-    pub = Path(str(KEY_FILE) + ".pub").read_text()
+    pub = Path(str(Instance(h.instance).key_file) + ".pub").read_text()
     (root / "root/.ssh").mkdir(mode=0o700, parents=True, exist_ok=True)
     _write(root, "root/.ssh/authorized_keys", pub, 0o600)
     for p in (root / "etc/ssh").glob("ssh_host_*"):
@@ -211,13 +200,25 @@ def _package_parts() -> list[str]:
 # -- boot -----------------------------------------------------------------------------------
 
 
+def ensure_nspawn_run() -> None:
+    """nspawn keeps mount propagation dirs in /run/systemd/nspawn; on a tmpfs it can clean
+    them up. One tmpfs serves every instance (`teardown.release_nspawn_run` unmounts it)."""
+    with shared_lock(NSPAWN_LOCK):
+        if not is_mounted(NSPAWN_RUN):
+            NSPAWN_RUN.mkdir(parents=True, exist_ok=True)
+            run(["mount", "-t", "tmpfs", "-o", "mode=0755", NSPAWN_TMPFS, str(NSPAWN_RUN)],
+                f"mounting a tmpfs on {NSPAWN_RUN}")
+
+
 def nspawn_argv(h: LabHost, root: Path) -> list[str]:
     d = host_dir(h)
     return [
         "systemd-nspawn",
         "--quiet",
         f"--directory={root}",
-        f"--machine={h.name}",
+        # Unique per instance (nspawn keys its runtime files by it); the hostname is the host's.
+        f"--machine={h.netns}",
+        f"--hostname={h.name}",
         "--boot",
         # No systemd on the control node to register with or to get a scope from.
         "--register=no",
@@ -253,7 +254,7 @@ def boot(h: LabHost, root: Path) -> Proc:
     env["SYSTEMD_NSPAWN_UNIFIED_HIERARCHY"] = "1"  # cgroup v2 inside: runc needs it
     with open(d / "console.log", "ab") as log:
         popen = subprocess.Popen(
-            ["/bin/sh", "-c", REBOOT_LOOP, "specdec-lab-boot", *nspawn_argv(h, root)],
+            ["/bin/sh", "-c", REBOOT_LOOP, BOOT_LOOP_NAME, *nspawn_argv(h, root)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
             start_new_session=True,
         )

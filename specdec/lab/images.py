@@ -25,7 +25,9 @@ from functools import cache
 from pathlib import Path
 
 from specdec.errors import LabError
-from specdec.lab.paths import CACHE_DIR, REGISTRY_DIR, STATE_FILE
+from specdec.lab.instance import Instance
+from specdec.lab.paths import CACHE_DIR, REGISTRY_DIR
+from specdec.lab.state import shared_lock
 
 __all__ = [
     "IMAGE_NAMES",
@@ -96,13 +98,18 @@ def digests_file() -> Path:
     return CACHE_DIR / "images.json"
 
 
-def pinned_ref(engine: str) -> str:
-    """The image a lab host should run: while the lab is up, the one it pushed (the emulator
-    sources may have changed since); else `image_ref`, plus ``@sha256:…`` when built."""
+IMAGES_LOCK = CACHE_DIR / ".images.lock"  # the OCI layout, the registry storage, images.json
+
+
+def pinned_ref(engine: str, instance: Instance | None = None) -> str:
+    """The image a host of lab ``instance`` should run: while it is up, the one it pushed (the
+    emulator sources may have changed since); else `image_ref`, plus ``@sha256:…`` when
+    built."""
+    inst = instance or Instance.from_env()
     try:
-        state = json.loads(STATE_FILE.read_text())
+        state = json.loads(inst.state_file.read_text())
         served = state.get("images", {}).get(engine) if isinstance(state, dict) else None
-        if isinstance(served, str) and served:
+        if isinstance(served, str) and served.startswith(f"{REGISTRY}/{IMAGE_NAMES[engine]}:"):
             return served
     except (OSError, ValueError, AttributeError):
         pass
@@ -237,7 +244,14 @@ def _layer_cached(blobs: Path, key: str, write: object) -> _Blob:
 
 
 def build_images(base_rootfs: Path, base_key: str) -> BuiltImages:
-    """Write (or reuse) the OCI layout holding both emulator images of this version."""
+    """Write (or reuse) the OCI layout holding both emulator images of this version (one
+    writer at a time: lab instances share the cache)."""
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    with shared_lock(IMAGES_LOCK):
+        return _build_images(base_rootfs, base_key)
+
+
+def _build_images(base_rootfs: Path, base_key: str) -> BuiltImages:
     version = emulator_version()
     layout = CACHE_DIR / "oci"
     blobs = layout / "blobs" / "sha256"
@@ -317,6 +331,11 @@ def push(built: BuiltImages, netns: str) -> None:
     the shared registry storage already has them), then record their digests."""
     if shutil.which("skopeo") is None:
         raise LabError("skopeo is not installed (apt-get install skopeo)")
+    with shared_lock(IMAGES_LOCK):
+        _push(built, netns)
+
+
+def _push(built: BuiltImages, netns: str) -> None:
     version = emulator_version()
     for engine, repo in IMAGE_NAMES.items():
         if _registry_has(repo, version, built.digests[engine]):
