@@ -31,12 +31,15 @@ _TABLE = [
     # DGX Spark, docker: trtllm-serve.
     ("lab-spark", {"lab_device": "dgx-spark", "specdec_engine": "trtllm",
                    "specdec_runtime": "docker", "specdec_model": "Qwen/Qwen3-8B"}),
-    # Orin NX 16GB, docker: a draft model a third of the target's size, drafting 5 tokens: the
-    # drafting costs about what it saves, so the gate should disable speculation here.
+    # Orin NX 16GB, docker, on the older dustynv/vllm:0.9.2 image (only huggingface-cli, Hub
+    # cache variables set to /data/models/huggingface, draft models on vLLM's V0 engine): a draft
+    # model a third of the target's size, drafting 5 tokens: the drafting costs about what it
+    # saves, so the gate should disable speculation here.
     ("lab-nx", {"lab_device": "orin-nx-16gb", "specdec_engine": "vllm",
                 "specdec_runtime": "docker", "specdec_model": "Qwen/Qwen3-1.7B",
                 "specdec_method": "draft_model", "specdec_draft": "Qwen/Qwen3-0.6B",
-                "specdec_num_speculative_tokens": 5}),
+                "specdec_num_speculative_tokens": 5,
+                "lab_image": "dustynv/vllm:0.9.2-r36.4-cu128-24.04"}),
     # More hosts for fleet-scale runs (SPECDEC_LAB_HOSTS=5..8).
     ("lab-agx32", {"lab_device": "agx-orin-32gb", "specdec_engine": "vllm",
                    "specdec_runtime": "native", "specdec_model": "Qwen/Qwen3-4B"}),

@@ -209,7 +209,7 @@ def up(inventory: str, *, limit: str | None = None, log: Log = _noop,
         host_root = ensure_rootfs(HOST_RECIPE)
         image_root = ensure_rootfs(IMAGE_RECIPE)
         built = images.build_images(image_root, IMAGE_RECIPE.digest())
-        log(f"images: {', '.join(built.refs.values())}")
+        log(f"images: {len(built.images)} mirrors of the catalog images in the lab registry")
         _ensure_key(inst)
         _ensure_hf_token(inst)
 
@@ -256,7 +256,7 @@ def _bring_up(inst: Instance, state: dict[str, Any], hosts: list[LabHost], host_
         _wait_registry(h, deadline)
     images.push(built, hosts[0].netns)
     # The inventory pins these while the lab is up (see images.pinned_ref).
-    state["images"] = {e: f"{built.refs[e]}@{built.digests[e]}" for e in built.refs}
+    state["images"] = built.pinned()
     save_state(inst, state)
     for h in hosts:
         root = hostmod.host_dir(h) / "root"

@@ -62,6 +62,17 @@ def parse_faults(text: str | None, hosts: Sequence[str]) -> dict[str, str]:
     return {h: ",".join(f) for h, f in faults.items()}
 
 
+def _default_image(device_id: str, engine: str) -> str:
+    from specdec.catalog import load_catalog
+
+    cat = load_catalog()
+    dev = cat.device(device_id)
+    img = cat.default_image(dev, engine, "36.4.3" if dev.is_jetson else None)
+    if img is None:
+        raise ValueError(f"no catalog image for {device_id}/{engine}")
+    return img.ref
+
+
 def _count(env: Mapping[str, str], table_len: int) -> int:
     text = env.get("SPECDEC_LAB_HOSTS", "").strip()
     if not text:
@@ -112,8 +123,11 @@ def fleet(table: Sequence[tuple[str, dict[str, Any]]],
             emu["SPECDEC_EMU_FAULT"] = fault
         data["specdec_env"] = {**emu, **row.get("specdec_env", {})}
         if data.get("specdec_runtime", "docker") == "docker":
-            data.setdefault("specdec_image",
-                            pinned_ref(data.get("specdec_engine", "vllm"), inst))
+            # The lab's mirror of the catalog image (a row's `lab_image`, else the device's
+            # default), digest-pinned: the planner sees the real image's release and contents.
+            catalog_ref = row.get("lab_image") or _default_image(
+                device, data.get("specdec_engine", "vllm"))
+            data.setdefault("specdec_image", pinned_ref(catalog_ref, inst))
         if not env.get("HF_TOKEN", "").strip():
             # The emulated Hub wants *a* token for gated repos; `lab up` writes a stand-in.
             data.setdefault("specdec_hf_token_file", str(inst.hf_token_file))

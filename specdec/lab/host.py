@@ -184,11 +184,31 @@ def prepare_root(h: LabHost, root: Path) -> None:
     # `specdec identify` works on the host too.
     for rel, data in emulator_files(_package_parts()).items():
         _write(root, f"{INSTALL_DIR}/{rel}", data)
-    for name, text in wrapper_scripts().items():
+    versions = native_versions(h.device)
+    for name, text in wrapper_scripts(versions=versions).items():
         _write(root, f"usr/local/bin/{name}", text, 0o755)
+    if "trtllm" in versions:
+        # What `pip install tensorrt_llm` leaves (bookworm: Python 3.11), so its version reads
+        # as on a real host.
+        _write(root, f"usr/local/lib/python3.11/dist-packages/tensorrt_llm-{versions['trtllm']}"
+               ".dist-info/METADATA",
+               f"Metadata-Version: 2.1\nName: tensorrt_llm\nVersion: {versions['trtllm']}\n")
     _write(root, "usr/local/bin/specdec",
            "#!/bin/sh\n# specdec lab: the specdec CLI (identify works without extra modules)\n"
            f'PYTHONPATH=/{INSTALL_DIR} exec python3 -m specdec "$@"\n', 0o755)
+
+
+def native_versions(device_id: str) -> dict[str, str]:
+    """The engine releases a lab host has installed natively: those of the device's default
+    catalog images (a real host's native install has whatever its owner installed)."""
+    cat = load_catalog()
+    dev = cat.device(device_id)
+    out = {}
+    for engine in dev.engines:
+        img = cat.default_image(dev, engine, "36.4.3" if dev.is_jetson else None)
+        if img is not None:
+            out[engine] = str(img.engine_version)
+    return out
 
 
 def _package_parts() -> list[str]:

@@ -125,8 +125,10 @@ def test_fleet_data_carries_lab_settings() -> None:
     assert b["specdec_env"]["SPECDEC_EMU_FAULT"] == "crash_at_start"
     assert b["lab_fault"] == "crash_at_start"
     assert "specdec_image" not in b  # native runtime
-    assert "/specdec/vllm-emu:" in a["specdec_image"]
-    assert "/specdec/trtllm-emu:" in c["specdec_image"]
+    # mirrors of the devices' default catalog images, in the lab registry
+    assert a["specdec_image"].startswith(
+        "localhost:5000/nvidia-ai-iot/vllm:0.19.0-r36.4.tegra-aarch64-cu126-22.04")
+    assert c["specdec_image"].startswith("localhost:5000/nvidia/tensorrt-llm/release:1.2.1")
     assert a["specdec_hf_token_file"] == "/var/lib/specdec-lab/demo/hf_token"
     assert a["ssh_key"] == "/var/lib/specdec-lab/demo/id_ed25519"
     with_token = dict(fleet_data(TABLE, {"HF_TOKEN": "x"}))
@@ -173,8 +175,23 @@ def test_image_version_and_wrappers_are_stable() -> None:
     assert "specdec/emulator/__init__.py" in paths and "specdec/catalog/devices.yaml" in paths
     assert not any("/lab/" in p for p in paths)
     wrappers = images.wrapper_scripts()
-    assert set(wrappers) == {"vllm", "trtllm-serve", "hf"}
+    assert set(wrappers) == {"vllm", "trtllm-serve", "hf", "huggingface-cli"}
     assert all('"$@"' in w for w in wrappers.values())
+    native = images.wrapper_scripts(versions={"vllm": "0.9.2"})
+    assert "SPECDEC_EMU_ENGINE_VERSION=0.9.2 exec" in native["vllm"]
+
+
+def test_lab_images_mirror_the_catalog() -> None:
+    from specdec.catalog import load_catalog
+
+    cat = load_catalog()
+    labs = {i.catalog_ref: i for i in images.lab_images()}
+    assert set(labs) == set(cat.images)
+    old = labs["dustynv/vllm:0.9.2-r36.4-cu128-24.04"]
+    assert old.ref == "localhost:5000/dustynv/vllm:0.9.2-r36.4-cu128-24.04"
+    assert (old.version, old.hub_cli) == ("0.9.2", "huggingface-cli")
+    assert ("HUGGINGFACE_HUB_CACHE", "/data/models/huggingface") in old.env
+    assert cat.image_for(old.ref) is cat.images[old.catalog_ref]  # the planner sees a mirror
 
 
 def test_emulator_files_tar_is_deterministic(tmp_path: Path) -> None:
