@@ -37,8 +37,9 @@ from roles.lock import skip_host as _skip_host
 from roles.serve import ServeResult
 from specdec import verify as sv
 from specdec.catalog import GIB, load_catalog
-from specdec.errors import SpecdecError
+from specdec.errors import SpecdecError, redact
 from specdec.hostdata import parse_host_settings
+from specdec.release import ReleaseState
 from specdec.report import reports_root, safe_name, write_host_report
 
 __all__ = ["PyinfraIO", "bench_settings", "make_io", "verify"]
@@ -195,18 +196,19 @@ def verify_release(spec: sv.VerifySpec, changed: tuple[OperationMeta, ...],
     if result.get("outcome") in sv.FAILURE_OUTCOMES or not result:
         release_now(conn)
         msg = str(result.get("message") or "verification did not complete")
-        if secret:
-            msg = msg.replace(secret, "<redacted>")
+        msg = redact(msg, secret)
         yield fail_command(f"{host.name}: {result.get('outcome', 'failed')}: {msg}")
 
 
 @deploy("Verify")
-def verify(hp: HostPlan, served: ServeResult, token: HiddenValue | None = None) -> None:
+def verify(hp: HostPlan, served: ServeResult, token: HiddenValue | None = None,
+           prior: ReleaseState | None = None) -> None:
     """Health, limits, benchmark and gate after `serve`; keep, disable or roll back.
 
     + hp: the host's plan and renderings
     + served: what serve activated and which of its operations restart the engine
     + token: the HF token read on the control node (never sent anywhere by this role)
+    + prior: the release state before this run changed anything (`deploy_lock`'s)
     """
     if _skip_host():
         return
@@ -214,7 +216,8 @@ def verify(hp: HostPlan, served: ServeResult, token: HiddenValue | None = None) 
         settings = parse_host_settings(host.name, host.data)
     except SpecdecError as exc:
         raise DeployError(str(exc)) from None
-    prior = host.get_fact(SpecdecReleases)  # before this run changes anything
+    if prior is None:
+        prior = host.get_fact(SpecdecReleases)  # before this run changes anything
     base = hp.baseline
     files = tuple(sv.FileSpec(f.path, f.content, f.mode, f.owner, f.group)
                   for f in (base.release_files if base is not None else ()))

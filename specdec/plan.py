@@ -9,7 +9,6 @@ method (EAGLE-3 head -> same-tokenizer draft model -> n-gram, the first that fit
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +16,7 @@ from specdec.catalog import GIB, Catalog, Device, Model, load_catalog
 from specdec.errors import ConfigError, PlanError
 from specdec.fit import fit, fit_problem, max_model_len_for
 from specdec.hostdata import HostSettings, parse_host_settings
+from specdec.hygiene import check_image
 from specdec.identify import Identity
 from specdec.plan_types import FitReport, Plan
 
@@ -33,34 +33,6 @@ MIN_AUTO_MODEL_LEN = 1024
 # Starting num_speculative_tokens for methods the device table does not list.
 _K_ALIASES = {"eagle": "eagle3", "dflash": "eagle3", "ngram_gpu": "ngram", "suffix": "ngram"}
 _DEFAULT_K = 3
-
-_NAME = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
-_IMAGE = re.compile(
-    rf"(?P<repo>(?:[A-Za-z0-9.-]+(?::\d+)?/)?{_NAME}(?:/{_NAME})*)"
-    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
-    r"(?:@sha256:(?P<digest>[0-9a-f]{64}))?"
-)
-
-
-def check_image(host: str, key: str, image: str) -> str:
-    """A pinned image reference: ``repo:tag``, ``repo:tag@sha256:…`` or ``repo@sha256:…``."""
-    m = _IMAGE.fullmatch(image)
-    if not m:
-        raise ConfigError(f"{key}={image!r}: not a valid image reference", host=host)
-    tag = m.group("tag") or ""
-    if tag == "latest" or tag.startswith(("latest-", "latest_")):
-        raise ConfigError(
-            f"{key}={image!r}: ':{tag}' is a moving tag, not pinned; use a version tag or "
-            "@sha256 digest",
-            host=host,
-        )
-    if not m.group("tag") and not m.group("digest"):
-        raise ConfigError(
-            f"{key}={image!r}: image is not pinned; use repo:tag or repo@sha256:<digest>",
-            host=host,
-        )
-    return image
-
 
 @dataclass(frozen=True)
 class _Candidate:

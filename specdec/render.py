@@ -20,6 +20,7 @@ import yaml
 
 from specdec import layout
 from specdec.errors import RenderError
+from specdec.hygiene import bad_char, show
 from specdec.plan_types import Plan
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "render",
     "speculative_config",
     "systemd_quote",
+    "unit_text",
 ]
 
 STACK_BYTES = 67108864
@@ -222,18 +224,36 @@ def _engine_yaml(plan: Plan) -> dict[str, object]:
     return doc
 
 
+def _one_line(value: object) -> object:
+    """Every ``{{ … }}`` of every template: a value can never add a line to a rendered file
+    (host data is validated long before; this is the last line of defence)."""
+    if isinstance(value, str) and (c := bad_char(value)) is not None:
+        raise RenderError(f"refusing to render {show(value)}: contains a line break or "
+                          f"control character ({c})")
+    return value
+
+
+def unit_text(value: object) -> str:
+    """Free text in a unit setting such as ``Description=``: systemd expands ``%`` specifiers
+    there (systemd.unit(5), "Specifiers"), so a literal ``%`` is written ``%%``."""
+    return str(_one_line(str(value))).replace("%", "%%")
+
+
 @cache
 def _env() -> jinja2.Environment:
     if not TEMPLATES_DIR.is_dir():
         raise RenderError(f"templates directory {TEMPLATES_DIR} is missing")
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
         autoescape=False,
+        finalize=_one_line,
     )
+    env.filters["unit_text"] = unit_text
+    return env
 
 
 def _template(name: str, **ctx: object) -> str:
@@ -293,11 +313,9 @@ def render(plan: Plan) -> Rendered:
     files = [RenderedFile(f"{rdir}/{UNIT_FILE}", unit)]
     if plan.engine == "trtllm":
         body = yaml.safe_dump(_engine_yaml(plan), sort_keys=True, default_flow_style=False)
-        files.append(RenderedFile(
-            f"{rdir}/engine.yaml",
-            _template("engine.yaml.j2", plan=plan, release_id=release_id,
-                      speculation=speculation, body=body.rstrip("\n")),
-        ))
+        header = _template("engine.yaml.j2", plan=plan, release_id=release_id,
+                           speculation=speculation)
+        files.append(RenderedFile(f"{rdir}/engine.yaml", header + body))
     files.append(RenderedFile(f"{rdir}/plan.json", plan.to_json() + "\n"))
     files.append(RenderedFile(
         LIMITS_PATH,

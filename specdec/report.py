@@ -8,8 +8,8 @@
 * ``index.html`` — the same with inline SVG charts (TPOT and throughput, baseline vs
   speculation, per host; acceptance rate per draft position).
 
-Nothing secret goes in: every text written is checked against the HF token (when known) and
-the token is replaced by ``<redacted>``.
+Nothing secret goes in: in every text written the HF token (when known) and every token-shaped
+string are replaced by ``<redacted>`` (`specdec.errors.redact`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from specdec.errors import RolloutError
+from specdec.errors import RolloutError, redact
 
 __all__ = [
     "OUTCOMES",
@@ -48,7 +48,6 @@ REPORTS_ENV = "SPECDEC_REPORTS_DIR"
 RUN_ID_ENV = "SPECDEC_RUN_ID"
 CACHE_DIR = "cache"
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
-REDACTED = "<redacted>"
 
 
 def safe_name(host: str) -> str:
@@ -74,7 +73,7 @@ def reports_root(explicit: str | Path | None = None) -> Path:
 
 
 def _scrub(text: str, secret: str | None) -> str:
-    return text.replace(secret, REDACTED) if secret else text
+    return redact(text, secret)
 
 
 def _write_atomic(path: Path, text: str) -> None:

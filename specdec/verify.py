@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from specdec import guard, layout, release
-from specdec.errors import BenchError, GateError, SpecdecError
+from specdec.errors import BenchError, GateError, SpecdecError, one_line, redact
 from specdec.plan_types import Plan
 
 __all__ = [
@@ -247,7 +247,8 @@ def _journal_reason(lines: Sequence[str]) -> tuple[str, str | None]:
         line = next((ln for ln in reversed(text) if _ERRORISH.search(ln)), None)
     if line is None and text:
         line = text[-1]
-    return kind, (line[:200] if line else None)
+    # Redact before cutting: a token cut in half is no longer token-shaped.
+    return kind, (one_line(line)[:200] if line else None)
 
 
 # -- the verifier ----------------------------------------------------------------------------------
@@ -300,17 +301,18 @@ class Verifier:
     # -- recording ---------------------------------------------------------------------------
 
     def event(self, text: str) -> None:
-        self.report["events"].append({"time": now_iso(), "message": text})
+        self.report["events"].append({"time": now_iso(), "message": one_line(text)})
 
     def measure(self, phase: str, name: str, value: Any, threshold: Any = None,
                 ok: bool | None = None, unit: str | None = None, **extra: Any) -> None:
         m = {"phase": phase, "name": name, "value": value, "threshold": threshold,
              "unit": unit, "ok": ok, "time": now_iso()}
         m.update(extra)
-        self.report["measurements"].append(m)
+        self.report["measurements"].append(
+            {k: redact(v) if isinstance(v, str) else v for k, v in m.items()})
 
     def finish(self, outcome: str, phase: str, message: str) -> dict[str, Any]:
-        self.report.update(outcome=outcome, phase=phase, message=" ".join(message.split()),
+        self.report.update(outcome=outcome, phase=phase, message=" ".join(redact(message).split()),
                            finished_at=now_iso(), active_release=self.running)
         return self.report
 

@@ -15,7 +15,7 @@ from specdec.identify import parse_identity  # noqa: E402
 from tests.deploy.harness import World  # noqa: E402
 from tests.unit.test_identify import AGX64, SPARK  # noqa: E402
 
-TOKEN = "hf_MARKERtoken123"
+TOKEN = "hf_MARKERtoken123456789abcd"  # a valid token shape (specdec.hftoken)
 
 
 @pytest.fixture

@@ -117,7 +117,7 @@ def test_cli_report(tmp_path, capsys):
     assert main(["report", "--reports", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("# specdec rollout run7") and "| a |" in out
-    assert main(["report", "zzz", "--reports", str(tmp_path)]) == 1
+    assert main(["report", "zzz", "--reports", str(tmp_path)]) == 2  # bad input
     err = capsys.readouterr().err
     assert "unknown run id" in err and len(err.strip().splitlines()) == 1
     json.loads((tmp_path / "run7" / "a.json").read_text())

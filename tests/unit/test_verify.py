@@ -92,20 +92,20 @@ class FakeHost:
     # HostIO
     def run(self, command: str, timeout: float | None = None) -> tuple[bool, list[str]]:
         self.commands.append(command)
-        if command.startswith("flock ") and self.guard_reverted:
+        if command.startswith("flock ") and "last-good" in command and self.guard_reverted:
             return False, [f"current is releases/{self.current}, not {self.guard_reverted}: "
                            f"deadline: reverted {self.guard_reverted} to last-good"]
         if m := re.search(r"release=(\S+) deadline=(\d+)s", command):
             self.guard.append(("arm", m.group(1), int(m.group(2))))
         if "rm -f pending" in command or "rm -f /var/lib/specdec/pending" in command:
             self.guard.append(("disarm",))
-        if m := re.search(r"ln -sfn releases/(\S+) \S+/current\.tmp", command):
+        if m := re.search(r"ln -sfn releases/(\S+) \S+/current\.activate\.tmp", command):
             if m.group(1) not in self.releases:
                 return False, []
             self.current = m.group(1)
             self.restarts = 0
             self.stopped = False
-        if m := re.search(r"ln -sfn releases/(\S+) \S+/last-good\.tmp", command):
+        if m := re.search(r"ln -sfn releases/(\S+) \S+/last-good\.\w+\.tmp", command):
             self.last_good = m.group(1)
         if "base64 -d" in command:
             path = re.findall(r"mv -f \S+ (\S+)$", command)[0]
@@ -473,8 +473,8 @@ def test_guard_is_armed_for_each_phase_and_disarmed_by_the_commit(tmp_path):
     assert [g[1] for g in arms] == [C, C, B, B, C]
     assert arms[0][2] == 60 + 30 and arms[1][2] == 600 + 150  # health / bench + margin
     assert not host.armed and host.last_good == C
-    commit = next(c for c in host.commands if c.startswith("flock "))
-    assert "/var/lib/specdec/last-good.tmp" in commit and f"not {C}" in commit
+    commit = next(c for c in host.commands if c.startswith("flock ") and "last-good" in c)
+    assert "/var/lib/specdec/last-good.commit.tmp" in commit and f"not {C}" in commit
 
 
 def test_guard_is_not_armed_when_running_last_good(tmp_path):
