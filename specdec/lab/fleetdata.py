@@ -19,7 +19,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specdec.errors import LabError
+from specdec.errors import ConfigError
 from specdec.lab.images import pinned_ref
 from specdec.lab.instance import Instance
 
@@ -94,7 +94,7 @@ def fleet(table: Sequence[tuple[str, dict[str, Any]]],
     env = os.environ if env is None else env
     try:
         inst = Instance.from_env(env)
-    except LabError as exc:
+    except ConfigError as exc:
         raise ValueError(str(exc)) from None
     rows = list(table)[: _count(env, len(table))]
     scale = env.get("SPECDEC_LAB_TIME_SCALE", "").strip() or DEFAULT_TIME_SCALE

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from specdec.errors import LabError
+from specdec.errors import ConfigError
 from specdec.lab import paths
 
 __all__ = ["DEFAULT_INSTANCE", "ENV", "Instance"]
@@ -42,7 +42,7 @@ class Instance:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.fullmatch(self.name):
-            raise LabError(f"{ENV}={self.name!r}: a lab instance name is 1 to 6 lowercase "
+            raise ConfigError(f"{ENV}={self.name!r}: a lab instance name is 1 to 6 lowercase "
                            "letters (e.g. demo, test)")
 
     @classmethod

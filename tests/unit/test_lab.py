@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specdec.catalog import load_catalog
-from specdec.errors import LabError
+from specdec.errors import ConfigError, LabError
 from specdec.identify import parse_identity
 from specdec.lab import fleet, images, paths
 from specdec.lab.fleetdata import LAB_MEMLOCK, parse_faults
@@ -66,7 +66,7 @@ def test_instances_have_their_own_names_subnets_and_files() -> None:
 
 @pytest.mark.parametrize("name", ["", "Demo", "demo1", "toolong", "de-mo", "../x"])
 def test_bad_instance_names_are_refused_in_one_line(name: str) -> None:
-    with pytest.raises(LabError) as exc:
+    with pytest.raises(ConfigError) as exc:
         Instance.from_env({ENV: name}) if name else Instance(name)
     assert str(exc.value) == (f"{ENV}={name!r}: a lab instance name is 1 to 6 lowercase "
                               "letters (e.g. demo, test)")
@@ -300,6 +300,6 @@ def test_lab_commands_refuse_a_bad_instance_in_one_line() -> None:
     for argv in (["down", "--instance", "Demo1"], ["net", "lab-agx", "down", "--instance", "x-y"]):
         proc = subprocess.run([sys.executable, "-m", "specdec", "lab", *argv], cwd=ROOT,
                               capture_output=True, text=True, check=False, timeout=60)
-        assert proc.returncode == 1
+        assert proc.returncode == 2  # bad input
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and "a lab instance name is 1 to 6 lowercase letters" in lines[0]
