@@ -46,7 +46,7 @@ IMAGE_NAMES = {"vllm": "specdec/vllm-emu", "trtllm": "specdec/trtllm-emu"}
 _CMD = {"vllm": ["vllm", "serve"], "trtllm": ["trtllm-serve"]}
 _PKG = Path(__file__).resolve().parent.parent  # the specdec package
 # The engine emulator's closure inside the specdec package (pure Python + PyYAML).
-_EMU_PARTS = ("__init__.py", "errors.py", "catalog", "emulator")
+_EMU_PARTS = ("__init__.py", "errors.py", "power.py", "catalog", "emulator")
 _EPOCH = 1735689600  # 2025-01-01: fixed mtime of every layer entry
 _CREATED = "2025-01-01T00:00:00Z"
 INSTALL_DIR = "opt/specdec"
