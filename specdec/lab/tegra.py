@@ -88,7 +88,7 @@ class Tegra:
         if pid not in self.conf.modes:
             pid = self.conf.default if self.conf.default in self.conf.modes else min(
                 self.conf.modes)
-        return self.conf.modes[pid]  # type: ignore[index]
+        return self.conf.modes[pid]
 
     def _store(self, mode: PowerMode) -> None:
         self.status_path.parent.mkdir(parents=True, exist_ok=True)
@@ -187,15 +187,16 @@ class Tegra:
         mode = self.current()
         online, cpu, gpu, emc = self._maxima(mode)
         pinned = self.pinned()
+        # Unpinned, DVFS idles low (the capture: GPU 306 MHz, EMC 2133 MHz in MAXN_SUPER).
+        cpu_low, gpu_low, emc_cur = (cpu, gpu, emc) if pinned else (729600, 306000000,
+                                                                    min(emc, 2133000000))
         out.write(f"SOC family:tegra234  Machine:{self.machine}\n\n"
                   f"Online CPUs: {_ranges(online)}\n")
         for i in online:
-            cur = cpu if pinned else 729600
-            out.write(f"cpu{i}:  Online=1 Governor=schedutil MinFreq={cpu if pinned else 729600} "
-                      f"MaxFreq={cpu} CurrentFreq={cur} IdleStates: WFI=1 c7=1\n")
-        out.write(f"GPU MinFreq={gpu if pinned else 306000000} MaxFreq={gpu} "
-                  f"CurrentFreq={gpu if pinned else 306000000}\n"
-                  f"EMC MinFreq=204000000 MaxFreq={emc} CurrentFreq={emc if pinned else 2133000000} "
+            out.write(f"cpu{i}:  Online=1 Governor=schedutil MinFreq={cpu_low} "
+                      f"MaxFreq={cpu} CurrentFreq={cpu_low} IdleStates: WFI=1 c7=1\n")
+        out.write(f"GPU MinFreq={gpu_low} MaxFreq={gpu} CurrentFreq={gpu_low}\n"
+                  f"EMC MinFreq=204000000 MaxFreq={emc} CurrentFreq={emc_cur} "
                   f"FreqOverride={1 if pinned else 0}\n"
                   f"FAN Dynamic Speed Control=kernel hwmon0_pwm1={255 if pinned else 88}\n"
                   f"NV Power Mode: {mode.name}\n")
