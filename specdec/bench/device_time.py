@@ -3,11 +3,11 @@
 The emulator runs ``time_scale`` wall seconds per emulated second (the lab's default 0.1: ten
 times faster than the device). A person reading a lab result wants what the device would show,
 so `apply` asks the server for its time scale (``GET /lab/truth``: only the emulator answers;
-vLLM and trtllm-serve say 404) and converts the result: every duration (``*_ms``, ``duration``,
-``start_s``/``end_s``) is divided by the time scale, every rate (tokens or requests per second)
-multiplied by it, and the result is labelled ``"device_time": {"emulated": true,
-"time_scale": X}``. Ratios between two results (what the gate decides on) do not change.
-A real engine's result is returned untouched.
+vLLM and trtllm-serve say 404) and converts the result: every duration (``*_ms``,
+``*_ms_p50``, ``duration``, ``start_s``/``end_s``) is divided by the time scale, every rate
+(tokens or requests per second) multiplied by it, and the result is labelled
+``"device_time": {"emulated": true, "time_scale": X}``. Ratios between two results (what the
+gate decides on) do not change. A real engine's result is returned untouched.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def _convert(value: Any, scale: float) -> Any:
         out = {}
         for k, v in value.items():
             if isinstance(v, int | float) and not isinstance(v, bool):
-                if k.endswith("_ms") or k in _SECONDS_KEYS:
+                if k.endswith("_ms") or "_ms_" in k or k in _SECONDS_KEYS:  # tpot_ms_p50
                     v = v / scale
                 elif k in RATE_KEYS:
                     v = v * scale
