@@ -26,6 +26,7 @@ from specdec.catalog import Device
 
 __all__ = [
     "CONF_PATH",
+    "PREFERRED",
     "STATUS_PATH",
     "NvpConf",
     "PowerMode",
@@ -208,10 +209,6 @@ class PowerState:
             bw, src = mode_bandwidth(device, self.mode)
             out.update(bandwidth_gbs=bw, bandwidth_source=src)
         return out
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"current": list(self.current) if self.current else None, "clocks": self.clocks,
-                "modes": self.conf.names() if self.conf else None}
 
 
 _MARK = "@@specdec-power "
