@@ -1,4 +1,4 @@
-"""pyinfra facts for specdec: device identity, Docker, HF cache, images, releases, nvpmodel."""
+"""pyinfra facts for specdec: device identity, Docker, HF cache, images, releases, power mode."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pyinfra.api import FactBase
 from pyinfra.api.exceptions import FactProcessError
 from typing_extensions import override
 
-from specdec import prefetch, release
+from specdec import power, prefetch, release
 from specdec.identify import (
     IDENTITY_FILES,
     NVIDIA_SMI_CMD,
@@ -18,14 +18,16 @@ from specdec.identify import (
     identity_paths,
     parse_identity,
 )
+from specdec.power import PowerState
 
 __all__ = [
+    "BootId",
     "DeviceIdentity",
     "DockerDaemonConfig",
     "EngineVersions",
     "HfCached",
     "ImageDigest",
-    "NvpmodelMode",
+    "JetsonPower",
     "SpecdecReleases",
     "identity_command",
     "split_identity_output",
@@ -223,15 +225,28 @@ class EngineVersions(FactBase[dict[str, str]]):
         return found
 
 
-class NvpmodelMode(FactBase[str | None]):
-    """``nvpmodel -q`` output (first line names the mode, e.g. ``NV Power Mode: MAXN``);
-    None when nvpmodel is not installed."""
+class JetsonPower(FactBase[PowerState | None]):
+    """The host's power mode (`specdec.power.PowerState`): /etc/nvpmodel.conf (mode ids and
+    names), ``nvpmodel -q`` (else the status file) and ``jetson_clocks --show``. None when the
+    host has no nvpmodel conf (DGX Spark, or nvpmodel not installed). Read-only."""
 
     @override
     def command(self) -> str:
-        return "! command -v nvpmodel >/dev/null 2>&1 || nvpmodel -q 2>/dev/null || true"
+        return power.state_command()
+
+    @override
+    def process(self, output: list[str]) -> PowerState | None:
+        return power.parse_state_dump(output)
+
+
+class BootId(FactBase[str | None]):
+    """``/proc/sys/kernel/random/boot_id``: changes at every boot."""
+
+    @override
+    def command(self) -> str:
+        return "cat /proc/sys/kernel/random/boot_id 2>/dev/null || true"
 
     @override
     def process(self, output: list[str]) -> str | None:
-        text = "\n".join(line for line in output if line.strip())
+        text = "".join(output).strip()
         return text or None

@@ -31,7 +31,7 @@ from pyinfra.api import FunctionCommand, HiddenValue, deploy, operation
 from pyinfra.api.operation import OperationMeta
 
 from roles.common import DeployError, HostPlan
-from roles.facts import SpecdecReleases
+from roles.facts import JetsonPower, SpecdecReleases
 from roles.lock import connector_args, fail_command, host_run, release_now, run_dir, run_id
 from roles.lock import skip_host as _skip_host
 from roles.serve import ServeResult
@@ -39,6 +39,7 @@ from specdec import verify as sv
 from specdec.catalog import GIB, load_catalog
 from specdec.errors import SpecdecError, redact
 from specdec.hostdata import parse_host_settings
+from specdec.power import PowerState
 from specdec.release import ReleaseState
 from specdec.report import reports_root, safe_name, write_host_report
 
@@ -128,6 +129,16 @@ def _roofline(hp: HostPlan) -> sv.Roofline | None:
         if nbytes > 0 else None
 
 
+def _with_power(roof: sv.Roofline | None, state: PowerState | None,
+                device_id: str) -> sv.Roofline | None:
+    device = load_catalog().devices.get(device_id)
+    if roof is None or state is None or device is None:
+        return roof
+    rec = state.record(device)
+    return dataclasses.replace(roof, bandwidth_gbs=rec["bandwidth_gbs"],
+                               bandwidth_source=rec["bandwidth_source"], power=rec)
+
+
 def _last_verified(spec: sv.VerifySpec) -> Path | None:
     return spec.cache_dir / "last-verified.json" if spec.cache_dir is not None else None
 
@@ -179,7 +190,10 @@ def verify_release(spec: sv.VerifySpec, changed: tuple[OperationMeta, ...],
         return
     secret = token.unmask() if token is not None else None
     restarted = any(op.is_complete() and op.did_change() for op in changed)
-    spec = dataclasses.replace(spec, restarted=restarted)
+    # The power mode now (after Jetson tuning): its bandwidth is the roofline's, and the report
+    # records it with the clocks.
+    roofline = _with_power(spec.roofline, host.get_fact(JetsonPower), spec.plan.device)
+    spec = dataclasses.replace(spec, restarted=restarted, roofline=roofline)
     state = host.get_fact(SpecdecReleases)  # live: facts are not cached in pyinfra 3.10
     why = sv.needs_verification(state, spec.desired, restarted, spec.reverify)
     if why is None:

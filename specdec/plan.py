@@ -200,7 +200,7 @@ def _explicit_draft(s: HostSettings, cat: Catalog, model: Model, method: str) ->
         )
     if d in cat.heads:
         head = cat.heads[d]
-        if head.target != model.id:
+        if not model.takes_head(head):
             raise ConfigError(
                 f"{key}: is a {head.method} head for {head.target}, not for {model.id}",
                 host=s.host,
@@ -365,6 +365,13 @@ def make_plan(
     notes.append(f"{engine} {version} ({origin})")
 
     model = _custom_model(s, cat, device)
+    quant = cat.quantizations.get(model.quantization)
+    if quant is not None and device.platform not in quant.platforms:
+        raise PlanError(
+            f"specdec_model={model.id!r}: {model.quantization} weights do not run on "
+            f"{device.id} (runs on: {', '.join(quant.platforms)}; {quant.note})",
+            host=host,
+        )
     if s.max_model_len is not None and s.max_model_len > model.max_context:
         raise ConfigError(
             f"specdec_max_model_len={s.max_model_len}: exceeds {model.id}'s context "

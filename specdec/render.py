@@ -178,7 +178,12 @@ def _docker_argv(plan: Plan, release_id: str, device_is_jetson: bool) -> list[st
     memlock = "-1" if plan.memlock == "unlimited" else f"{plan.memlock}:{plan.memlock}"
     argv = ["/usr/bin/docker", "run", "--rm", "--name", layout.SERVICE_NAME]
     if device_is_jetson:
-        argv += ["--runtime", "nvidia", "--network", "host"]
+        # As jetson-containers' run.sh on Tegra (dusty-nv/jetson-containers run.sh @ e750cb65:
+        # `docker run --runtime nvidia ... --network host --shm-size=8g`): the engine's
+        # processes share tensors through /dev/shm, which Docker caps at 64 MB. Not --ipc=host:
+        # run.sh does not pass it on Tegra, and a sized /dev/shm keeps the host's IPC
+        # namespace out of the container.
+        argv += ["--runtime", "nvidia", "--network", "host", "--shm-size=8g"]
     else:
         argv += ["--gpus", "all", "--ipc=host", "--network", "host"]
     argv += [

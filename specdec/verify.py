@@ -43,6 +43,7 @@ from typing import Any, Protocol
 from specdec import guard, layout, release
 from specdec.errors import BenchError, GateError, SpecdecError, one_line, redact
 from specdec.plan_types import Plan
+from specdec.roofline import roofline_figures
 
 __all__ = [
     "FAILURE_OUTCOMES",
@@ -111,9 +112,11 @@ class BenchSettings:
 
 @dataclass(frozen=True)
 class Roofline:
-    bandwidth_gbs: float  # device memory bandwidth
+    bandwidth_gbs: float  # peak memory bandwidth (in the host's power mode when known)
     model_bytes: int  # bytes read per decode step at batch 1 (weights, or active experts)
     time_scale: float = 1.0  # engine emulator: wall seconds per emulated second
+    bandwidth_source: str = "catalog device peak"
+    power: dict[str, Any] | None = None  # the host's power mode and clocks (Jetsons)
 
     @property
     def tokens_per_s(self) -> float:
@@ -293,6 +296,7 @@ class Verifier:
             "gate": None,
             "acceptance": None,
             "roofline": None,
+            "power": spec.roofline.power if spec.roofline is not None else None,
         }
         self.running: str | None = None
         self.releases: set[str] = set()
@@ -520,6 +524,7 @@ class Verifier:
                 lvl[key] = sum(vals) / len(vals) if vals else None
             out[k] = lvl
         out["spec_decode"] = summs[-1]["spec_decode"] if summs else None
+        out["device_time"] = results[-1].get("device_time") if results else None
         self.report[arm] = out
 
     def cached_baseline(self, rid: str) -> dict[str, Any] | None:
@@ -542,6 +547,12 @@ class Verifier:
                 self.event(f"cached baseline of {rid} was measured with other bench settings; "
                            "measuring again")
                 return None
+        scale = dict(self.spec.plan.env).get("SPECDEC_EMU_TIME_SCALE")
+        basis = (res.get("device_time") or {}).get("time_scale")
+        if (scale is None) != (basis is None) or (
+                basis is not None and float(basis) != float(str(scale))):
+            self.event(f"cached baseline of {rid} is in another time basis; measuring again")
+            return None
         res["_file"] = str(path)
         for c in self.levels:
             self.measure("bench", f"baseline.c{c}.throughput_tok_s",
@@ -742,22 +753,21 @@ class Verifier:
 
     def _roofline(self) -> None:
         roof = self.spec.roofline
-        if roof is None or roof.tokens_per_s <= 0:
+        if roof is None:
             return
-        k = f"c{self.spec.plan.gate.keep_concurrency}"
-        out: dict[str, Any] = {"bandwidth_gbs": roof.bandwidth_gbs,
-                               "model_bytes": roof.model_bytes,
-                               "tokens_per_s": roof.tokens_per_s,
-                               "time_scale": roof.time_scale}
-        for arm in ("baseline", "candidate"):
-            summ = self.report.get(arm) or {}
-            thr = (summ.get(k) or {}).get("throughput_tok_s")
-            if thr:
-                # An emulated engine runs `time_scale` times faster than the device would.
-                pct = 100.0 * thr * roof.time_scale / roof.tokens_per_s
-                out[f"{arm}_pct"] = pct
-                self.measure("bench", f"{arm}.roofline_pct", round(pct, 1), unit="%",
-                             roofline_tok_s=round(roof.tokens_per_s, 2))
+        power = roof.power or {}
+        out = roofline_figures(self.report, bandwidth_gbs=roof.bandwidth_gbs,
+                               decode_bytes=roof.model_bytes,
+                               level=f"c{self.spec.plan.gate.keep_concurrency}",
+                               time_scale=roof.time_scale,
+                               bandwidth_source=roof.bandwidth_source,
+                               power_mode=power.get("power_mode"))
+        if out is None:
+            return
+        for key in ("baseline_pct", "speculative_pct"):
+            if key in out:
+                self.measure("bench", f"roofline.{key}", out[key], unit="%",
+                             limit_tok_s=out["limit_tok_s"])
         self.report["roofline"] = out
 
 

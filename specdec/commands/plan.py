@@ -127,8 +127,7 @@ def cmd_identify(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(ident.to_dict(), sort_keys=True))
     else:
-        extra = f", L4T {ident.l4t}" if ident.l4t else ""
-        mod = f", module {ident.module_id}" if ident.module_id else ""
-        print(f"{ident.device}: {ident.model_string}{mod}{extra}, {ident.memory_gib:g} GiB")
+        head, _, rest = ident.describe().partition(", ")
+        print(f"{head}: {rest}")
     sys.stdout.flush()
     return 0

@@ -362,7 +362,8 @@ def config_from_args(args: argparse.Namespace, *, seed: int,
         spec_log = {"decoding_type": extra["speculative_config"]["decoding_type"],
                     "max_draft_len": k, "speculative_model": draft_ref}
     matched_draft = draft
-    if method == "eagle3" and draft is not None and draft.head_target not in (None, target.id):
+    trained_for = (None, target.id, target.base_model)
+    if method == "eagle3" and draft is not None and draft.head_target not in trained_for:
         warnings.append(f"EAGLE-3 head {draft.id} was trained for {draft.head_target}, not "
                         f"{target.id}")
     setup = EngineSetup(

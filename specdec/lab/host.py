@@ -44,10 +44,37 @@ DAEMON_JSON = {
     "storage-driver": "vfs",
     "runtimes": {"nvidia": {"path": "nvidia-container-runtime", "runtimeArgs": []}},
 }
+# On a Jetson, NVIDIA's container runtime (CSV mode) adds the host files and devices listed in
+# /etc/nvidia-container-runtime/host-files-for-container.d/ to the container's OCI spec. The lab
+# has no GPU to pass; what an engine's speed depends on is the host's power mode, so the shim
+# adds the host's /etc/nvpmodel.conf and /var/lib/nvpmodel (read-only) to the spec of each
+# container it creates, then runs runc: the engine emulator inside follows `nvpmodel -m` live.
+NVIDIA_RUNTIME = r"""#!/usr/bin/python3
+# specdec lab: no GPU here; mount the host's power-mode state, then behave as runc.
+import json, os, sys
+args = sys.argv[1:]
+if "create" in args:
+    for flag in ("--bundle", "-b"):
+        if flag in args[:-1]:
+            spec_path = os.path.join(args[args.index(flag) + 1], "config.json")
+            with open(spec_path) as f:
+                spec = json.load(f)
+            mounts = spec.setdefault("mounts", [])
+            for dest, src in (("/etc/nvpmodel.conf", os.path.realpath("/etc/nvpmodel.conf")),
+                              ("/var/lib/nvpmodel", "/var/lib/nvpmodel")):
+                if os.path.exists(src) and not any(m.get("destination") == dest for m in mounts):
+                    mounts.append({"destination": dest, "type": "bind", "source": src,
+                                   "options": ["rbind", "ro", "rprivate"]})
+            with open(spec_path + ".tmp", "w") as f:
+                json.dump(spec, f)
+            os.replace(spec_path + ".tmp", spec_path)
+            break
+os.execvp("runc", ["runc", *args])
+"""
 _SHIMS = {
-    # `--runtime nvidia`: what nvidia-container-runtime does minus the GPU: run runc.
-    "nvidia-container-runtime": "#!/bin/sh\n# specdec lab: no GPU here; behave as runc.\n"
-                                'exec runc "$@"\n',
+    # `--runtime nvidia`: what nvidia-container-runtime does minus the GPU: run runc, after
+    # mounting the host's power-mode state into the container (see NVIDIA_RUNTIME).
+    "nvidia-container-runtime": NVIDIA_RUNTIME,
     # `--gpus all`: dockerd enables its nvidia device driver when this hook is on PATH and
     # calls it as an OCI prestart hook; with no GPU there is nothing to inject.
     "nvidia-container-runtime-hook": "#!/bin/sh\n# specdec lab: no GPU to inject.\n"
@@ -167,7 +194,7 @@ def prepare_root(h: LabHost, root: Path) -> None:
     for name, text in _SHIMS.items():
         _write(root, f"usr/local/bin/{name}", text, 0o755)
 
-    ident = device_files(device)
+    ident = device_files(device, INSTALL_DIR)
     firmware = d / "firmware"
     if firmware.exists():
         shutil.rmtree(firmware)
@@ -176,7 +203,14 @@ def prepare_root(h: LabHost, root: Path) -> None:
         if rel.startswith("firmware/"):
             _write(d, rel, data, 0o444)
         else:
-            _write(root, rel, data, 0o755 if rel.startswith("usr/local/bin/") else 0o644)
+            exe = rel.startswith(("usr/local/bin/", "usr/bin/", "usr/sbin/"))
+            _write(root, rel, data, 0o755 if exe else 0o644)
+    for rel, target in ident.links.items():
+        link = root / rel
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(target)
     # nspawn binds over /proc after switching root: that source is a path inside the host.
     _write(root, MEMINFO.lstrip("/"), meminfo(ident.memtotal_kb), 0o444)
 

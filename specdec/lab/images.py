@@ -54,7 +54,8 @@ _CMD = {"vllm": ["vllm", "serve"], "trtllm": ["trtllm-serve"]}
 HUB_CLIS = ("hf", "huggingface-cli")
 _PKG = Path(__file__).resolve().parent.parent  # the specdec package
 # The engine emulator's closure inside the specdec package (pure Python + PyYAML).
-_EMU_PARTS = ("__init__.py", "errors.py", "hygiene.py", "catalog", "engines", "emulator")
+_EMU_PARTS = ("__init__.py", "errors.py", "hygiene.py", "power.py", "catalog", "engines",
+              "emulator")
 _EPOCH = 1735689600  # 2025-01-01: fixed mtime of every layer entry
 _CREATED = "2025-01-01T00:00:00Z"
 INSTALL_DIR = "opt/specdec"

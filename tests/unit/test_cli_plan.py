@@ -85,7 +85,10 @@ def _bad_inventory(tmp_path: Path, host_data: str) -> Path:
     ("host_data", "fragments"),
     [
         ("{'specdec_device': 'orin-nano-8gb', 'specdec_model': "
-         "'nvidia/Llama-3.3-70B-Instruct-FP4'}", ["bad-1", "specdec_model=", "exceed 7.44 GiB"]),
+         "'meta-llama/Llama-3.1-8B-Instruct'}", ["bad-1", "specdec_model=", "exceed 7.44 GiB"]),
+        ("{'specdec_device': 'orin-nano-8gb', 'specdec_model': "
+         "'nvidia/Llama-3.3-70B-Instruct-FP4'}", ["bad-1", "nvfp4 weights do not run on "
+                                                  "orin-nano-8gb"]),
         ("{'specdec_device': 'orin-nano-8gb', 'specdec_model': 'Qwen/Qwen3-0.6B', "
          "'specdec_metod': 'ngram'}", ["bad-1", "specdec_metod", "did you mean specdec_method"]),
         ("{'specdec_device': 'jetson-tx2', 'specdec_model': 'Qwen/Qwen3-0.6B'}",

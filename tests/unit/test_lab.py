@@ -165,7 +165,14 @@ def test_identity_files_identify_as_the_device(device_id: str) -> None:
         files[key] = data.decode()
     if made.gpu_name:
         files["nvidia-smi.txt"] = f"{made.gpu_name}, [N/A], 580.95.05\n"
-    assert parse_identity(files).device == device_id
+    if "etc/nvpmodel.conf" in made.links:  # /etc/nvpmodel.conf -> the module's NVIDIA conf
+        files["etc/nvpmodel.conf"] = made.files[made.links["etc/nvpmodel.conf"][1:]].decode()
+    ident = parse_identity(files)
+    assert ident.device == device_id
+    # a Jetson host boots in its conf's default mode (no status file yet): Nano 25W, NX 40W,
+    # AGX MODE_30W; the Spark has no nvpmodel
+    expected = {"orin-nano": "25W", "orin-nx": "40W", "agx-orin": "MODE_30W"}
+    assert ident.power_mode == expected.get(device.family)
 
 
 def test_image_version_and_wrappers_are_stable() -> None:

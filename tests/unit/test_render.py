@@ -161,6 +161,9 @@ def test_vllm_docker_unit() -> None:
     docker, cmd = argv[:i], argv[i + 1:]
     assert docker[:5] == ["/usr/bin/docker", "run", "--rm", "--name", "specdec-engine"]
     assert "--runtime" in docker and "--gpus" not in docker
+    # jetson-containers run.sh on Tegra: --runtime nvidia --network host --shm-size=8g
+    assert docker[5:10] == ["--runtime", "nvidia", "--network", "host", "--shm-size=8g"]
+    assert "--ipc=host" not in docker
     assert "memlock=-1" in docker and "stack=67108864" in docker
     assert "/etc/specdec/hf_token:/run/secrets/hf_token:ro" in docker
     assert "HF_TOKEN_PATH=/run/secrets/hf_token" in docker

@@ -191,11 +191,16 @@ def test_paying_config_is_kept(tmp_path):
     assert host.benched == [C, B]  # candidate first, then one switch to the baseline
     assert rep["acceptance"]["length"] == 2.4
     assert rep["acceptance"]["per_position"] == [0.7, 0.45, 0.25]
-    assert rep["roofline"]["tokens_per_s"] == pytest.approx(25.6)
-    assert rep["roofline"]["candidate_pct"] == pytest.approx(100 * 28 / 25.6)
+    # limit: 204.8 GB/s / 8 GB = 25.6 tok/s; baseline decode 1000/50 ms = 20 tok/s; the
+    # speculative decode 1000/35 ms against 2.4 (acceptance length) x the limit.
+    roof = rep["roofline"]
+    assert roof["limit_tok_s"] == pytest.approx(25.6)
+    assert roof["baseline_pct"] == pytest.approx(100 * 20 / 25.6, abs=0.05)
+    assert roof["speculative_pct"] == pytest.approx(100 * (1000 / 35) / (2.4 * 25.6), abs=0.05)
+    assert roof["speculative_pct"] <= 100 and "acceptance length" in roof["how"]
     names = {m["name"] for m in rep["measurements"]}
     assert {"memlock", "hf_token_in_argv", "throughput_gain_c1", "no_regression_c8",
-            "acceptance_length", "candidate.roofline_pct"} <= names
+            "acceptance_length", "roofline.baseline_pct", "roofline.speculative_pct"} <= names
     assert all(m["time"] for m in rep["measurements"])
     # the baseline's figures are cached for the next run
     assert json.loads((tmp_path / "cache" / f"{B}.json").read_text()) == PLAIN
@@ -458,7 +463,37 @@ def test_cached_baseline_with_other_bench_settings_is_not_reused(tmp_path):
 def test_roofline_accounts_for_the_emulator_time_scale(tmp_path):
     host = FakeHost(C, OLD, (C, OLD), {C: Behaviour(bench=FAST), B: Behaviour(bench=PLAIN)})
     rep = run(host, spec(tmp_path, roofline=Roofline(204.8, 8 * 10**9, time_scale=0.1)))
-    assert rep["roofline"]["baseline_pct"] == pytest.approx(100 * 20 * 0.1 / 25.6)
+    assert rep["roofline"]["baseline_pct"] == pytest.approx(100 * 20 * 0.1 / 25.6, abs=0.05)
+    # results already in device time (labelled by the bench) are not scaled again
+    label = {"device_time": {"emulated": True, "time_scale": 0.1}}
+    host = FakeHost(C, OLD, (C, OLD), {C: Behaviour(bench={**FAST, **label}),
+                                       B: Behaviour(bench={**PLAIN, **label})})
+    rep = run(host, spec(tmp_path / "2", roofline=Roofline(204.8, 8 * 10**9, time_scale=0.1)))
+    assert rep["roofline"]["baseline_pct"] == pytest.approx(100 * 20 / 25.6, abs=0.05)
+    assert rep["baseline"]["device_time"]["time_scale"] == 0.1
+
+
+def test_a_cached_baseline_of_another_time_basis_is_measured_again(tmp_path):
+    host = FakeHost(C, OLD, (C, OLD), {C: Behaviour(bench=FAST), B: Behaviour(bench=PLAIN)})
+    (tmp_path / "cache").mkdir()
+    emulated = {**PLAIN, "config": {"requests": 32, "max_tokens": 128},
+                "device_time": {"emulated": True, "time_scale": 0.1}}
+    (tmp_path / "cache" / f"{B}.json").write_text(json.dumps(emulated))
+    rep = run(host, spec(tmp_path))  # a real device's plan: no emulator time scale
+    assert host.benched == [C, B]
+    assert rep["baseline"]["cached"] is False
+    assert any("another time basis" in e["message"] for e in rep["events"])
+
+
+def test_power_mode_and_clocks_are_in_the_report(tmp_path):
+    power = {"power_mode": "MAXN", "power_mode_id": 0, "clocks": {"gpu_max_mhz": 1300.5},
+             "bandwidth_gbs": 204.8, "bandwidth_source": "catalog power_modes.MAXN"}
+    host = FakeHost(C, OLD, (C, OLD), {C: Behaviour(bench=FAST), B: Behaviour(bench=PLAIN)})
+    roof = Roofline(204.8, 8 * 10**9, bandwidth_source=power["bandwidth_source"], power=power)
+    rep = run(host, spec(tmp_path, roofline=roof))
+    assert rep["power"] == power
+    assert rep["roofline"]["power_mode"] == "MAXN"
+    assert rep["roofline"]["bandwidth_source"] == "catalog power_modes.MAXN"
 
 
 # -- the host's guard ------------------------------------------------------------------------
