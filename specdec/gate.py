@@ -2,28 +2,28 @@
 
 Seed 000: keep speculation when, at concurrency 1, ``throughput_tok_s`` is ≥ 30% higher *and*
 ``tpot_ms_p50`` is ≥ 20% lower; disable it when the gain is < 10% or ``throughput_tok_s``
-regresses at concurrency 8. Every rule is judged on a confidence interval, not a point:
+regresses at concurrency 8. Read statistically, as a sequential test over ABAB rounds:
 
-* TPOT: the seed's figure, p50(TPOT_cand)/p50(TPOT_base), over per-request TPOTs paired by
-  request index and prompt id (same prompts, same order in both arms) and pooled over rounds;
-  its CI from a paired hierarchical bootstrap (rounds, then prompts), so per-prompt differences
-  in acceptance do not blur it. reduction = 1 − ratio. (The median of per-prompt ratios is
-  reported under ``figures``.)
-* throughput: the point is mean(run throughput_tok_s, candidate)/mean(…, baseline) over rounds;
-  its CI is the wider of (a) a hierarchical paired bootstrap of per-request token rates
-  (Σtokens/ΣE2EL; rounds, then pairs), rescaled to that point, and (b) the bootstrap over
-  run-level figures when there are several rounds. Without per-request records and with one
-  round the CI is the point itself.
+* **keep** when both c=1 keep rules clear their thresholds at the policy's confidence (the
+  lower bound of the gain ≥ 30%, of the TPOT p50 reduction ≥ 20%) and no c=8 regression beyond
+  the tolerance δ (``max_regression_c8``, 5%) is shown: before the last round that means the
+  c=8 throughput ratio's lower bound is ≥ 1 − δ (non-inferiority shown, so stopping is safe);
+  at the last round, that its upper bound is not below 1 − δ. A neutral c=8 keeps.
+* **disable** when the c=1 gain is shown below 10% (upper bound < 10%), or a c=8 regression
+  beyond δ is shown (upper bound < 1 − δ), or a keep rule is shown to fail (upper bound below
+  its threshold: more rounds cannot lead to keep, and between 10% and 30% the seed keeps
+  nothing);
+* otherwise **add a round**; at the round limit (``max_rounds``) the conservative answer is
+  disable (``Decision.conservative``).
+* **inconclusive, held** when any response's tokens were estimated (no usage, no tokenizer):
+  guessed counts never keep nor disable.
 
-A rule *passes* when the whole CI clears its threshold, *fails* when the whole CI is on the
-wrong side, and is *unclear* otherwise. Each verdict is a one-sided test at level
-``policy.confidence``, so the interval shown is two-sided at 2·confidence − 1 (90% for 0.95).
-
-Decision: ``disable`` when the minimum-gain rule or the concurrency-8 guard fails; ``keep`` when
-both keep rules and the guard pass; else ``inconclusive``. `decide_adaptive` adds ABAB rounds while
-inconclusive, up to ``policy.max_rounds``, then answers ``disable`` (speculation stays off unless
-it proved itself); it stops early with ``disable`` when a keep rule has already failed outright
-(the gain is clearly between the disable and keep thresholds: more samples cannot lead to keep).
+Every bound is one-sided at ``(1 − confidence)/max_rounds`` (Bonferroni over the looks), so a
+rule's error over the whole sequence stays within ``1 − confidence``. The estimates are
+stratified by prompt category and paired by prompt (`specdec.gatestats`): throughput as a ratio
+of token rates (at c=8 the steady-state throughput, by Little's law), TPOT p50 as the median of
+the category mixture of paired TPOT ratios; the interval adds per-request spread and the
+policy's run-to-run noise (``run_noise``), or the rounds' observed spread when larger.
 """
 
 from __future__ import annotations
@@ -33,17 +33,14 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import yaml
 
-from specdec.bench.stats import (
-    paired_median_ratio_ci,
-    paired_rate_ratio_ci,
-    paired_ratio_of_medians_ci,
-    ratio_of_means_ci,
-)
+from specdec.bench.stats import paired_median_ratio_ci, ratio_of_means_ci
 from specdec.errors import GateError
+from specdec.gatestats import Pair, median_ratio, rate_ratio
 from specdec.plan_types import GatePolicy
 
 __all__ = [
@@ -55,9 +52,11 @@ __all__ = [
     "load_result",
     "paired_median_ratio_ci",
     "ratio_of_means_ci",
+    "tokens_estimated",
+    "z_for",
 ]
 
-MIN_PAIRS = 5
+MIN_PAIRS = 1  # per-request records when there are any; else the level figures
 Result = Mapping[str, Any]
 
 
@@ -92,10 +91,13 @@ class Decision:
     reason: str
     policy: dict[str, Any] = field(default_factory=dict)
     rounds: int = 1
-    conservative: bool = False  # True: inconclusive at the budget, answered disable
-    keep_possible: bool = True  # False: a keep rule failed outright; more rounds cannot keep
+    conservative: bool = False  # True: undecided at the round limit, answered disable
+    keep_possible: bool = True  # False: more rounds cannot lead to keep
     figures: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    held: bool = False  # inconclusive for good (tokens estimated): stay on last-good
+    code: str = ""  # keep | min_gain | c8_regression | keep_out_of_reach | round_limit |
+    # more_rounds | tokens_estimated
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -105,10 +107,13 @@ class Decision:
             "rounds": self.rounds,
             "conservative": self.conservative,
             "keep_possible": self.keep_possible,
+            "held": self.held,
+            "code": self.code,
             "figures": self.figures,
             "policy": self.policy,
             "warnings": self.warnings,
-            "ci_level": 2.0 * float(self.policy.get("confidence", 0.95)) - 1.0,
+            "ci_level": 1.0 - 2.0 * (1.0 - float(self.policy.get("confidence", 0.95)))
+            / max(1, int(self.policy.get("max_rounds", 1))),
         }
 
 
@@ -150,6 +155,13 @@ def _check_policy(pol: GatePolicy, where: str) -> None:
         raise GateError(f"policy {where}: field 'max_rounds' must be >= 1, got {pol.max_rounds}")
     if pol.keep_concurrency < 1 or pol.guard_concurrency < 1:
         raise GateError(f"policy {where}: concurrency levels must be >= 1")
+    if not 0.0 <= pol.max_regression_c8 < 1.0:
+        raise GateError(f"policy {where}: field 'max_regression_c8' must be in [0, 1), "
+                        f"got {pol.max_regression_c8}")
+    for name in ("run_noise", "request_noise"):
+        if not 0.0 <= getattr(pol, name) < 1.0:
+            raise GateError(f"policy {where}: field {name!r} must be in [0, 1), "
+                            f"got {getattr(pol, name)}")
 
 
 def _check_result(data: Any, where: str) -> dict[str, Any]:
@@ -217,81 +229,68 @@ def _pair_key(r: Mapping[str, Any], i: int) -> tuple[Any, Any]:
     return (r.get("index", i), r.get("prompt_id"))
 
 
-def _pairs(base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, Any]]
-           ) -> list[tuple[Mapping[str, Any], Mapping[str, Any]]]:
-    bmap = {_pair_key(r, i): r for i, r in enumerate(base) if r.get("error") is None}
-    out = []
-    for i, r in enumerate(cand):
-        b = bmap.get(_pair_key(r, i))
-        if b is not None and r.get("error") is None:
-            out.append((b, r))
-    return out
-
-
 def _requests(result: Result, conc: int, what: str) -> list[Mapping[str, Any]]:
     reqs = _level(result, conc, what).get("requests") or []
     return [r for r in reqs if isinstance(r, Mapping)]
 
 
-def _verdict(lo: float, hi: float, thr: float) -> str:
-    return "pass" if lo >= thr else "fail" if hi < thr else "unclear"
-
-
-def _throughput(bases: Sequence[Result], cands: Sequence[Result], conc: int,
-                conf: float) -> tuple[float, float, float, str, int]:
-    """(ratio, lo, hi, method, n) of throughput_tok_s candidate/baseline at ``conc``."""
-    tb = [_number(_level(r, conc, "baseline"), "throughput_tok_s", "baseline", conc)
-          for r in bases]
-    tc = [_number(_level(r, conc, "candidate"), "throughput_tok_s", "candidate", conc)
-          for r in cands]
-    if min(tb) <= 0:
-        raise GateError(f"baseline: field concurrency.{conc}.throughput_tok_s must be positive")
-    point, lo, hi = ratio_of_means_ci(tb, tc, conf)
-    methods = [f"runs({len(tb)}+{len(tc)})"]
-    rounds = []
-    for rb, rc in zip(bases, cands, strict=False):
-        pr = []
-        for b, c in _pairs(_requests(rb, conc, "baseline"), _requests(rc, conc, "candidate")):
+def _pairs(bases: Sequence[Result], cands: Sequence[Result], conc: int) -> list[Pair]:
+    """Paired requests (same index and prompt in both arms of a round) of level ``conc``."""
+    out: list[Pair] = []
+    for rnd, (rb, rc) in enumerate(zip(bases, cands, strict=False)):
+        bmap = {_pair_key(r, i): r for i, r in enumerate(_requests(rb, conc, "baseline"))
+                if r.get("error") is None}
+        for i, c in enumerate(_requests(rc, conc, "candidate")):
+            b = bmap.get(_pair_key(c, i))
+            if b is None or c.get("error") is not None:
+                continue
             bt, bs = _num(b.get("output_tokens")), _num(b.get("e2el_ms"))
             ct, cs = _num(c.get("output_tokens")), _num(c.get("e2el_ms"))
             if bt and bs and ct and cs:
-                pr.append((bt, bs, ct, cs))
-        if pr:
-            rounds.append(pr)
-    n = sum(len(r) for r in rounds)
-    if n >= MIN_PAIRS:
-        pp, plo, phi = paired_rate_ratio_ci(rounds, conf)
-        lo = min(lo, point * plo / pp)
-        hi = max(hi, point * phi / pp)
-        methods.append(f"paired-requests({n})")
-    return point, lo, hi, "+".join(methods), n
+                out.append(Pair(str(c.get("category") or b.get("category") or "all"), rnd,
+                                bt, bs / 1000, ct, cs / 1000, _num(b.get("tpot_ms")),
+                                _num(c.get("tpot_ms"))))
+    if len(out) >= MIN_PAIRS:
+        return out
+    # No per-request records: one pseudo-pair per round from the level figures.
+    out = []
+    for rnd, (rb, rc) in enumerate(zip(bases, cands, strict=False)):
+        lb, lc = _level(rb, conc, "baseline"), _level(rc, conc, "candidate")
+        tb = _number(lb, "throughput_tok_s", "baseline", conc)
+        tc = _number(lc, "throughput_tok_s", "candidate", conc)
+        if tb <= 0:
+            raise GateError(f"baseline: field concurrency.{conc}.throughput_tok_s must be "
+                            "positive")
+        out.append(Pair("all", rnd, tb, 1.0, tc, 1.0, _num(lb.get("tpot_ms_p50")),
+                        _num(lc.get("tpot_ms_p50"))))
+    return out
 
 
-def _tpot(bases: Sequence[Result], cands: Sequence[Result], conc: int,
-          conf: float) -> tuple[float, float, float, str, int, float | None]:
-    """(ratio, lo, hi, method, n, median per-prompt ratio) of TPOT p50 candidate/baseline."""
-    rounds: list[list[tuple[float, float]]] = []
-    for rb, rc in zip(bases, cands, strict=False):
-        pr = []
-        for b, c in _pairs(_requests(rb, conc, "baseline"), _requests(rc, conc, "candidate")):
-            tb, tc = _num(b.get("tpot_ms")), _num(c.get("tpot_ms"))
-            if tb and tc:
-                pr.append((tb, tc))
-        if pr:
-            rounds.append(pr)
-    n = sum(len(r) for r in rounds)
-    if n >= MIN_PAIRS:
-        r, lo, hi = paired_ratio_of_medians_ci(rounds, conf)
-        flat = [x for rr in rounds for x in rr]
-        per_prompt = paired_median_ratio_ci([b for b, _ in flat], [c for _, c in flat], conf)[0]
-        return r, lo, hi, f"paired-p50-ratio({n})", n, per_prompt
-    p50b = [_number(_level(x, conc, "baseline"), "tpot_ms_p50", "baseline", conc) for x in bases]
-    p50c = [_number(_level(x, conc, "candidate"), "tpot_ms_p50", "candidate", conc)
-            for x in cands]
-    if min(p50b) <= 0:
-        raise GateError(f"baseline: field concurrency.{conc}.tpot_ms_p50 must be positive")
-    r, lo, hi = ratio_of_means_ci(p50b, p50c, conf)
-    return r, lo, hi, f"p50-runs({len(p50b)}+{len(p50c)})", 0, None
+def _population(bases: Sequence[Result], cands: Sequence[Result]) -> dict[str, float] | None:
+    """Category counts of the measured prompt set (the population the rule is about)."""
+    pops = []
+    for r in [*bases, *cands]:
+        cats = (r.get("prompts") or {}).get("categories") if isinstance(
+            r.get("prompts"), Mapping) else None
+        if not isinstance(cats, Mapping) or not cats:
+            return None
+        pops.append({str(k): float(v) for k, v in cats.items() if _num(v)})
+    return pops[0] if all(p == pops[0] for p in pops) else None
+
+
+def tokens_estimated(results: Sequence[Result]) -> list[str]:
+    """Where token counts were estimated (no usage, no tokenizer): one line per level."""
+    out = []
+    for i, r in enumerate(results):
+        for name, lvl in (r.get("concurrency") or {}).items():
+            n = lvl.get("tokens_estimated") if isinstance(lvl, Mapping) else None
+            if isinstance(n, int) and n > 0:
+                out.append(f"result {i} concurrency {name}: {n} responses")
+    return out
+
+
+def _verdict(lo: float, hi: float, thr: float) -> str:
+    return "pass" if lo >= thr else "fail" if hi < thr else "unclear"
 
 
 def _same_setup(bases: Sequence[Result], cands: Sequence[Result]) -> list[str]:
@@ -326,12 +325,26 @@ def _as_list(x: Result | Sequence[Result], what: str) -> list[Result]:
 
 
 # -- the decision -----------------------------------------------------------------------------
+def z_for(policy: GatePolicy) -> float:
+    """One-sided normal quantile per look: the error ``1 − confidence`` split over the rounds."""
+    return NormalDist().inv_cdf(1.0 - (1.0 - policy.confidence) / policy.max_rounds)
+
+
+def _held(pol: GatePolicy, where: list[str], rounds: int) -> Decision:
+    return Decision(
+        "inconclusive", [], "tokens estimated: the server sent no usage and the model's "
+        "tokenizer is not on the control node, so output tokens were not counted ("
+        + "; ".join(where[:3]) + "); the host stays on its last-good release",
+        pol.to_dict(), rounds=rounds, keep_possible=False, held=True, code="tokens_estimated")
+
+
 def decide(
     baseline: Result | Sequence[Result],
     candidate: Result | Sequence[Result],
     policy: GatePolicy | None = None,
 ) -> Decision:
-    """Decide from one or several rounds (ABAB runs) of benchmark results per arm."""
+    """Decide from one or several rounds (ABAB runs) of benchmark results per arm; the number
+    of rounds given is the look of the sequential test (the last is ``policy.max_rounds``)."""
     pol = policy or GatePolicy()
     _check_policy(pol, "(given)")
     bases = _as_list(baseline, "baseline")
@@ -339,30 +352,41 @@ def decide(
     for i, r in enumerate([*bases, *cands]):
         _check_result(dict(r), f"result {i}")
     warnings = _same_setup(bases, cands)
+    look = min(len(bases), len(cands))
+    est = tokens_estimated([*bases, *cands])
+    if est:
+        return _held(pol, est, look)
+    final = look >= pol.max_rounds
     k1, k8 = pol.keep_concurrency, pol.guard_concurrency
-    # Each rule is a one-sided test at level `confidence`: the CI reported is two-sided at
-    # 2·confidence − 1 (0.95 → a 90% interval whose bounds are 95% one-sided bounds).
-    conf = 2.0 * pol.confidence - 1.0
-
-    g, glo, ghi, gmeth, gn = _throughput(bases, cands, k1, conf)
-    gain, gain_lo, gain_hi = g - 1.0, glo - 1.0, ghi - 1.0
-    t, tlo, thi, tmeth, tn, per_prompt = _tpot(bases, cands, k1, conf)
-    red, red_lo, red_hi = 1.0 - t, 1.0 - thi, 1.0 - tlo
-
+    z = z_for(pol)
+    pop = _population(bases, cands)
+    p1 = _pairs(bases, cands, k1)
+    has_guard = k8 != k1 and all(isinstance((r.get("concurrency") or {}).get(str(k8)), Mapping)
+                                 for r in [*bases, *cands])
+    p8 = _pairs(bases, cands, k8) if has_guard else []
+    noise = (pol.run_noise, pol.request_noise)
+    g = rate_ratio(p1, pop, z, *noise)
+    try:
+        t = median_ratio(p1, pop, z, *noise)
+    except ValueError:
+        raise GateError(f"no TPOT at concurrency {k1} in both arms (need tpot_ms per request "
+                        "or tpot_ms_p50)") from None
+    gain, gain_lo, gain_hi = g.ratio - 1.0, g.lo - 1.0, g.hi - 1.0
+    red, red_lo, red_hi = 1.0 - t.ratio, 1.0 - t.hi, 1.0 - t.lo
     rules = [
         Rule(f"throughput_gain_c{k1}", gain, pol.keep_min_throughput_gain,
              _verdict(gain_lo, gain_hi, pol.keep_min_throughput_gain), (gain_lo, gain_hi),
-             method=gmeth, n=gn),
+             method=g.method, n=g.n),
         Rule(f"tpot_p50_reduction_c{k1}", red, pol.keep_min_tpot_reduction,
              _verdict(red_lo, red_hi, pol.keep_min_tpot_reduction), (red_lo, red_hi),
-             method=tmeth, n=tn),
+             method=t.method, n=t.n),
         Rule(f"min_gain_c{k1}", gain, pol.disable_below_gain,
              _verdict(gain_lo, gain_hi, pol.disable_below_gain), (gain_lo, gain_hi),
-             method=gmeth, n=gn),
+             method=g.method, n=g.n),
     ]
     figures: dict[str, Any] = {
-        f"throughput_ratio_c{k1}": g, f"tpot_p50_ratio_c{k1}": t,
-        f"tpot_median_per_prompt_ratio_c{k1}": per_prompt,
+        f"throughput_ratio_c{k1}": g.ratio, f"tpot_p50_ratio_c{k1}": t.ratio,
+        "category_weights": g.weights, "z": z, "look": look,
         "baseline_throughput_tok_s": {str(k1): [
             _number(_level(r, k1, "baseline"), "throughput_tok_s", "baseline", k1)
             for r in bases]},
@@ -370,43 +394,55 @@ def decide(
             _number(_level(r, k1, "candidate"), "throughput_tok_s", "candidate", k1)
             for r in cands]},
     }
-    has_guard = all(isinstance((r.get("concurrency") or {}).get(str(k8)), Mapping)
-                    for r in [*bases, *cands])
     guard_v = "unclear"
-    if has_guard and k8 != k1:
-        r8, r8lo, r8hi, m8, n8 = _throughput(bases, cands, k8, conf)
+    if has_guard:
+        e8 = rate_ratio(p8, pop, z, *noise)
         thr8 = -pol.max_regression_c8
-        guard_v = _verdict(r8lo - 1.0, r8hi - 1.0, thr8)
-        rules.append(Rule(f"no_regression_c{k8}", r8 - 1.0, thr8, guard_v,
-                          (r8lo - 1.0, r8hi - 1.0), method=m8, n=n8))
-        figures[f"throughput_ratio_c{k8}"] = r8
+        guard_v = _verdict(e8.lo - 1.0, e8.hi - 1.0, thr8)
+        rules.append(Rule(f"no_regression_c{k8}", e8.ratio - 1.0, thr8, guard_v,
+                          (e8.lo - 1.0, e8.hi - 1.0), method=e8.method, n=e8.n))
+        figures[f"throughput_ratio_c{k8}"] = e8.ratio
     else:
-        warnings.append(f"no concurrency {k8} level in both arms: the regression guard cannot "
-                        "pass, so the result cannot be keep")
+        warnings.append(f"no concurrency {k8} level in both arms: the regression guard has no "
+                        "data, so the result cannot be keep")
     v = {r.name: r.verdict for r in rules}
+    keep_rules = (v[f"throughput_gain_c{k1}"], v[f"tpot_p50_reduction_c{k1}"])
+    c8 = rules[-1] if has_guard else None
+    code, conservative = "more_rounds", False
     if v[f"min_gain_c{k1}"] == "fail":
-        dec = "disable"
+        dec, code = "disable", "min_gain"
         reason = (f"c={k1} throughput gain {gain:+.1%} (CI {gain_lo:+.1%}..{gain_hi:+.1%}) is "
                   f"below {pol.disable_below_gain:.0%}")
-    elif guard_v == "fail":
-        dec = "disable"
-        reason = f"c={k8} throughput regresses ({rules[-1].measured:+.1%}, CI " \
-                 f"{rules[-1].ci[0]:+.1%}..{rules[-1].ci[1]:+.1%})"
-    elif (v[f"throughput_gain_c{k1}"] == "pass" and v[f"tpot_p50_reduction_c{k1}"] == "pass"
-          and guard_v == "pass"):
-        dec = "keep"
+    elif guard_v == "fail" and c8 is not None:
+        dec, code = "disable", "c8_regression"
+        reason = (f"c={k8} throughput regresses beyond the {pol.max_regression_c8:.0%} "
+                  f"tolerance ({c8.measured:+.1%}, CI {c8.ci[0]:+.1%}..{c8.ci[1]:+.1%})")
+    elif keep_rules == ("pass", "pass") and (guard_v == "pass" or (final and has_guard)):
+        dec, code = "keep", "keep"
+        c8_text = (f"c={k8} is within the {pol.max_regression_c8:.0%} tolerance"
+                   if guard_v == "pass" else
+                   f"no c={k8} regression beyond {pol.max_regression_c8:.0%} is shown")
         reason = (f"c={k1} throughput {gain:+.1%} and TPOT p50 {-red:+.1%} clear the keep "
-                  f"thresholds at the {pol.confidence:.0%} one-sided bound; c={k8} does not "
-                  "regress")
+                  f"thresholds at the {pol.confidence:.0%} one-sided bound; {c8_text}")
+    elif "fail" in keep_rules:
+        dec, code = "disable", "keep_out_of_reach"
+        failed = [r for r in rules[:2] if r.verdict == "fail"]
+        reason = ("the gain does not reach the keep threshold: " + ", ".join(
+            f"{r.name} {r.measured:+.1%} (CI {r.ci[0]:+.1%}..{r.ci[1]:+.1%}) < "
+            f"{r.threshold:.0%}" for r in failed))
+    elif final:
+        dec, code, conservative = "disable", "round_limit", True
+        unclear = [f"{r.name} ({r.verdict})" for r in rules if r.verdict != "pass"]
+        reason = (f"still undecided after {look} round(s) (limit {pol.max_rounds}); "
+                  "conservative answer: " + ", ".join(unclear))
     else:
         dec = "inconclusive"
         unclear = [f"{r.name} ({r.verdict})" for r in rules if r.verdict != "pass"]
-        reason = "not decisive: " + ", ".join(unclear)
-    keep_possible = dec == "keep" or (
-        v[f"throughput_gain_c{k1}"] != "fail" and v[f"tpot_p50_reduction_c{k1}"] != "fail"
-        and guard_v != "fail" and (has_guard and k8 != k1))
-    return Decision(dec, rules, reason, pol.to_dict(), rounds=min(len(bases), len(cands)),
-                    figures=figures, warnings=warnings, keep_possible=keep_possible)
+        reason = "not decisive yet: " + ", ".join(unclear)
+    keep_possible = dec == "keep" or (dec == "inconclusive" and has_guard)
+    return Decision(dec, rules, reason, pol.to_dict(), rounds=look, figures=figures,
+                    warnings=warnings, keep_possible=keep_possible, conservative=conservative,
+                    code=code)
 
 
 def decide_adaptive(
@@ -416,8 +452,8 @@ def decide_adaptive(
 ) -> Decision:
     """ABAB rounds: ``run_round(arm, i)`` runs one benchmark of arm ``baseline``/``candidate``.
 
-    Adds rounds while the decision is inconclusive, up to ``policy.max_rounds``; still
-    inconclusive then means ``disable`` (conservative, ``Decision.conservative`` True).
+    Adds rounds while the decision is inconclusive; `decide` answers at the last round
+    (``policy.max_rounds``). A held result (tokens estimated) stops at once.
     """
     pol = policy or GatePolicy()
     _check_policy(pol, "(given)")
@@ -430,15 +466,7 @@ def decide_adaptive(
         dec = decide(bases, cands, pol)
         if on_round is not None:
             on_round(dec)
-        if dec.decision != "inconclusive":
-            return dec
-        if not dec.keep_possible:
-            return dataclasses.replace(
-                dec, decision="disable", conservative=True,
-                reason=f"keep is out of reach after {len(bases)} round(s) (a keep rule failed "
-                       f"at the CI bound); conservative answer: {dec.reason}")
+        if dec.decision != "inconclusive" or dec.held:
+            break
     assert dec is not None
-    return dataclasses.replace(
-        dec, decision="disable", conservative=True,
-        reason=f"still inconclusive after {len(bases)} round(s) (budget {pol.max_rounds}); "
-               f"conservative answer: {dec.reason}")
+    return dec

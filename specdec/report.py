@@ -1,12 +1,18 @@
 """Per-host and fleet reports on the control node, under ``reports/<run-id>/``.
 
-* ``<host>.json`` — one per host: outcome (kept | disabled | rolled_back | failed | unchanged |
-  skipped), phase, message, every measurement (value, threshold, time), acceptance length and
-  per-position rates, % of the device's bandwidth roofline (written by the deploy's verify step,
-  or by `specdec rollout` for hosts it never reached);
+* ``<host>.json`` — one per host: outcome, phase, message, every measurement (value,
+  threshold, time), acceptance length and per-position rates, % of the device's bandwidth
+  roofline (written by the deploy's verify step, or by `specdec rollout` for hosts it never
+  reached);
 * ``summary.md`` — the fleet table;
 * ``index.html`` — the same with inline SVG charts (TPOT and throughput, baseline vs
   speculation, per host; acceptance rate per draft position).
+
+Outcomes: ``kept`` (the gate kept speculation), ``disabled`` (the gate disabled it),
+``held`` (the gate could not answer: tokens estimated; the host stays on last-good),
+``not_verified`` (``specdec_verify: false``: healthy, no benchmark), ``no_speculation`` (the
+plan has speculation off: healthy, nothing to gate), ``rolled_back``, ``failed``,
+``unchanged`` (verified before, nothing changed), ``skipped`` (never reached).
 
 Nothing secret goes in: every text written is checked against the HF token (when known) and
 the token is replaced by ``<redacted>``.
@@ -43,7 +49,9 @@ __all__ = [
     "write_host_report",
 ]
 
-OUTCOMES = ("kept", "disabled", "rolled_back", "failed", "unchanged", "skipped")
+OUTCOMES = ("kept", "disabled", "held", "not_verified", "no_speculation", "rolled_back",
+            "failed", "unchanged", "skipped")
+GATED = ("kept", "disabled")  # a gate decision was made
 REPORTS_ENV = "SPECDEC_REPORTS_DIR"
 RUN_ID_ENV = "SPECDEC_RUN_ID"
 CACHE_DIR = "cache"
@@ -185,10 +193,14 @@ def summary_markdown(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
     for r in reports:
         counts[str(r.get("outcome"))] = counts.get(str(r.get("outcome")), 0) + 1
     tally = ", ".join(f"{counts[o]} {o}" for o in OUTCOMES if counts.get(o)) or "no hosts"
+    gated = sum(counts.get(o, 0) for o in GATED)
     lines = [
         f"# specdec rollout {run_id}",
         "",
         f"{len(reports)} host(s): {tally}.",
+        f"Gated by the benchmark: {gated} (kept or disabled); `not_verified`: no benchmark "
+        "(specdec_verify false); `no_speculation`: nothing to gate; `held`: the gate could not "
+        "count tokens, last-good kept.",
         "",
         "| host | device | method | outcome | c1 throughput gain | TPOT change | c8 gain | "
         "acceptance length | reason |",
@@ -215,8 +227,10 @@ def summary_markdown(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
 # -- HTML ----------------------------------------------------------------------------------------
 
 _COLORS = {"baseline": "#8c8c8c", "speculation": "#2b7bb9"}
-_OUTCOME_COLORS = {"kept": "#1a7f37", "disabled": "#9a6700", "rolled_back": "#cf222e",
-                   "failed": "#cf222e", "unchanged": "#57606a", "skipped": "#57606a"}
+_OUTCOME_COLORS = {"kept": "#1a7f37", "disabled": "#9a6700", "held": "#bc4c00",
+                   "not_verified": "#6639ba", "no_speculation": "#57606a",
+                   "rolled_back": "#cf222e", "failed": "#cf222e", "unchanged": "#57606a",
+                   "skipped": "#57606a"}
 
 
 def _bars(title: str, unit: str, rows: Sequence[tuple[str, float | None, float | None]]) -> str:
@@ -310,6 +324,12 @@ def index_html(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
     head = "".join(f"<th>{h}</th>" for h in (
         "host", "device", "method", "outcome", "c1 throughput gain", "TPOT change", "c8 gain",
         "acceptance length", "% roofline", "phase", "reason"))
+    counts: dict[str, int] = {}
+    for r in reports:
+        counts[str(r.get("outcome"))] = counts.get(str(r.get("outcome")), 0) + 1
+    tally = ", ".join(f'<b style="color:{_OUTCOME_COLORS.get(o, "#000")}">{counts[o]} {o}</b>'
+                      for o in OUTCOMES if counts.get(o)) or "no hosts"
+    gated = sum(counts.get(o, 0) for o in GATED)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>specdec rollout {e(run_id)}</title>
 <style>
@@ -319,6 +339,7 @@ table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding
 svg {{ display: block; margin: 1.5em 0; font-family: system-ui, sans-serif; }}
 </style></head><body>
 <h1>specdec rollout {e(run_id)}</h1>
+<p>{len(reports)} host(s): {tally}. Gated by the benchmark: {gated}.</p>
 <table><thead><tr>{head}</tr></thead><tbody>
 {chr(10).join(rows)}
 </tbody></table>

@@ -14,9 +14,13 @@ Flow (`Verifier.run`):
    environment (compared by SHA-256 only, so nothing secret travels or is printed);
 3. **bench** — the candidate and the baseline (speculation off) release, each benchmarked by
    the bench tool; the baseline's JSON is cached per baseline release id and reused;
-4. **gate** — `specdec.gate.decide`; *keep* marks the candidate last-good; *disable* (also an
-   inconclusive result, conservatively) switches to the baseline release (uploaded if needed),
-   confirms it healthy, marks it last-good and records ``decision.json``;
+4. **gate** — `specdec.gate.decide` after each ABAB round (a round benchmarks both arms on the
+   next prompts) until it answers; *keep* marks the candidate last-good (outcome ``kept``);
+   *disable* (also the conservative answer at the round limit) switches to the baseline release
+   (uploaded if needed), confirms it healthy, marks it last-good and records ``decision.json``
+   (``disabled``); *held* (tokens were estimated, so the gate cannot answer) goes back to
+   last-good (``held``, fails the host). Without a benchmark phase the outcome says why:
+   ``not_verified`` (``specdec_verify: false``) or ``no_speculation`` (the plan has none);
 5. any failure restores the last-good release (activate, daemon-reload, restart, confirm it
    serves) → outcome ``rolled_back``; without one → ``failed``. Both fail the host.
 
@@ -55,6 +59,7 @@ __all__ = [
     "Verifier",
     "bench_summary",
     "engine_url",
+    "level_requests",
     "memlock_ok",
     "needs_verification",
     "parse_limits_memlock",
@@ -63,7 +68,8 @@ __all__ = [
 ]
 
 SERVICE = f"{layout.SERVICE_NAME}.service"
-FAILURE_OUTCOMES = ("rolled_back", "failed")
+# held: the gate could not count tokens (no usage, no tokenizer); the host stays on last-good
+FAILURE_OUTCOMES = ("rolled_back", "failed", "held")
 _OOM = re.compile(r"out of memory|outofmemory|oom[- ]?kill|\boom\b|cannot allocate memory", re.I)
 _ERRORISH = re.compile(r"error|exception|fatal|killed|traceback|failed", re.I)
 
@@ -83,8 +89,9 @@ class HostIO(Protocol):
         """GET from the control node: (status, body); status 0 when unreachable."""
         ...
 
-    def bench(self, url: str, model: str, out: Path) -> dict[str, Any]:
-        """Benchmark ``url``; write and return the bench JSON. Raises `BenchError`."""
+    def bench(self, url: str, model: str, out: Path, prompt_offset: int = 0) -> dict[str, Any]:
+        """Benchmark ``url`` (measured prompts from ``prompt_offset`` on); write and return the
+        bench JSON. Raises `BenchError`."""
         ...
 
     def sleep(self, seconds: float) -> None: ...
@@ -103,8 +110,11 @@ class FileSpec:
 
 @dataclass(frozen=True)
 class BenchSettings:
-    requests: int = 32
-    max_tokens: int = 128
+    """One gate round's benchmark of one arm (the gate adds rounds until it can decide)."""
+
+    requests: int = 4  # at the keep level (c=1): one prompt of each built-in category
+    guard_requests: int = 8  # at the guard level (c=8), run at full concurrency throughout
+    max_tokens: int = 64
     warmup: int = 2
     timeout_s: float = 600.0  # per arm; a hung engine ends the benchmark here
 
@@ -484,7 +494,9 @@ class Verifier:
         out.parent.mkdir(parents=True, exist_ok=True)
         t0 = self.io.monotonic()
         try:
-            res = self.io.bench(self.base_url, self.spec.plan.served_model_name, out)
+            # each round measures the next prompts (both arms of a round the same ones)
+            res = self.io.bench(self.base_url, self.spec.plan.served_model_name, out,
+                                prompt_offset=(n - 1) * self.spec.bench.requests)
         except (SpecdecError, OSError, ValueError, subprocess.SubprocessError) as exc:
             raise VerifyFailure("bench", f"benchmark of the {arm} ({rid}) failed: "
                                 f"{_one_line(exc)}") from None
@@ -536,7 +548,8 @@ class Verifier:
         cfg = res.get("config")
         if isinstance(cfg, Mapping):
             want = self.spec.bench
-            if (cfg.get("requests"), cfg.get("max_tokens")) != (want.requests, want.max_tokens):
+            if (cfg.get("requests"), cfg.get("max_tokens"), cfg.get("prompt_offset", 0)) != (
+                    level_requests(want, self.levels), want.max_tokens, 0):
                 self.event(f"cached baseline of {rid} was measured with other bench settings; "
                            "measuring again")
                 return None
@@ -597,10 +610,12 @@ class Verifier:
 
         if base is None or not spec.plan.speculative or not spec.benchmark:
             self.commit(running)
-            why = ("the benchmark phase is off (specdec_verify=false)" if spec.benchmark is False
-                   else "speculation is off in the plan")
-            return self.finish("kept", "done", f"{why}; release {running} is healthy and "
-                               f"marked last-good")
+            if spec.benchmark is False:
+                return self.finish("not_verified", "done", f"the benchmark phase is off "
+                                   f"(specdec_verify=false); release {running} is healthy and "
+                                   "marked last-good, not gated")
+            return self.finish("no_speculation", "done", f"speculation is off in the plan; "
+                               f"release {running} is healthy and marked last-good")
 
         rounds: dict[str, list[dict[str, Any]]] = {"baseline": [], "candidate": []}
         cached = self.cached_baseline(base)
@@ -632,8 +647,9 @@ class Verifier:
             except GateError as exc:
                 raise VerifyFailure("gate", f"the gate refused the results: {exc}") from None
             self.measure("gate", "decision", dec.decision, round=n)
-            if (dec.decision != "inconclusive" or n >= max(1, policy.max_rounds)
-                    or not getattr(dec, "keep_possible", True)):
+            # `decide` answers keep/disable at the last round; inconclusive earlier means
+            # "measure another round", unless it is held (tokens estimated).
+            if dec.decision != "inconclusive" or dec.held or n >= max(1, policy.max_rounds):
                 break
             self.event(f"round {n} inconclusive ({dec.reason}); measuring another round")
         for arm in ("baseline", "candidate"):
@@ -652,9 +668,10 @@ class Verifier:
             self.commit(cand, f"rm -f {shlex.quote(layout.release_dir(cand) + '/decision.json')}")
             self.event(f"kept speculation; last-good is {cand}")
             return self.finish("kept", "done", f"speculation kept: {dec.reason}")
+        if dec.held or dec.decision != "disable":
+            return self._hold(dec.reason, base)
 
-        reason = dec.reason if dec.decision == "disable" else \
-            f"inconclusive, disabled conservatively: {dec.reason}"
+        reason = dec.reason
         if self.running != base:
             self.ensure_uploaded(base, spec.baseline_files)
             self.activate_and_check(base, "baseline")
@@ -666,6 +683,25 @@ class Verifier:
         self.commit(base)
         self.event(f"disabled speculation; last-good is the baseline {base}")
         return self.finish("disabled", "done", f"speculation disabled: {reason}")
+
+    def _hold(self, why: str, base: str) -> dict[str, Any]:
+        """The gate cannot answer (tokens estimated): back to last-good, neither kept nor
+        disabled. Without a last-good release the baseline (speculation off) is made it."""
+        good = self.last_good
+        target = good if good is not None and good in self.releases else base
+        if self.running != target:
+            if target == base:
+                self.ensure_uploaded(base, self.spec.baseline_files)
+            self.activate_and_check(target, "last-good" if target == good else "baseline")
+        if target != good:
+            self.commit(target)
+        else:
+            self.sh(guard.disarm_command(), "disarming the guard")
+        self.event(f"held on {target}: {why}")
+        where = (f"stays on last-good {target}" if target == good
+                 else f"no last-good release: the baseline {target} is now last-good")
+        return self.finish("held", "gate", f"speculation neither kept nor disabled, {where}: "
+                           f"{why}")
 
     def _reverted_by_guard(self, good: str) -> dict[str, Any]:
         """``current`` went back to last-good between serve and verify: the host's guard did
@@ -760,6 +796,7 @@ class Verifier:
 
 
 CARRIED = ("baseline", "candidate", "gate", "acceptance", "roofline")
+VERIFIED = ("kept", "disabled", "not_verified", "no_speculation")  # outcomes that commit
 
 
 def unchanged_report(spec: VerifySpec, state: release.ReleaseState,
@@ -776,7 +813,7 @@ def unchanged_report(spec: VerifySpec, state: release.ReleaseState,
         v.measure("health", "health_status", health[0], 200, health[0] == 200)
     msg = (f"release {state.current} is current and last-good; not re-benchmarked "
            "(--data specdec_reverify=true to re-verify)")
-    if (previous and previous.get("outcome") in ("kept", "disabled")
+    if (previous and previous.get("outcome") in VERIFIED
             and previous.get("active_release") == state.current):
         for key in CARRIED:
             v.report[key] = previous.get(key)
@@ -793,7 +830,7 @@ class _NoIO:
     def http_get(self, url: str, timeout: float) -> tuple[int, str]:
         raise AssertionError("no HTTP")
 
-    def bench(self, url: str, model: str, out: Path) -> dict[str, Any]:
+    def bench(self, url: str, model: str, out: Path, prompt_offset: int = 0) -> dict[str, Any]:
         raise AssertionError("no bench")
 
     def sleep(self, seconds: float) -> None:
@@ -822,15 +859,25 @@ def http_get(url: str, timeout: float) -> tuple[int, str]:
         return 0, ""
 
 
+def level_requests(settings: BenchSettings, levels: Sequence[int]) -> list[int]:
+    """Requests per level (in ``levels`` order): the first level is the keep level (c=1)."""
+    return [settings.requests if i == 0 else settings.guard_requests
+            for i, _ in enumerate(levels)]
+
+
 def bench_subprocess(url: str, model: str, out: Path, settings: BenchSettings,
-                     levels: Sequence[int]) -> dict[str, Any]:
+                     levels: Sequence[int], prompt_offset: int = 0,
+                     tokenizer: str | None = None) -> dict[str, Any]:
     """``python -m specdec.cli bench`` in a child (no asyncio inside pyinfra's gevent)."""
     import os
 
     cmd = [sys.executable, "-m", "specdec.cli", "bench", url, "--model", model,
            "--concurrency", ",".join(str(c) for c in levels),
-           "--requests", str(settings.requests), "--max-tokens", str(settings.max_tokens),
-           "--warmup", str(settings.warmup), "--json", str(out)]
+           "--requests", ",".join(str(n) for n in level_requests(settings, levels)),
+           "--max-tokens", str(settings.max_tokens), "--warmup", str(settings.warmup),
+           "--prompt-offset", str(prompt_offset), "--json", str(out)]
+    if tokenizer:
+        cmd += ["--tokenizer", tokenizer]
     env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")}
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=settings.timeout_s,

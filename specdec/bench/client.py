@@ -2,11 +2,16 @@
 
 Definitions (see docs in `specdec.bench`; they follow `vllm bench serve` where it is sound):
 
-* ``t_send`` is taken just before the POST; every content chunk (non-empty ``delta.content`` or
-  ``text``) is timestamped on arrival with ``time.perf_counter()``.
+* ``t_send`` is when the request is on the wire: httpx's ``trace`` event for the request body
+  sent (``http11.send_request_body.complete``, or HTTP/2's), not when the coroutine was
+  scheduled (at c=8 the client's own event loop would add its queueing to TTFT); every content
+  chunk (non-empty ``delta.content`` or ``text``) is timestamped on arrival with
+  ``time.perf_counter()``.
 * TTFT = t(first content chunk) − t_send; E2EL = t(last content chunk) − t_send (the trailing
   usage-only chunk and ``[DONE]`` are not tokens); N = ``usage.completion_tokens``;
-  TPOT = (E2EL − TTFT)/(N − 1), only for N > 1.
+  TPOT = (E2EL − TTFT)/(N − 1), only for N > 1. Without usage, N is the output text counted
+  with the model's tokenizer when it is on the control node (`specdec.bench.tokens`), else the
+  chunk count marked *estimated* (``tokens_source``; the level's ``tokens_estimated``).
 * ITL keys (``*_itl_ms``) are inter-*chunk* gaps, pooled over requests, as vLLM reports them;
   under speculation a chunk carries several tokens, so gate on TPOT, never on ITL.
 * ``throughput_tok_s`` = ``output_throughput`` = Σ N over successful requests / (last completion
@@ -18,6 +23,9 @@ Definitions (see docs in `specdec.bench`; they follow `vllm bench serve` where i
   the drain tail). Token times are exact with ``continuous_usage_stats`` (each chunk carries the
   running ``completion_tokens``), else interpolated linearly between a request's first and last
   chunk. None when the window is empty (requests ≤ C).
+* At C > 1 the clients keep C requests in flight until the last measured request ends (extra,
+  unmeasured requests on the next prompts, cancelled then), so every measured request ran at
+  full concurrency: their Σtokens/ΣE2EL is the steady-state rate (the gate's c=8 figure).
 
 Per level the client scrapes the server's speculation counters before and after (vLLM
 Prometheus text; TRT-LLM iteration stats, polled during the level) and reports acceptance.
@@ -27,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import json
 import math
 import sys
@@ -50,6 +59,7 @@ from specdec.bench.metrics import (
 )
 from specdec.bench.prompts import Prompt, PromptSet, builtin_prompts
 from specdec.bench.stats import summarize
+from specdec.bench.tokens import load_counter
 from specdec.errors import BenchError, ConfigError
 
 __all__ = [
@@ -89,6 +99,7 @@ class BenchConfig:
     max_failed_fraction: float = 0.05
     progress: bool | None = None  # None: only when stderr is a terminal
     trtllm_poll_s: float = 0.5
+    tokenizer: str | None = None  # repo id or local dir: counts tokens when there is no usage
 
     def validate(self) -> BenchConfig:
         parts = urlsplit(self.url)
@@ -177,7 +188,8 @@ def _one_line(exc: BaseException) -> str:
 class _Rec:
     index: int
     prompt: Prompt
-    send: float = 0.0
+    send: float = 0.0  # on the wire (request body sent)
+    queued: float = 0.0  # when the client started the request
     first: float | None = None
     last: float | None = None
     end: float | None = None
@@ -187,6 +199,8 @@ class _Rec:
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
     chunks: int = 0
+    text: list[str] = field(default_factory=list)
+    tokens_source: str = "usage"  # usage | tokenizer | estimated
     finish_reason: str | None = None
     times: list[float] = field(default_factory=list)
     cums: list[int] = field(default_factory=list)
@@ -237,6 +251,8 @@ class _Rec:
             "prompt_tokens": self.prompt_tokens,
             "cached_tokens": self.cached_tokens,
             "chunks": self.chunks,
+            "tokens_source": self.tokens_source if self.ok else None,
+            "client_queue_ms": round((self.send - self.queued) * 1000, 3),
             "tokens_per_chunk": (self.tokens - 1) / gaps if self.ok and gaps > 0 else None,
             "finish_reason": self.finish_reason,
             "error": self.error,
@@ -280,15 +296,36 @@ def _content(ev: dict[str, Any], endpoint: str) -> tuple[str | None, str | None]
             reason if isinstance(reason, str) else None)
 
 
+# httpcore trace events: the request (headers and body) has been written to the socket
+_SENT_EVENTS = ("http11.send_request_body.complete", "http2.send_request_body.complete")
+
+
+def _count_without_usage(rec: _Rec, counter: Callable[[str], int] | None) -> None:
+    """No usage in the stream: count the text with the tokenizer, else estimate by chunks."""
+    if counter is not None:
+        rec.tokens = counter("".join(rec.text))
+        rec.tokens_source = "tokenizer"
+        # chunk times stay, but their cumulative counts were guesses: interpolate instead
+    else:
+        rec.tokens = rec.chunks
+        rec.tokens_source = "estimated"
+    rec.exact = False
+
+
 async def _request(client: httpx.AsyncClient, cfg: BenchConfig, model: str, rec: _Rec,
-                   text: str) -> None:
+                   text: str, counter: Callable[[str], int] | None = None) -> None:
     url = cfg.base_url + ENDPOINTS[cfg.endpoint]
     body = _body(cfg, model, text)
-    rec.send = time.perf_counter()
+    rec.queued = rec.send = time.perf_counter()
+
+    async def trace(event: str, info: dict[str, Any]) -> None:
+        if event in _SENT_EVENTS:
+            rec.send = time.perf_counter()
+
     done = False
     try:
         async with asyncio.timeout(cfg.request_timeout_s), \
-                client.stream("POST", url, json=body) as resp:
+                client.stream("POST", url, json=body, extensions={"trace": trace}) as resp:
             if resp.status_code != 200:
                 raw = (await resp.aread()).decode(errors="replace")
                 try:
@@ -335,6 +372,7 @@ async def _request(client: httpx.AsyncClient, cfg: BenchConfig, model: str, rec:
                     rec.first = now
                 rec.last = now
                 rec.chunks += 1
+                rec.text.append(content)
                 if cum is None:
                     rec.exact = False
                     cum = (rec.cums[-1] + 1) if rec.cums else 1
@@ -347,8 +385,7 @@ async def _request(client: httpx.AsyncClient, cfg: BenchConfig, model: str, rec:
             raise _StreamError("connection", "connection closed before the stream finished "
                                              "(no [DONE], no finish_reason)")
         if not rec.usage_seen:
-            rec.tokens = rec.chunks  # no usage: chunks are the best count there is
-            rec.exact = False
+            _count_without_usage(rec, counter)
     except _StreamError as exc:
         rec.error, rec.error_kind = str(exc), exc.kind
     except TimeoutError:
@@ -519,10 +556,27 @@ def _prompt_text(cfg: BenchConfig, tag: str, p: Prompt) -> str:
 
 async def _run_requests(client: httpx.AsyncClient, cfg: BenchConfig, model: str,
                         prompts: list[Prompt], conc: int, tag: str, progress: _Progress,
-                        check: Callable[[], None] | None = None) -> list[_Rec]:
+                        check: Callable[[], None] | None = None,
+                        counter: Callable[[str], int] | None = None,
+                        fillers: list[Prompt] | None = None) -> list[_Rec]:
+    """Run ``prompts`` with ``conc`` workers. With ``fillers``, a worker without a measured
+    request left sends filler requests (not recorded) while measured ones are in flight, and
+    the fillers still running are cancelled when the last measured request ends."""
     recs = [_Rec(i, p) for i, p in enumerate(prompts)]
     nxt = 0
     finished = failed = 0
+    all_done = asyncio.Event()
+
+    fill_next = 0
+
+    async def filler() -> None:
+        nonlocal fill_next
+        assert fillers
+        i = fill_next
+        fill_next += 1
+        await _request(client, cfg, model, _Rec(-1, fillers[i % len(fillers)]),
+                       _prompt_text(cfg, f"{tag} fill #{i}", fillers[i % len(fillers)]),
+                       counter)
 
     async def worker() -> None:
         nonlocal nxt, finished, failed
@@ -530,12 +584,23 @@ async def _run_requests(client: httpx.AsyncClient, cfg: BenchConfig, model: str,
             rec = recs[nxt]
             nxt += 1
             await _request(client, cfg, model, rec, _prompt_text(cfg, f"{tag} #{rec.index}",
-                                                                   rec.prompt))
+                                                                   rec.prompt), counter)
             finished += 1
             failed += 0 if rec.ok else 1
             progress.show(tag, finished, len(recs), failed)
             if check is not None:
                 check()
+        if finished == len(recs):
+            all_done.set()
+        while fillers and not all_done.is_set():
+            task = asyncio.ensure_future(filler())
+            waiter = asyncio.ensure_future(all_done.wait())
+            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            if not task.done():
+                task.cancel()  # closes the stream: the server aborts the request
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            waiter.cancel()
 
     await asyncio.gather(*(worker() for _ in range(min(conc, len(recs)))))
     progress.end()
@@ -615,6 +680,8 @@ def _level_result(cfg: BenchConfig, recs: list[_Rec], conc: int) -> dict[str, An
     lvl["throughput_tok_s"] = lvl["output_throughput"]
     lvl["length_mismatches"] = sum(1 for r in ok if r.tokens != cfg.max_tokens)
     lvl["usage_missing"] = sum(1 for r in ok if not r.usage_seen)
+    lvl["tokens_counted"] = sum(1 for r in ok if r.tokens_source == "tokenizer")
+    lvl["tokens_estimated"] = sum(1 for r in ok if r.tokens_source == "estimated")
     cats: dict[str, list[_Rec]] = {}
     for r in ok:
         cats.setdefault(r.prompt.category, []).append(r)
@@ -644,9 +711,13 @@ def _check_tokens(lvl: dict[str, Any], conc: int, cfg: BenchConfig,
         warnings.append(f"concurrency {conc}: {mism} of {lvl['completed']} responses had "
                         f"completion_tokens != max_tokens={cfg.max_tokens} (the server may "
                         "ignore ignore_eos/min_tokens)")
-    if lvl["usage_missing"]:
-        warnings.append(f"concurrency {conc}: {lvl['usage_missing']} responses had no usage; "
-                        "chunks were counted as tokens")
+    if lvl["tokens_counted"]:
+        warnings.append(f"concurrency {conc}: {lvl['tokens_counted']} responses had no usage; "
+                        "their text was counted with the model's tokenizer")
+    if lvl["tokens_estimated"]:
+        warnings.append(f"concurrency {conc}: {lvl['tokens_estimated']} responses had no usage "
+                        "and no tokenizer is on this machine: tokens estimated (chunks); the "
+                        "gate will not decide on these counts")
 
 
 async def run_bench_async(cfg: BenchConfig, *, stderr: TextIO | None = None) -> dict[str, Any]:
@@ -666,6 +737,7 @@ async def run_bench_async(cfg: BenchConfig, *, stderr: TextIO | None = None) -> 
         return [pset.measured[(off + i) % len(pset.measured)] for i in range(n)]
 
     warm = [pset.warmup[i % len(pset.warmup)] for i in range(cfg.warmup)]
+
     started = datetime.now(UTC).isoformat()
     warnings: list[str] = []
     limits = httpx.Limits(max_connections=max(cfg.concurrency) + 4,
@@ -688,7 +760,7 @@ async def run_bench_async(cfg: BenchConfig, *, stderr: TextIO | None = None) -> 
         if warm:
             wcfg = replace(cfg, max_tokens=max(2, min(cfg.max_tokens, cfg.warmup_max_tokens)))
             wrecs = await _run_requests(client, wcfg, model, warm, max(cfg.concurrency),
-                                        "warmup", progress)
+                                        "warmup", progress, counter=load_counter(None))
             bad = [r for r in wrecs if not r.ok]
             warm_failed = len(bad)
             if len(bad) == len(wrecs):
@@ -698,12 +770,15 @@ async def run_bench_async(cfg: BenchConfig, *, stderr: TextIO | None = None) -> 
         total = Counters()
         any_spec = False
         last: Counters | None = None
+        counter = load_counter(cfg.tokenizer or model)
         for conc in cfg.concurrency:
             probe = _SpecProbe(client, base, server, cfg.trtllm_poll_s, last)
             await probe.start()
-            recs = await _run_requests(client, cfg, model, measured(counts[conc]), conc,
-                                       f"c{conc}", progress,
-                                       probe.check)
+            n = counts[conc]
+            fill = [pset.measured[(off + n + i) % len(pset.measured)] for i in range(conc)]
+            recs = await _run_requests(client, cfg, model, measured(n), conc,
+                                       f"c{conc}" + (f" o{off}" if off else ""), progress,
+                                       probe.check, counter, fill if conc > 1 else None)
             fig, delta = await probe.stop()
             last = probe.after
             lvl = _level_result(cfg, recs, conc)
@@ -735,6 +810,9 @@ async def run_bench_async(cfg: BenchConfig, *, stderr: TextIO | None = None) -> 
         "warmup": {"requests": len(warm), "failed": warm_failed},
         "concurrency": levels,
         "spec_decode": spec,
+        "tokens": {"tokenizer": cfg.tokenizer or model, "tokenizer_found": counter is not None,
+                   "estimated": sum(lv["tokens_estimated"] for lv in levels.values()),
+                   "counted": sum(lv["tokens_counted"] for lv in levels.values())},
         "warnings": warnings,
     }
 

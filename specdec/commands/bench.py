@@ -84,7 +84,7 @@ def _bench(args: argparse.Namespace) -> int:
         prompts=load_prompts(args.prompts), endpoint=args.endpoint,
         fixed_length=not args.no_fixed_length, continuous_usage=not args.no_continuous_usage,
         request_timeout_s=args.timeout, max_failed_fraction=args.max_failed,
-        progress=False if args.no_progress else None,
+        progress=False if args.no_progress else None, tokenizer=args.tokenizer,
     ).validate()
     res: dict[str, Any] = run_bench(cfg)
     text = to_json(res)
@@ -130,5 +130,8 @@ def register(sub: Any) -> None:
     b.add_argument("--no-continuous-usage", action="store_true",
                    help="do not ask for per-chunk usage (continuous_usage_stats)")
     b.add_argument("--no-progress", action="store_true", help="no progress display on stderr")
+    b.add_argument("--tokenizer", default=None,
+                   help="tokenizer.json, its directory or a repo id in the local HF cache, to "
+                        "count tokens of a server that sends no usage (default: --model)")
     b.add_argument("--json", help="write the result here (default: print it)")
     b.set_defaults(func=_bench)
