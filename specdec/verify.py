@@ -668,10 +668,11 @@ class Verifier:
             self.commit(cand, f"rm -f {shlex.quote(layout.release_dir(cand) + '/decision.json')}")
             self.event(f"kept speculation; last-good is {cand}")
             return self.finish("kept", "done", f"speculation kept: {dec.reason}")
-        if dec.held or dec.decision != "disable":
+        if dec.held:
             return self._hold(dec.reason, base)
 
-        reason = dec.reason
+        reason = dec.reason if dec.decision == "disable" else \
+            f"inconclusive, disabled conservatively: {dec.reason}"
         if self.running != base:
             self.ensure_uploaded(base, spec.baseline_files)
             self.activate_and_check(base, "baseline")

@@ -16,6 +16,7 @@ from specdec.errors import BenchError
 from specdec.plan import baseline, make_plan
 from specdec.render import render
 from specdec.verify import (
+    FAILURE_OUTCOMES,
     FileSpec,
     Roofline,
     Verifier,
@@ -47,9 +48,9 @@ def result(thr1: float, tpot1: float, thr8: float, n: int = 30,
     }, "spec_decode": spec}
 
 
-FAST = result(28.0, 35.0, 105.0, spec={"acceptance_length": 2.4, "acceptance_rate": 0.47,
+FAST = result(40.0, 25.0, 160.0, spec={"acceptance_length": 2.4, "acceptance_rate": 0.47,
                                        "per_position": [0.7, 0.45, 0.25], "drafts": 100})
-SLOW8 = result(30.0, 30.0, 80.0)
+SLOW8 = result(40.0, 25.0, 60.0)
 PLAIN = result(20.0, 50.0, 100.0)
 
 
@@ -76,6 +77,7 @@ class FakeHost:
         self.restarts = 0
         self.stopped = False
         self.benched: list[str] = []
+        self.offsets: list[int] = []
         self.guard: list[tuple[Any, ...]] = []  # ("arm", release, seconds) | ("disarm",)
         self.guard_reverted: str | None = None  # set: the host's guard already reverted
 
@@ -148,8 +150,9 @@ class FakeHost:
             return 200, ""
         return 200, json.dumps({"data": [{"id": PLAN.served_model_name}]})
 
-    def bench(self, url: str, model: str, out: Path) -> dict[str, Any]:
+    def bench(self, url: str, model: str, out: Path, prompt_offset: int = 0) -> dict[str, Any]:
         assert self.current is not None
+        self.offsets.append(prompt_offset)
         self.benched.append(self.current)
         b = self.beh().bench
         if isinstance(b, str):
@@ -192,7 +195,8 @@ def test_paying_config_is_kept(tmp_path):
     assert rep["acceptance"]["length"] == 2.4
     assert rep["acceptance"]["per_position"] == [0.7, 0.45, 0.25]
     assert rep["roofline"]["tokens_per_s"] == pytest.approx(25.6)
-    assert rep["roofline"]["candidate_pct"] == pytest.approx(100 * 28 / 25.6)
+    assert rep["roofline"]["candidate_pct"] == pytest.approx(100 * 40 / 25.6)
+    assert host.offsets == [0, 0]
     names = {m["name"] for m in rep["measurements"]}
     assert {"memlock", "hf_token_in_argv", "throughput_gain_c1", "no_regression_c8",
             "acceptance_length", "candidate.roofline_pct"} <= names
@@ -318,12 +322,43 @@ def test_restore_that_fails_is_failed(tmp_path):
     assert "restoring last-good" in rep["message"]
 
 
-def test_plan_without_speculation_is_kept_after_health(tmp_path):
+def test_plan_without_speculation_is_no_speculation_after_health(tmp_path):
     bplan = baseline(PLAN)
     host = FakeHost(B, OLD, (B, OLD), {B: Behaviour()})
     rep = run(host, spec(tmp_path, plan=bplan, candidate=B, desired=B, baseline_id=None))
-    assert rep["outcome"] == "kept" and host.last_good == B
-    assert host.benched == []
+    assert rep["outcome"] == "no_speculation" and host.last_good == B
+    assert host.benched == [] and "speculation is off" in rep["message"]
+
+
+def test_verify_off_is_not_verified(tmp_path):
+    host = FakeHost(C, OLD, (C, OLD), {C: Behaviour(bench=FAST), B: Behaviour(bench=PLAIN)})
+    rep = run(host, spec(tmp_path, benchmark=False))
+    assert rep["outcome"] == "not_verified" and host.last_good == C and host.benched == []
+    assert "specdec_verify=false" in rep["message"]
+
+
+def _estimated(res: dict[str, Any]) -> dict[str, Any]:
+    out = json.loads(json.dumps(res))
+    out["concurrency"]["1"]["tokens_estimated"] = 3
+    return out
+
+
+def test_estimated_tokens_hold_the_host_on_last_good(tmp_path):
+    host = FakeHost(C, OLD, (C, OLD, B), {C: Behaviour(bench=_estimated(FAST)),
+                                          B: Behaviour(bench=PLAIN), OLD: Behaviour()})
+    rep = run(host, spec(tmp_path))
+    assert rep["outcome"] == "held" and rep["phase"] == "gate"
+    assert host.current == OLD and host.last_good == OLD and host.benched == [C, B]
+    assert "tokens estimated" in rep["message"] and rep["gate"]["held"]
+    assert "held" in FAILURE_OUTCOMES
+
+
+def test_estimated_tokens_without_last_good_fall_back_to_the_baseline(tmp_path):
+    host = FakeHost(C, None, (C,), {C: Behaviour(bench=_estimated(FAST)),
+                                    B: Behaviour(bench=PLAIN)})
+    rep = run(host, spec(tmp_path))
+    assert rep["outcome"] == "held" and host.current == B and host.last_good == B
+    assert "no last-good release" in rep["message"]
 
 
 def test_recorded_disable_reverified_measures_baseline_first(tmp_path):
@@ -410,14 +445,15 @@ def test_inconclusive_measures_more_rounds_then_disables(tmp_path, monkeypatch):
     monkeypatch.setattr(gate, "decide", unclear)
     host = FakeHost(C, OLD, (C, OLD), {C: Behaviour(bench=FAST), B: Behaviour(bench=PLAIN)})
     rep = run(host, spec(tmp_path))
-    assert PLAN.gate.max_rounds == 3
-    assert seen == [1, 2, 3]
-    assert host.benched == [C, B, B, C, C, B]  # one restart per extra round (ABAB)
+    assert PLAN.gate.max_rounds == 4
+    assert seen == [1, 2, 3, 4]
+    assert host.benched == [C, B, B, C, C, B, B, C]  # one restart per extra round (ABAB)
+    assert host.offsets == [0, 0, 4, 4, 8, 8, 12, 12]  # each round measures the next prompts
     assert rep["outcome"] == "disabled" and host.current == B
     assert "inconclusive" in rep["message"]
-    assert rep["candidate"]["rounds"] == 3 and rep["baseline"]["rounds"] == 3
+    assert rep["candidate"]["rounds"] == 4 and rep["baseline"]["rounds"] == 4
     decisions = [m["value"] for m in rep["measurements"] if m["name"] == "decision"]
-    assert decisions == ["inconclusive"] * 3
+    assert decisions == ["inconclusive"] * 4
 
 
 def test_extra_round_that_decides_keep(tmp_path, monkeypatch):
@@ -438,7 +474,7 @@ def test_extra_round_that_decides_keep(tmp_path, monkeypatch):
 
 
 def test_no_more_rounds_when_keep_is_impossible(tmp_path):
-    low = result(24.0, 40.0, 101.0)  # +20%: can never reach the +30% keep threshold
+    low = result(21.0, 48.0, 101.0)  # +5%: shown below the +30% keep threshold
     host = FakeHost(C, OLD, (C, OLD), {C: Behaviour(bench=low), B: Behaviour(bench=PLAIN)})
     rep = run(host, spec(tmp_path))
     assert host.benched == [C, B]
