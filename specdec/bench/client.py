@@ -100,6 +100,7 @@ class BenchConfig:
     progress: bool | None = None  # None: only when stderr is a terminal
     trtllm_poll_s: float = 0.5
     tokenizer: str | None = None  # repo id or local dir: counts tokens when there is no usage
+    fill: bool = True  # at C > 1 keep C requests in flight until the last measured one ends
 
     def validate(self) -> BenchConfig:
         parts = urlsplit(self.url)
@@ -778,7 +779,8 @@ async def run_bench_async(cfg: BenchConfig, *, stderr: TextIO | None = None) -> 
             fill = [pset.measured[(off + n + i) % len(pset.measured)] for i in range(conc)]
             recs = await _run_requests(client, cfg, model, measured(n), conc,
                                        f"c{conc}" + (f" o{off}" if off else ""), progress,
-                                       probe.check, counter, fill if conc > 1 else None)
+                                       probe.check, counter,
+                                       fill if conc > 1 and cfg.fill else None)
             fig, delta = await probe.stop()
             last = probe.after
             lvl = _level_result(cfg, recs, conc)

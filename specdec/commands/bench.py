@@ -85,6 +85,7 @@ def _bench(args: argparse.Namespace) -> int:
         fixed_length=not args.no_fixed_length, continuous_usage=not args.no_continuous_usage,
         request_timeout_s=args.timeout, max_failed_fraction=args.max_failed,
         progress=False if args.no_progress else None, tokenizer=args.tokenizer,
+        fill=not args.no_fill,
     ).validate()
     res: dict[str, Any] = run_bench(cfg)
     text = to_json(res)
@@ -130,6 +131,9 @@ def register(sub: Any) -> None:
     b.add_argument("--no-continuous-usage", action="store_true",
                    help="do not ask for per-chunk usage (continuous_usage_stats)")
     b.add_argument("--no-progress", action="store_true", help="no progress display on stderr")
+    b.add_argument("--no-fill", action="store_true",
+                   help="at concurrency > 1, let the level drain instead of keeping it full with "
+                        "unmeasured requests until the last measured one ends")
     b.add_argument("--tokenizer", default=None,
                    help="tokenizer.json, its directory or a repo id in the local HF cache, to "
                         "count tokens of a server that sends no usage (default: --model)")

@@ -147,7 +147,7 @@ def tokenizer_json() -> str:
     for w in sorted(words):
         vocab += [w, " " + w, " " + w.capitalize(), w.capitalize()]
     ids = {t: i for i, t in enumerate(dict.fromkeys(vocab))}
-    doc = {
+    doc: dict[str, object] = {
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
         "normalizer": None,
         "pre_tokenizer": {"type": "Split", "pattern": {"Regex": OUTPUT_TOKEN_REGEX},
