@@ -11,11 +11,14 @@ Runs after `serve`. At execution time it reads the host's release pointers again
   released.
 
 Every outcome writes ``reports/<run-id>/<host>.json`` and refreshes the fleet summary.
-Benchmark knobs (per gate round and arm) come from the environment of the control node:
-``SPECDEC_BENCH_REQUESTS`` (4, at c=1), ``SPECDEC_BENCH_GUARD_REQUESTS`` (8, at c=8),
-``SPECDEC_BENCH_MAX_TOKENS`` (64), ``SPECDEC_BENCH_WARMUP`` (2),
+Benchmark knobs (per gate round and arm, `specdec.rounds.BenchSettings`) come from the
+environment of the control node: ``SPECDEC_BENCH_REQUESTS`` (4, candidate at c=1),
+``SPECDEC_BENCH_BASELINE_REQUESTS`` (2, baseline at c=1), ``SPECDEC_BENCH_GUARD_REQUESTS`` (8,
+at c=8), ``SPECDEC_BENCH_MAX_TOKENS`` (64), ``SPECDEC_BENCH_WARMUP`` (2),
+``SPECDEC_BENCH_RAMP_TOKENS`` (32, the c=8 level's unmeasured first request per client),
 ``SPECDEC_BENCH_TIMEOUT`` (per arm; a hung engine fails here: 600 s, longer for a device
-whose bandwidth roofline makes the benchmark slow).
+whose bandwidth roofline makes the benchmark slow). The figures in the README's gate power
+table hold for the defaults.
 """
 
 from __future__ import annotations
@@ -41,12 +44,15 @@ from specdec.catalog import GIB, load_catalog
 from specdec.errors import SpecdecError
 from specdec.hostdata import parse_host_settings
 from specdec.report import reports_root, safe_name, write_host_report
+from specdec.rounds import RoundBench
 
 __all__ = ["PyinfraIO", "bench_settings", "make_io", "verify"]
 
 _DEFAULT = sv.BenchSettings()
 _BENCH_ENV = {
     "requests": ("SPECDEC_BENCH_REQUESTS", int, _DEFAULT.requests),
+    "baseline_requests": ("SPECDEC_BENCH_BASELINE_REQUESTS", int, _DEFAULT.baseline_requests),
+    "ramp_tokens": ("SPECDEC_BENCH_RAMP_TOKENS", int, _DEFAULT.ramp_tokens),
     "guard_requests": ("SPECDEC_BENCH_GUARD_REQUESTS", int, _DEFAULT.guard_requests),
     "max_tokens": ("SPECDEC_BENCH_MAX_TOKENS", int, _DEFAULT.max_tokens),
     "warmup": ("SPECDEC_BENCH_WARMUP", int, _DEFAULT.warmup),
@@ -70,7 +76,7 @@ def bench_settings(roofline: sv.Roofline | None = None) -> sv.BenchSettings:
             val = typ(raw)
         except ValueError:
             raise DeployError(f"${env}={raw!r}: must be a number") from None
-        if val < (0 if field == "warmup" else 1):
+        if val < (0 if field in ("warmup", "ramp_tokens") else 1):
             raise DeployError(f"${env}={raw!r}: out of range")
         kw[field] = val
     return sv.BenchSettings(**kw)
@@ -98,11 +104,9 @@ class PyinfraIO:
     def http_get(self, url: str, timeout: float) -> tuple[int, str]:
         return sv.http_get(url, timeout)
 
-    def bench(self, url: str, model: str, out: Path, prompt_offset: int = 0) -> dict[str, Any]:
-        gate = self.spec.plan.gate
-        levels = sorted({gate.keep_concurrency, gate.guard_concurrency})
+    def bench(self, url: str, model: str, out: Path, run: RoundBench) -> dict[str, Any]:
         # the target's tokenizer counts tokens if the server sends no usage
-        return sv.bench_subprocess(url, model, out, self.spec.bench, levels, prompt_offset,
+        return sv.bench_subprocess(url, model, out, run, self.spec.bench.timeout_s,
                                    tokenizer=self.spec.plan.model)
 
     def sleep(self, seconds: float) -> None:
@@ -242,6 +246,7 @@ def verify(hp: HostPlan, served: ServeResult, token: HiddenValue | None = None) 
         bench=bench_settings(roofline),
         roofline=roofline,
         run_id=run_id(),
+        tune_root=reports_root(),
     )
     verify_release(
         name="Verify the release (health, limits, benchmark, gate)",

@@ -2,45 +2,49 @@
 
 Seed 000: keep speculation when, at concurrency 1, ``throughput_tok_s`` is ≥ 30% higher *and*
 ``tpot_ms_p50`` is ≥ 20% lower; disable it when the gain is < 10% or ``throughput_tok_s``
-regresses at concurrency 8. Read statistically, as a sequential test over ABAB rounds:
+regresses at concurrency 8. Read statistically, as a sequential test over ABAB rounds with an
+indifference zone:
 
-* **keep** when both c=1 keep rules clear their thresholds at the policy's confidence (the
-  lower bound of the gain ≥ 30%, of the TPOT p50 reduction ≥ 20%) and no c=8 regression beyond
-  the tolerance δ (``max_regression_c8``, 5%) is shown: before the last round that means the
-  c=8 throughput ratio's lower bound is ≥ 1 − δ (non-inferiority shown, so stopping is safe);
-  at the last round, that its upper bound is not below 1 − δ. A neutral c=8 keeps.
-* **disable** when the c=1 gain is shown below 10% (upper bound < 10%), or a c=8 regression
-  beyond δ is shown (upper bound < 1 − δ), or a keep rule is shown to fail (upper bound below
-  its threshold: more rounds cannot lead to keep, and between 10% and 30% the seed keeps
-  nothing);
-* otherwise **add a round**; at the round limit (``max_rounds``) the conservative answer is
-  disable (``Decision.conservative``).
+* three rules: the c=1 throughput gain ≥ 30%, the c=1 TPOT p50 reduction ≥ 20%, and no c=8
+  throughput regression beyond the tolerance δ (``max_regression_c8``, 10%: ratio ≥ 1 − δ).
+  Each is a distance θ = log(measured ratio / threshold ratio), positive on the keep side.
+* **indifference zone**: a true θ within ±``indifference`` (0.10) of 0 may be answered either
+  way; outside it, each rule errs with probability ≤ 1 − ``confidence`` over all looks.
+* after each round (a *look*) a rule still open **passes** when its lower bound
+  ``θ̂ − z·SE ≥ −m`` (it is not below the zone), **fails** when its upper bound ``θ̂ + z·SE ≤ m``
+  (not above it), and when both hold (the interval sits inside the zone) goes by the sign of θ̂;
+  ``z`` is the one-sided quantile of ``(1 − confidence)/max_rounds`` (Bonferroni over the
+  looks). A verdict, once reached, stays. At the last round (``max_rounds``) an open rule goes by
+  its point estimate (the seed's rule applied to the estimate).
+* **keep** when every rule passed; **disable** as soon as one failed; otherwise **measure
+  another round** of the levels whose rules are still open (``Decision.pending``): a c=8 that is
+  clearly fine is not measured again while c=1 is refined, and the other way round.
 * **inconclusive, held** when any response's tokens were estimated (no usage, no tokenizer):
   guessed counts never keep nor disable.
 
-Every bound is one-sided at ``(1 − confidence)/max_rounds`` (Bonferroni over the looks), so a
-rule's error over the whole sequence stays within ``1 − confidence``. The estimates are
-stratified by prompt category and paired by prompt (`specdec.gatestats`): throughput as a ratio
-of token rates (at c=8 the steady-state throughput, by Little's law), TPOT p50 as the median of
-the category mixture of paired TPOT ratios; the interval adds per-request spread and the
-policy's run-to-run noise (``run_noise``), or the rounds' observed spread when larger.
+The estimates (`specdec.gatestats`) are per arm and stratified by prompt category; throughput
+as a ratio of token rates (at c=8 the steady-state throughput, by Little's law), TPOT p50 as the
+ratio of the arms' medians over the category mixture.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from statistics import NormalDist
 from typing import Any
 
-import yaml
-
-from specdec.bench.stats import paired_median_ratio_ci, ratio_of_means_ci
 from specdec.errors import GateError
-from specdec.gatestats import Pair, median_ratio, rate_ratio
+from specdec.gateinput import (
+    check_policy,
+    check_result,
+    load_policy,
+    load_result,
+    same_setup,
+    tokens_estimated,
+)
+from specdec.gatestats import Estimate, Obs, compare
 from specdec.plan_types import GatePolicy
 
 __all__ = [
@@ -50,13 +54,11 @@ __all__ = [
     "decide_adaptive",
     "load_policy",
     "load_result",
-    "paired_median_ratio_ci",
-    "ratio_of_means_ci",
+    "observations",
     "tokens_estimated",
     "z_for",
 ]
 
-MIN_PAIRS = 1  # per-request records when there are any; else the level figures
 Result = Mapping[str, Any]
 
 
@@ -70,17 +72,19 @@ class Rule:
     comparison: str = ">="  # measured must be >= threshold to pass
     method: str = ""
     n: int = 0
+    distance: float = 0.0  # θ̂: log(ratio / threshold ratio), positive on the keep side
+    se: float = 0.0
+    look: int = 0  # round at which the verdict was reached (0: open)
+    by_estimate: bool = False  # reached at the last round by the point estimate
+    level: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "name": self.name,
-            "measured": self.measured,
-            "threshold": self.threshold,
-            "comparison": self.comparison,
-            "verdict": self.verdict,
-            "ci": [self.ci[0], self.ci[1]],
-            "method": self.method,
-            "n": self.n,
+            "name": self.name, "measured": self.measured, "threshold": self.threshold,
+            "comparison": self.comparison, "verdict": self.verdict,
+            "ci": [self.ci[0], self.ci[1]], "method": self.method, "n": self.n,
+            "distance": self.distance, "se": self.se, "look": self.look,
+            "by_estimate": self.by_estimate, "level": self.level,
         }
 
 
@@ -91,230 +95,181 @@ class Decision:
     reason: str
     policy: dict[str, Any] = field(default_factory=dict)
     rounds: int = 1
-    conservative: bool = False  # True: undecided at the round limit, answered disable
+    conservative: bool = False  # kept for old reports: the gate has no conservative fallback
     keep_possible: bool = True  # False: more rounds cannot lead to keep
     figures: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     held: bool = False  # inconclusive for good (tokens estimated): stay on last-good
-    code: str = ""  # keep | min_gain | c8_regression | keep_out_of_reach | round_limit |
-    # more_rounds | tokens_estimated
+    code: str = ""  # keep | min_gain | keep_out_of_reach | c8_regression | more_rounds |
+    # tokens_estimated
+    pending: tuple[int, ...] = ()  # levels to measure in the next round (inconclusive only)
+    by_estimate: bool = False  # decided at the last round by a point estimate
+    allocation: dict[str, float] = field(default_factory=dict)  # candidate's keep-level
+    # requests of the next round, by category (shares; empty: one of each, in turn)
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "decision": self.decision,
-            "reason": self.reason,
-            "rules": [r.to_dict() for r in self.rules],
-            "rounds": self.rounds,
-            "conservative": self.conservative,
-            "keep_possible": self.keep_possible,
-            "held": self.held,
-            "code": self.code,
-            "figures": self.figures,
-            "policy": self.policy,
+            "decision": self.decision, "reason": self.reason,
+            "rules": [r.to_dict() for r in self.rules], "rounds": self.rounds,
+            "conservative": self.conservative, "keep_possible": self.keep_possible,
+            "held": self.held, "code": self.code, "pending": list(self.pending),
+            "by_estimate": self.by_estimate, "allocation": self.allocation,
+            "figures": self.figures, "policy": self.policy,
             "warnings": self.warnings,
             "ci_level": 1.0 - 2.0 * (1.0 - float(self.policy.get("confidence", 0.95)))
             / max(1, int(self.policy.get("max_rounds", 1))),
         }
 
 
-# -- input ------------------------------------------------------------------------------------
-def load_policy(path: str | Path | None) -> GatePolicy:
-    """GatePolicy from a YAML/JSON mapping of its fields (None: seed 000's defaults)."""
-    if path is None:
-        return GatePolicy()
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except OSError as exc:
-        raise GateError(f"policy {path}: cannot read: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise GateError(f"policy {path}: not valid YAML/JSON: "
-                        f"{str(exc).splitlines()[0] if str(exc) else exc!r}") from None
-    if not isinstance(data, dict):
-        raise GateError(f"policy {path}: expected a mapping of GatePolicy fields")
-    fields = {f.name: f for f in dataclasses.fields(GatePolicy)}
-    for key, value in data.items():
-        if key not in fields:
-            raise GateError(f"policy {path}: unknown field {key!r} "
-                            f"(known: {', '.join(sorted(fields))})")
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            raise GateError(f"policy {path}: field {key!r} must be a number, got {value!r}")
-        if fields[key].type in (int, "int") and not float(value).is_integer():
-            raise GateError(f"policy {path}: field {key!r} must be an integer, got {value!r}")
-    kw: dict[str, Any] = {k: (int(v) if fields[k].type in (int, "int") else float(v))
-                          for k, v in data.items()}
-    pol = GatePolicy(**kw)
-    _check_policy(pol, str(path))
-    return pol
-
-
-def _check_policy(pol: GatePolicy, where: str) -> None:
-    if not 0.5 <= pol.confidence < 1.0:
-        raise GateError(f"policy {where}: field 'confidence' must be in [0.5, 1), "
-                        f"got {pol.confidence}")
-    if pol.max_rounds < 1:
-        raise GateError(f"policy {where}: field 'max_rounds' must be >= 1, got {pol.max_rounds}")
-    if pol.keep_concurrency < 1 or pol.guard_concurrency < 1:
-        raise GateError(f"policy {where}: concurrency levels must be >= 1")
-    if not 0.0 <= pol.max_regression_c8 < 1.0:
-        raise GateError(f"policy {where}: field 'max_regression_c8' must be in [0, 1), "
-                        f"got {pol.max_regression_c8}")
-    for name in ("run_noise", "request_noise"):
-        if not 0.0 <= getattr(pol, name) < 1.0:
-            raise GateError(f"policy {where}: field {name!r} must be in [0, 1), "
-                            f"got {getattr(pol, name)}")
-
-
-def _check_result(data: Any, where: str) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise GateError(f"{where}: expected a bench result object")
-    levels = data.get("concurrency")
-    if not isinstance(levels, dict) or not levels:
-        raise GateError(f"{where}: missing field 'concurrency' (not a specdec bench result?)")
-    for name, lvl in levels.items():
-        if not isinstance(lvl, dict):
-            raise GateError(f"{where}: field concurrency.{name} must be an object")
-        for key in ("throughput_tok_s", "tpot_ms_p50"):
-            v = lvl.get(key)
-            if v is not None and (not isinstance(v, int | float) or isinstance(v, bool)):
-                raise GateError(f"{where}: field concurrency.{name}.{key} must be a number, "
-                                f"got {v!r}")
-        reqs = lvl.get("requests")
-        if reqs is not None and (not isinstance(reqs, list)
-                                 or not all(isinstance(r, dict) for r in reqs)):
-            raise GateError(f"{where}: field concurrency.{name}.requests must be a list of "
-                            "objects")
-    return data
-
-
-def load_result(path: str | Path) -> dict[str, Any] | list[dict[str, Any]]:
-    """A bench result (object) or several rounds of one arm (a list of results)."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise GateError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise GateError(f"{path}: not valid JSON ({str(exc).splitlines()[0]})") from None
-    if isinstance(data, list):
-        if not data:
-            raise GateError(f"{path}: empty list of results")
-        return [_check_result(d, f"{path}[{i}]") for i, d in enumerate(data)]
-    return _check_result(data, str(path))
-
-
-# -- measurement helpers ----------------------------------------------------------------------
-def _level(result: Result, conc: int, what: str) -> Mapping[str, Any]:
-    levels = result.get("concurrency")
-    if not isinstance(levels, Mapping) or not isinstance(levels.get(str(conc)), Mapping):
-        raise GateError(f"{what}: missing field concurrency.{conc}")
-    lvl: Mapping[str, Any] = levels[str(conc)]
-    return lvl
-
-
-def _number(lvl: Mapping[str, Any], key: str, what: str, conc: int) -> float:
-    v = lvl.get(key)
-    if not isinstance(v, int | float) or isinstance(v, bool) or v != v:
-        raise GateError(f"{what}: field concurrency.{conc}.{key} must be a number, got {v!r}")
-    return float(v)
-
-
+# -- observations -----------------------------------------------------------------------------
 def _num(x: Any) -> float | None:
     if isinstance(x, int | float) and not isinstance(x, bool) and x == x and x > 0:
         return float(x)
     return None
 
 
-def _pair_key(r: Mapping[str, Any], i: int) -> tuple[Any, Any]:
-    return (r.get("index", i), r.get("prompt_id"))
+def _level(result: Result, conc: int) -> Mapping[str, Any] | None:
+    levels = result.get("concurrency")
+    lvl = levels.get(str(conc)) if isinstance(levels, Mapping) else None
+    return lvl if isinstance(lvl, Mapping) else None
 
 
-def _requests(result: Result, conc: int, what: str) -> list[Mapping[str, Any]]:
-    reqs = _level(result, conc, what).get("requests") or []
-    return [r for r in reqs if isinstance(r, Mapping)]
+def _intrinsic(r: Mapping[str, Any]) -> float:
+    """Variance of log(seconds per token) its own chunk sizes imply: CV² of tokens per engine
+    step over its decode steps (0 without speculation: one token per step)."""
+    sd, mean, chunks = _num(r.get("chunk_tokens_sd")), _num(r.get("tokens_per_chunk")), \
+        _num(r.get("chunks"))
+    if sd is None or mean is None or chunks is None or chunks < 2:
+        return 0.0
+    return (sd / mean) ** 2 / (chunks - 1)
 
 
-def _pairs(bases: Sequence[Result], cands: Sequence[Result], conc: int) -> list[Pair]:
-    """Paired requests (same index and prompt in both arms of a round) of level ``conc``."""
-    out: list[Pair] = []
-    for rnd, (rb, rc) in enumerate(zip(bases, cands, strict=False)):
-        bmap = {_pair_key(r, i): r for i, r in enumerate(_requests(rb, conc, "baseline"))
-                if r.get("error") is None}
-        for i, c in enumerate(_requests(rc, conc, "candidate")):
-            b = bmap.get(_pair_key(c, i))
-            if b is None or c.get("error") is not None:
+def observations(results: Sequence[Result], conc: int, what: str) -> list[Obs]:
+    """One `Obs` per successful request of level ``conc``, round = index in ``results``; a
+    result without per-request records gives one from its level figures."""
+    out: list[Obs] = []
+    for rnd, res in enumerate(results):
+        lvl = _level(res, conc)
+        if lvl is None:
+            continue
+        reqs = [r for r in (lvl.get("requests") or []) if isinstance(r, Mapping)]
+        got = False
+        for r in reqs:
+            tok, e2e = _num(r.get("output_tokens")), _num(r.get("e2el_ms"))
+            if r.get("error") is not None or tok is None or e2e is None:
                 continue
-            bt, bs = _num(b.get("output_tokens")), _num(b.get("e2el_ms"))
-            ct, cs = _num(c.get("output_tokens")), _num(c.get("e2el_ms"))
-            if bt and bs and ct and cs:
-                out.append(Pair(str(c.get("category") or b.get("category") or "all"), rnd,
-                                bt, bs / 1000, ct, cs / 1000, _num(b.get("tpot_ms")),
-                                _num(c.get("tpot_ms"))))
-    if len(out) >= MIN_PAIRS:
-        return out
-    # No per-request records: one pseudo-pair per round from the level figures.
-    out = []
-    for rnd, (rb, rc) in enumerate(zip(bases, cands, strict=False)):
-        lb, lc = _level(rb, conc, "baseline"), _level(rc, conc, "candidate")
-        tb = _number(lb, "throughput_tok_s", "baseline", conc)
-        tc = _number(lc, "throughput_tok_s", "candidate", conc)
-        if tb <= 0:
-            raise GateError(f"baseline: field concurrency.{conc}.throughput_tok_s must be "
-                            "positive")
-        out.append(Pair("all", rnd, tb, 1.0, tc, 1.0, _num(lb.get("tpot_ms_p50")),
-                        _num(lc.get("tpot_ms_p50"))))
+            tpot = _num(r.get("tpot_ms"))
+            out.append(Obs(str(r.get("category") or "all"), rnd, tok, e2e / 1000,
+                           tpot / 1000 if tpot else None, _intrinsic(r),
+                           str(r.get("prompt_id") or "")))
+            got = True
+        if got or reqs:
+            continue
+        thr = _num(lvl.get("throughput_tok_s"))
+        if thr is None:
+            raise GateError(f"{what}: field concurrency.{conc}.throughput_tok_s must be a "
+                            f"positive number, got {lvl.get('throughput_tok_s')!r}")
+        tp = _num(lvl.get("tpot_ms_p50"))
+        out.append(Obs("all", rnd, thr, 1.0, tp / 1000 if tp else None))
     return out
 
 
-def _population(bases: Sequence[Result], cands: Sequence[Result]) -> dict[str, float] | None:
+def _population(results: Sequence[Result]) -> dict[str, float] | None:
     """Category counts of the measured prompt set (the population the rule is about)."""
     pops = []
-    for r in [*bases, *cands]:
-        cats = (r.get("prompts") or {}).get("categories") if isinstance(
-            r.get("prompts"), Mapping) else None
+    for r in results:
+        p = r.get("prompts")
+        cats = p.get("categories") if isinstance(p, Mapping) else None
         if not isinstance(cats, Mapping) or not cats:
             return None
         pops.append({str(k): float(v) for k, v in cats.items() if _num(v)})
     return pops[0] if all(p == pops[0] for p in pops) else None
 
 
-def tokens_estimated(results: Sequence[Result]) -> list[str]:
-    """Where token counts were estimated (no usage, no tokenizer): one line per level."""
-    out = []
-    for i, r in enumerate(results):
-        for name, lvl in (r.get("concurrency") or {}).items():
-            n = lvl.get("tokens_estimated") if isinstance(lvl, Mapping) else None
-            if isinstance(n, int) and n > 0:
-                out.append(f"result {i} concurrency {name}: {n} responses")
+# -- the rules --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Spec:
+    name: str
+    kind: str  # rate | median
+    level: int
+    threshold: float  # as the seed states it
+    ratio_threshold: float  # the ratio candidate/baseline at the threshold
+    sign: int  # +1: a larger ratio is better; -1: smaller (TPOT)
+    comparison: str
+
+
+def _specs(pol: GatePolicy, guard: bool) -> list[_Spec]:
+    k1, k8 = pol.keep_concurrency, pol.guard_concurrency
+    out = [
+        _Spec(f"throughput_gain_c{k1}", "rate", k1, pol.keep_min_throughput_gain,
+              1.0 + pol.keep_min_throughput_gain, 1, ">="),
+        _Spec(f"tpot_p50_reduction_c{k1}", "median", k1, pol.keep_min_tpot_reduction,
+              1.0 - pol.keep_min_tpot_reduction, -1, ">="),
+    ]
+    if guard:
+        out.append(_Spec(f"no_regression_c{k8}", "rate", k8, -pol.max_regression_c8,
+                         1.0 - pol.max_regression_c8, 1, ">="))
     return out
 
 
-def _verdict(lo: float, hi: float, thr: float) -> str:
-    return "pass" if lo >= thr else "fail" if hi < thr else "unclear"
+def z_for(policy: GatePolicy) -> float:
+    """One-sided normal quantile per look: the error ``1 − confidence`` split over the rounds."""
+    return NormalDist().inv_cdf(1.0 - (1.0 - policy.confidence) / policy.max_rounds)
 
 
-def _same_setup(bases: Sequence[Result], cands: Sequence[Result]) -> list[str]:
-    """Refuse arms measured differently; return warnings for softer differences."""
-    warnings: list[str] = []
+def _look_verdict(theta: float, se: float, z: float, m: float, final: bool) -> str:
+    if final:
+        return "pass" if theta >= 0 else "fail"
+    up, down = theta - z * se >= -m, theta + z * se <= m
+    if up and down:
+        return "pass" if theta >= 0 else "fail"
+    return "pass" if up else "fail" if down else "unclear"
 
-    def conf(r: Result) -> Mapping[str, Any]:
-        c = r.get("config")
-        return c if isinstance(c, Mapping) else {}
 
-    for key in ("max_tokens", "endpoint"):
-        vals = {json.dumps(conf(r).get(key)) for r in [*bases, *cands]}
-        if len(vals) > 1:
-            raise GateError(f"baseline and candidate were measured with different {key} "
-                            f"({', '.join(sorted(vals))}); rerun with the same settings")
-    for key in ("requests", "prompts"):
-        b = {json.dumps(r.get(key) if key == "prompts" else conf(r).get(key)) for r in bases}
-        c = {json.dumps(r.get(key) if key == "prompts" else conf(r).get(key)) for r in cands}
-        if b != c:
-            warnings.append(f"baseline and candidate differ in {key}")
-    for r in [*bases, *cands]:
-        for w in r.get("warnings") or []:
-            warnings.append(f"bench: {w}")
-    return warnings
+def _measured(s: _Spec, e: Estimate) -> tuple[float, tuple[float, float]]:
+    """The rule's figure as the seed states it (gain, reduction, change) and its interval."""
+    if s.kind == "median":
+        return 1.0 - e.ratio, (1.0 - e.hi, 1.0 - e.lo)
+    return e.ratio - 1.0, (e.lo - 1.0, e.hi - 1.0)
+
+
+def _rule(s: _Spec, cand: list[Obs], base: list[Obs], pop: Mapping[str, float] | None,
+          pol: GatePolicy, z: float, look: int) -> tuple[Rule, Estimate] | None:
+    """The rule's state after ``look`` rounds: its verdict is fixed at the first look that
+    crossed a boundary (the last round decides by the point estimate)."""
+    rounds = sorted({o.round for o in cand if o.round < look})
+    verdict, at, est, theta, by_estimate = "unclear", 0, None, 0.0, False
+    for t in rounds:
+        c = [o for o in cand if o.round <= t]
+        b = [o for o in base if o.round <= t]
+        if not b:
+            continue
+        try:
+            est = compare(s.kind, c, b, pop, z, pol.run_noise, pol.request_noise)
+        except ValueError:
+            return None
+        theta = s.sign * (est.log - math.log(s.ratio_threshold))
+        verdict = _look_verdict(theta, est.se, z, pol.indifference, False)
+        if verdict == "unclear" and t + 1 >= pol.max_rounds:
+            verdict = _look_verdict(theta, est.se, z, pol.indifference, True)
+            by_estimate = True
+        if verdict != "unclear":
+            at = t + 1
+            break
+    if est is None:
+        return None
+    measured, ci = _measured(s, est)
+    return Rule(s.name, measured, s.threshold, verdict, ci, s.comparison, est.method, est.n,
+                theta, est.se, at, by_estimate, s.level), est
+
+
+# -- the decision -----------------------------------------------------------------------------
+def _held(pol: GatePolicy, where: list[str], rounds: int) -> Decision:
+    return Decision(
+        "inconclusive", [], "tokens estimated: the server sent no usage and the model's "
+        "tokenizer is not on the control node, so output tokens were not counted ("
+        + "; ".join(where[:3]) + "); the host stays on its last-good release",
+        pol.to_dict(), rounds=rounds, keep_possible=False, held=True, code="tokens_estimated")
 
 
 def _as_list(x: Result | Sequence[Result], what: str) -> list[Result]:
@@ -324,18 +279,36 @@ def _as_list(x: Result | Sequence[Result], what: str) -> list[Result]:
     return out
 
 
-# -- the decision -----------------------------------------------------------------------------
-def z_for(policy: GatePolicy) -> float:
-    """One-sided normal quantile per look: the error ``1 − confidence`` split over the rounds."""
-    return NormalDist().inv_cdf(1.0 - (1.0 - policy.confidence) / policy.max_rounds)
+def _reason(dec: str, rules: list[Rule], pol: GatePolicy, look: int) -> tuple[str, str]:
+    by = {r.name: r for r in rules}
+    gain = next(r for r in rules if r.name.startswith("throughput_gain"))
+    failed = [r for r in rules if r.verdict == "fail"]
+    note = " (point estimate at the last round)"
 
+    def fig(r: Rule) -> str:
+        return f"{r.name} {r.measured:+.1%} (CI {r.ci[0]:+.1%}..{r.ci[1]:+.1%})"
 
-def _held(pol: GatePolicy, where: list[str], rounds: int) -> Decision:
-    return Decision(
-        "inconclusive", [], "tokens estimated: the server sent no usage and the model's "
-        "tokenizer is not on the control node, so output tokens were not counted ("
-        + "; ".join(where[:3]) + "); the host stays on its last-good release",
-        pol.to_dict(), rounds=rounds, keep_possible=False, held=True, code="tokens_estimated")
+    if dec == "disable":
+        c8 = [r for r in failed if r.name.startswith("no_regression")]
+        if c8:
+            return "c8_regression", (
+                f"c={pol.guard_concurrency} throughput regresses beyond the "
+                f"{pol.max_regression_c8:.0%} tolerance: {fig(c8[0])}"
+                + (note if c8[0].by_estimate else ""))
+        if gain.verdict == "fail" and gain.measured < pol.disable_below_gain:
+            return "min_gain", (f"c={pol.keep_concurrency} throughput gain {fig(gain)} is "
+                                f"below {pol.disable_below_gain:.0%}"
+                                + (note if gain.by_estimate else ""))
+        return "keep_out_of_reach", ("the gain does not reach the keep threshold: " + ", ".join(
+            f"{fig(r)} < {r.threshold:.0%}" + (note if r.by_estimate else "") for r in failed))
+    if dec == "keep":
+        est = any(r.by_estimate for r in rules)
+        return "keep", (", ".join(f"{fig(r)} clears {r.threshold:+.0%}" for r in rules)
+                        + (f" (at round {look}, by the point estimates)" if est else
+                           f" at the {pol.confidence:.0%} bound outside the "
+                           f"±{pol.indifference:.0%} indifference zone"))
+    open_ = [f"{n} ({fig(r)})" for n, r in by.items() if r.verdict == "unclear"]
+    return "more_rounds", "not decisive yet: " + ", ".join(open_)
 
 
 def decide(
@@ -343,130 +316,96 @@ def decide(
     candidate: Result | Sequence[Result],
     policy: GatePolicy | None = None,
 ) -> Decision:
-    """Decide from one or several rounds (ABAB runs) of benchmark results per arm; the number
+    """Decide from one or several rounds (ABAB runs) of benchmark results per arm (round i of
+    an arm is its i-th result; a round may lack a level the gate no longer needed). The number
     of rounds given is the look of the sequential test (the last is ``policy.max_rounds``)."""
     pol = policy or GatePolicy()
-    _check_policy(pol, "(given)")
+    check_policy(pol, "(given)")
     bases = _as_list(baseline, "baseline")
     cands = _as_list(candidate, "candidate")
     for i, r in enumerate([*bases, *cands]):
-        _check_result(dict(r), f"result {i}")
-    warnings = _same_setup(bases, cands)
+        check_result(dict(r), f"result {i}")
+    warnings = same_setup(bases, cands)
     look = min(len(bases), len(cands))
     est = tokens_estimated([*bases, *cands])
     if est:
         return _held(pol, est, look)
-    final = look >= pol.max_rounds
     k1, k8 = pol.keep_concurrency, pol.guard_concurrency
-    z = z_for(pol)
-    pop = _population(bases, cands)
-    p1 = _pairs(bases, cands, k1)
-    has_guard = k8 != k1 and all(isinstance((r.get("concurrency") or {}).get(str(k8)), Mapping)
-                                 for r in [*bases, *cands])
-    p8 = _pairs(bases, cands, k8) if has_guard else []
-    noise = (pol.run_noise, pol.request_noise)
-    g = rate_ratio(p1, pop, z, *noise)
-    try:
-        t = median_ratio(p1, pop, z, *noise)
-    except ValueError:
-        raise GateError(f"no TPOT at concurrency {k1} in both arms (need tpot_ms per request "
-                        "or tpot_ms_p50)") from None
-    gain, gain_lo, gain_hi = g.ratio - 1.0, g.lo - 1.0, g.hi - 1.0
-    red, red_lo, red_hi = 1.0 - t.ratio, 1.0 - t.hi, 1.0 - t.lo
-    rules = [
-        Rule(f"throughput_gain_c{k1}", gain, pol.keep_min_throughput_gain,
-             _verdict(gain_lo, gain_hi, pol.keep_min_throughput_gain), (gain_lo, gain_hi),
-             method=g.method, n=g.n),
-        Rule(f"tpot_p50_reduction_c{k1}", red, pol.keep_min_tpot_reduction,
-             _verdict(red_lo, red_hi, pol.keep_min_tpot_reduction), (red_lo, red_hi),
-             method=t.method, n=t.n),
-        Rule(f"min_gain_c{k1}", gain, pol.disable_below_gain,
-             _verdict(gain_lo, gain_hi, pol.disable_below_gain), (gain_lo, gain_hi),
-             method=g.method, n=g.n),
-    ]
-    figures: dict[str, Any] = {
-        f"throughput_ratio_c{k1}": g.ratio, f"tpot_p50_ratio_c{k1}": t.ratio,
-        "category_weights": g.weights, "z": z, "look": look,
-        "baseline_throughput_tok_s": {str(k1): [
-            _number(_level(r, k1, "baseline"), "throughput_tok_s", "baseline", k1)
-            for r in bases]},
-        "candidate_throughput_tok_s": {str(k1): [
-            _number(_level(r, k1, "candidate"), "throughput_tok_s", "candidate", k1)
-            for r in cands]},
-    }
-    guard_v = "unclear"
-    if has_guard:
-        e8 = rate_ratio(p8, pop, z, *noise)
-        thr8 = -pol.max_regression_c8
-        guard_v = _verdict(e8.lo - 1.0, e8.hi - 1.0, thr8)
-        rules.append(Rule(f"no_regression_c{k8}", e8.ratio - 1.0, thr8, guard_v,
-                          (e8.lo - 1.0, e8.hi - 1.0), method=e8.method, n=e8.n))
-        figures[f"throughput_ratio_c{k8}"] = e8.ratio
-    else:
+    guard = k8 != k1 and any(_level(r, k8) is not None for r in cands) and any(
+        _level(r, k8) is not None for r in bases)
+    if not guard:
         warnings.append(f"no concurrency {k8} level in both arms: the regression guard has no "
                         "data, so the result cannot be keep")
-    v = {r.name: r.verdict for r in rules}
-    keep_rules = (v[f"throughput_gain_c{k1}"], v[f"tpot_p50_reduction_c{k1}"])
-    c8 = rules[-1] if has_guard else None
-    code, conservative = "more_rounds", False
-    if v[f"min_gain_c{k1}"] == "fail":
-        dec, code = "disable", "min_gain"
-        reason = (f"c={k1} throughput gain {gain:+.1%} (CI {gain_lo:+.1%}..{gain_hi:+.1%}) is "
-                  f"below {pol.disable_below_gain:.0%}")
-    elif guard_v == "fail" and c8 is not None:
-        dec, code = "disable", "c8_regression"
-        reason = (f"c={k8} throughput regresses beyond the {pol.max_regression_c8:.0%} "
-                  f"tolerance ({c8.measured:+.1%}, CI {c8.ci[0]:+.1%}..{c8.ci[1]:+.1%})")
-    elif keep_rules == ("pass", "pass") and (guard_v == "pass" or (final and has_guard)):
-        dec, code = "keep", "keep"
-        c8_text = (f"c={k8} is within the {pol.max_regression_c8:.0%} tolerance"
-                   if guard_v == "pass" else
-                   f"no c={k8} regression beyond {pol.max_regression_c8:.0%} is shown")
-        reason = (f"c={k1} throughput {gain:+.1%} and TPOT p50 {-red:+.1%} clear the keep "
-                  f"thresholds at the {pol.confidence:.0%} one-sided bound; {c8_text}")
-    elif "fail" in keep_rules:
-        dec, code = "disable", "keep_out_of_reach"
-        failed = [r for r in rules[:2] if r.verdict == "fail"]
-        reason = ("the gain does not reach the keep threshold: " + ", ".join(
-            f"{r.name} {r.measured:+.1%} (CI {r.ci[0]:+.1%}..{r.ci[1]:+.1%}) < "
-            f"{r.threshold:.0%}" for r in failed))
-    elif final:
-        dec, code, conservative = "disable", "round_limit", True
-        unclear = [f"{r.name} ({r.verdict})" for r in rules if r.verdict != "pass"]
-        reason = (f"still undecided after {look} round(s) (limit {pol.max_rounds}); "
-                  "conservative answer: " + ", ".join(unclear))
+    z = z_for(pol)
+    pop = _population([*bases, *cands])
+    rules: list[Rule] = []
+    scores: list[dict[str, float]] = []
+    figures: dict[str, Any] = {"z": z, "look": look, "indifference": pol.indifference}
+    for s in _specs(pol, guard):
+        c, b = observations(cands, s.level, "candidate"), observations(bases, s.level,
+                                                                       "baseline")
+        got = _rule(s, c, b, pop, pol, z, look) if c and b else None
+        if got is None:
+            if s.kind == "median":
+                raise GateError(f"no TPOT at concurrency {s.level} in both arms (need tpot_ms "
+                                "per request or tpot_ms_p50)")
+            raise GateError(f"no measured requests at concurrency {s.level} in both arms")
+        rule, e = got
+        rules.append(rule)
+        if rule.verdict == "unclear" and s.level == k1 and e.cand is not None:
+            sc = e.cand.allocation_score()
+            tot = sum(sc.values())
+            if tot > 0 and e.cand.stratified:
+                scores.append({c: v / tot for c, v in sc.items()})
+        figures[f"{'tpot_p50' if s.kind == 'median' else 'throughput'}_ratio_c{s.level}"] = \
+            e.ratio
+        figures.setdefault("category_weights", e.weights)
+    verdicts = [r.verdict for r in rules]
+    if "fail" in verdicts:
+        dec = "disable"
+    elif guard and all(v == "pass" for v in verdicts):
+        dec = "keep"
     else:
         dec = "inconclusive"
-        unclear = [f"{r.name} ({r.verdict})" for r in rules if r.verdict != "pass"]
-        reason = "not decisive yet: " + ", ".join(unclear)
-    keep_possible = dec == "keep" or (dec == "inconclusive" and has_guard)
+    if dec == "inconclusive" and not guard and (look >= pol.max_rounds
+                                                 or "unclear" not in verdicts):
+        code, reason = "no_guard", (f"no concurrency {k8} measurements: speculation is not "
+                                    "kept without the regression guard")
+        dec = "disable"
+    else:
+        code, reason = _reason(dec, rules, pol, look)
+    pending = tuple(sorted({r.level for r in rules if r.verdict == "unclear"}))
+    alloc = {c: sum(sc.get(c, 0.0) for sc in scores) / len(scores)
+             for c in sorted({c for sc in scores for c in sc})} if scores else {}
     return Decision(dec, rules, reason, pol.to_dict(), rounds=look, figures=figures,
-                    warnings=warnings, keep_possible=keep_possible, conservative=conservative,
-                    code=code)
+                    warnings=warnings, keep_possible=dec == "keep" or (
+                        dec == "inconclusive" and guard),
+                    code=code, pending=pending if dec == "inconclusive" else (),
+                    by_estimate=any(r.by_estimate for r in rules),
+                    allocation=alloc if dec == "inconclusive" else {})
 
 
 def decide_adaptive(
-    run_round: Callable[[str, int], Mapping[str, Any]],
+    run_round: Callable[[str, int, tuple[int, ...]], Mapping[str, Any]],
     policy: GatePolicy | None = None,
     on_round: Callable[[Decision], None] | None = None,
 ) -> Decision:
-    """ABAB rounds: ``run_round(arm, i)`` runs one benchmark of arm ``baseline``/``candidate``.
-
-    Adds rounds while the decision is inconclusive; `decide` answers at the last round
-    (``policy.max_rounds``). A held result (tokens estimated) stops at once.
-    """
+    """ABAB rounds: ``run_round(arm, i, levels)`` benchmarks arm ``baseline``/``candidate`` at
+    ``levels`` (every level in round 0, then the ones the gate still needs)."""
     pol = policy or GatePolicy()
-    _check_policy(pol, "(given)")
+    check_policy(pol, "(given)")
+    levels = tuple(sorted({pol.keep_concurrency, pol.guard_concurrency}))
     bases: list[Mapping[str, Any]] = []
     cands: list[Mapping[str, Any]] = []
     dec: Decision | None = None
     for i in range(pol.max_rounds):
-        bases.append(run_round("baseline", i))
-        cands.append(run_round("candidate", i))
+        bases.append(run_round("baseline", i, levels))
+        cands.append(run_round("candidate", i, levels))
         dec = decide(bases, cands, pol)
         if on_round is not None:
             on_round(dec)
         if dec.decision != "inconclusive" or dec.held:
             break
+        levels = dec.pending
     assert dec is not None
     return dec

@@ -19,6 +19,7 @@ from specdec.fit import fit, fit_problem, max_model_len_for
 from specdec.hostdata import HostSettings, parse_host_settings
 from specdec.identify import Identity
 from specdec.plan_types import FitReport, Plan
+from specdec.tune import K_MAX
 
 __all__ = ["DEFAULT_PORT", "baseline", "check_image", "make_plan"]
 
@@ -407,6 +408,16 @@ def make_plan(
         notes.append(f"method {cand.method}: {cand.why}, fits")
 
     k = _spec_tokens(s, device, cand.method)
+    k_auto = s.num_speculative_tokens is None and cand.method != "none"
+    methods: tuple[tuple[str, str | None], ...] = ()
+    if k_auto:
+        methods = ((cand.method, cand.draft),)
+        # n-gram needs no weights nor memory: the tune measures it too, unless pinned
+        if not pinned_choice and cand.method != "ngram" and any(
+                c.method == "ngram" for c in candidates):
+            methods += (("ngram", None),)
+        notes.append(f"num_speculative_tokens auto: tuned on the host from k={k} over 1.."
+                     f"{K_MAX}" + (" (and against n-gram)" if len(methods) > 1 else ""))
     env = dict(s.env)
     return Plan(
         host=host,
@@ -434,6 +445,8 @@ def make_plan(
         notes=tuple(notes),
         service_user=s.service_user,
         pinned=tuple(sorted(s.keys)),
+        k_auto=k_auto,
+        tune_methods=methods,
     )
 
 
@@ -467,6 +480,10 @@ def baseline(plan: Plan, catalog: Catalog | None = None) -> Plan:
         gpu_memory_utilization=util,
         fit=report,
         notes=(*plan.notes, "baseline: speculation off"),
+        k_auto=False,
+        tune_methods=(),
+        k_by_batch=(),
+        tuned=None,
     )
 
 

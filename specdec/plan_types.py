@@ -18,12 +18,13 @@ class GatePolicy:
 
     keep_min_throughput_gain: float = 0.30  # c=1: throughput_tok_s >= +30%
     keep_min_tpot_reduction: float = 0.20  # c=1: tpot_ms_p50 >= 20% lower
-    disable_below_gain: float = 0.10  # c=1: gain < 10% -> disable
+    disable_below_gain: float = 0.10  # c=1: gain < 10% -> disable (named in the reason)
     max_regression_c8: float = 0.10  # c=8 tolerance: a regression counts beyond -10%
     keep_concurrency: int = 1
     guard_concurrency: int = 8
-    confidence: float = 0.95  # one-sided, per rule, over all rounds (Bonferroni per round)
-    max_rounds: int = 4  # ABAB rounds before an undecided gate answers conservatively
+    confidence: float = 0.95  # per rule, for a true value outside the indifference zone
+    indifference: float = 0.10  # zone half-width around each threshold, on the log ratio
+    max_rounds: int = 4  # ABAB rounds; the last one decides by the point estimates
     run_noise: float = 0.03  # assumed sd of a whole run's speed (log scale), per arm
     request_noise: float = 0.05  # least sd of one request's speed (log scale), per arm
 
@@ -76,6 +77,10 @@ class Plan:
     notes: tuple[str, ...] = field(default=())  # why choices were made (for reports)
     service_user: str = "specdec"  # runs the engine (in the docker group for docker runtime)
     pinned: tuple[str, ...] = ()  # specdec_* keys the host data set (baseline keeps pinned values)
+    k_auto: bool = False  # k is tuned on the host (specdec_num_speculative_tokens: auto)
+    tune_methods: tuple[tuple[str, str | None], ...] = ()  # compared by the tune (first: this)
+    k_by_batch: tuple[tuple[int, int, int], ...] = ()  # num_speculative_tokens_per_batch_size
+    tuned: str | None = None  # the tune cache entry whose values this plan carries
 
     @property
     def speculative(self) -> bool:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec.errors import RolloutError
+from specdec.tunechart import tune_chart, tune_line
 
 __all__ = [
     "OUTCOMES",
@@ -212,6 +213,10 @@ def summary_markdown(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
         method = r.get("method") or "-"
         if r.get("draft"):
             method = f"{method} ({r['draft']}, k={r.get('num_speculative_tokens')})"
+        elif r.get("num_speculative_tokens"):
+            method = f"{method} (k={r.get('num_speculative_tokens')})"
+        if r.get("tune"):
+            method += f"; tuned: {tune_line(r.get('tune'))}"
         outcome = str(r.get("outcome"))
         if r.get("previous_outcome"):
             outcome += f" ({r['previous_outcome']})"
@@ -297,6 +302,17 @@ def _acceptance_chart(rows: Sequence[tuple[str, Sequence[float]]]) -> str:
     return "\n".join(out)
 
 
+def _method(r: Mapping[str, Any]) -> str:
+    m = str(r.get("method") or "-")
+    k = r.get("num_speculative_tokens")
+    if m != "none" and isinstance(k, int) and k > 0:
+        m += f" k={k}"
+    sched = r.get("k_by_batch") or []
+    if sched:
+        m += " (per batch " + ", ".join(f"{a}-{b}: {kk}" for a, b, kk in sched) + ")"
+    return m + (" [tuned]" if r.get("tune") or r.get("tuned") else "")
+
+
 def index_html(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
     e = html.escape
     rows = []
@@ -313,7 +329,7 @@ def index_html(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
         roof = f["roofline_pct"]
         rows.append(
             "<tr>" + "".join(f"<td>{x}</td>" for x in (
-                e(host), e(str(r.get("device") or "-")), e(str(r.get("method") or "-")),
+                e(host), e(str(r.get("device") or "-")), e(_method(r)),
                 f'<b style="color:{color}">{e(str(r.get("outcome")))}</b>'
                 + (f' ({e(str(r["previous_outcome"]))})' if r.get("previous_outcome") else ""),
                 e(_pct(f["c1_gain"])), e(_pct(f["tpot_change"])), e(_pct(f["c8_gain"])),
@@ -330,6 +346,11 @@ def index_html(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
     tally = ", ".join(f'<b style="color:{_OUTCOME_COLORS.get(o, "#000")}">{counts[o]} {o}</b>'
                       for o in OUTCOMES if counts.get(o)) or "no hosts"
     gated = sum(counts.get(o, 0) for o in GATED)
+    charts = [tune_chart(str(r.get("host")), r.get("tune")) for r in reports]
+    tuning = ("<h2>Tuning (num_speculative_tokens: auto)</h2>\n"
+              "<p>Throughput vs the baseline as the tune phase fitted it from the points it "
+              "measured on the host (dots); lines per method compared.</p>\n"
+              + "\n".join(c for c in charts if c)) if any(charts) else ""
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>specdec rollout {e(run_id)}</title>
 <style>
@@ -349,6 +370,7 @@ svg {{ display: block; margin: 1.5em 0; font-family: system-ui, sans-serif; }}
 {_bars("Output throughput at concurrency 8", "tok/s", thr8)}
 <h2>Acceptance</h2>
 {_acceptance_chart(acc)}
+{tuning}
 </body></html>
 """
 

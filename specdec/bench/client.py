@@ -88,7 +88,8 @@ class BenchConfig:
     max_tokens: int = 128
     warmup: int = 4  # warmup requests (prompts outside the measured set)
     warmup_max_tokens: int = 16  # warmup only has to touch every code path
-    prompt_offset: int = 0  # first measured prompt (rounds of a gate rotate through the set)
+    prompt_offset: int | tuple[int, ...] = 0  # first measured prompt (one, or one per level):
+    # rounds of a gate rotate through the set
     prompts: PromptSet | None = None  # None: the built-in set
     endpoint: str = "chat"  # chat | completions
     fixed_length: bool = True  # send ignore_eos + min_tokens = max_tokens
@@ -101,6 +102,10 @@ class BenchConfig:
     trtllm_poll_s: float = 0.5
     tokenizer: str | None = None  # repo id or local dir: counts tokens when there is no usage
     fill: bool = True  # at C > 1 keep C requests in flight until the last measured one ends
+    ramp_tokens: int = 0  # at C > 1 each client first sends one unmeasured request this long,
+    # so measured requests start staggered, as in a steady state (0: no ramp)
+    prompt_ids: tuple[tuple[int, tuple[str, ...]], ...] = ()  # (level, measured prompt ids):
+    # exactly these prompts at that level, instead of --requests/--prompt-offset
 
     def validate(self) -> BenchConfig:
         parts = urlsplit(self.url)
@@ -119,13 +124,20 @@ class BenchConfig:
                               f"got {self.max_tokens}")
         if self.warmup < 0:
             raise ConfigError(f"--warmup: must be >= 0, got {self.warmup}")
-        if self.prompt_offset < 0:
+        offs = self.prompt_offset if isinstance(self.prompt_offset, tuple) else (
+            self.prompt_offset,)
+        if isinstance(self.prompt_offset, tuple) and len(offs) != len(self.concurrency):
+            raise ConfigError(f"--prompt-offset: expected one offset or one per concurrency "
+                              f"level {self.concurrency}, got {self.prompt_offset}")
+        if min(offs) < 0:
             raise ConfigError(f"--prompt-offset: must be >= 0, got {self.prompt_offset}")
         if self.endpoint not in ENDPOINTS:
             raise ConfigError(f"--endpoint: expected chat or completions, got {self.endpoint!r}")
         if not 0.0 <= self.max_failed_fraction < 1.0:
             raise ConfigError(f"max_failed_fraction: must be in [0, 1), got "
                               f"{self.max_failed_fraction}")
+        if self.ramp_tokens < 0 or self.ramp_tokens == 1:
+            raise ConfigError(f"--ramp-tokens: must be 0 or >= 2, got {self.ramp_tokens}")
         if self.request_timeout_s <= 0:
             raise ConfigError(f"--timeout: must be > 0, got {self.request_timeout_s}")
         return self
@@ -238,6 +250,31 @@ class _Rec:
         span = self.last - self.first
         return 1.0 + (self.tokens - 1) * (t - self.first) / span if span > 0 else 1.0
 
+    def chunk_sizes(self) -> list[int] | None:
+        """Tokens per chunk after the first (one chunk per engine step: accepted drafts + 1);
+        None without exact per-chunk counts."""
+        if not self.ok or not self.exact or len(self.cums) < 2:
+            return None
+        return [b - a for a, b in zip(self.cums, self.cums[1:], strict=False)]
+
+    def chunk_tokens_sd(self) -> float | None:
+        sizes = self.chunk_sizes()
+        if not sizes or len(sizes) < 2:
+            return None
+        m = sum(sizes) / len(sizes)
+        return (sum((x - m) ** 2 for x in sizes) / (len(sizes) - 1)) ** 0.5
+
+    def chunk_hist(self) -> list[int] | None:
+        """Counts of decode chunks by size (index = tokens in the chunk)."""
+        sizes = self.chunk_sizes()
+        if sizes is None:
+            return None
+        out = [0] * (max(sizes, default=0) + 1)
+        for s in sizes:
+            if s >= 0:
+                out[s] += 1
+        return out
+
     def record(self, t0: float) -> dict[str, Any]:
         gaps = self.chunks - 1
         return {
@@ -255,6 +292,8 @@ class _Rec:
             "tokens_source": self.tokens_source if self.ok else None,
             "client_queue_ms": round((self.send - self.queued) * 1000, 3),
             "tokens_per_chunk": (self.tokens - 1) / gaps if self.ok and gaps > 0 else None,
+            "chunk_tokens_sd": self.chunk_tokens_sd(),
+            "chunk_hist": self.chunk_hist(),
             "finish_reason": self.finish_reason,
             "error": self.error,
             "error_kind": self.error_kind,
@@ -559,14 +598,18 @@ async def _run_requests(client: httpx.AsyncClient, cfg: BenchConfig, model: str,
                         prompts: list[Prompt], conc: int, tag: str, progress: _Progress,
                         check: Callable[[], None] | None = None,
                         counter: Callable[[str], int] | None = None,
-                        fillers: list[Prompt] | None = None) -> list[_Rec]:
+                        fillers: list[Prompt] | None = None,
+                        ramp: int = 0) -> list[_Rec]:
     """Run ``prompts`` with ``conc`` workers. With ``fillers``, a worker without a measured
     request left sends filler requests (not recorded) while measured ones are in flight, and
-    the fillers still running are cancelled when the last measured request ends."""
+    the fillers still running are cancelled when the last measured request ends; with
+    ``ramp``, each worker first sends one unrecorded request of ``ramp`` tokens."""
     recs = [_Rec(i, p) for i, p in enumerate(prompts)]
     nxt = 0
     finished = failed = 0
     all_done = asyncio.Event()
+    ramp_cfg = replace(cfg, max_tokens=ramp) if ramp else cfg
+    ramps = (fillers or prompts)
 
     fill_next = 0
 
@@ -579,8 +622,12 @@ async def _run_requests(client: httpx.AsyncClient, cfg: BenchConfig, model: str,
                        _prompt_text(cfg, f"{tag} fill #{i}", fillers[i % len(fillers)]),
                        counter)
 
-    async def worker() -> None:
+    async def worker(w: int) -> None:
         nonlocal nxt, finished, failed
+        if ramp:
+            p = ramps[w % len(ramps)]
+            await _request(client, ramp_cfg, model, _Rec(-1, p),
+                           _prompt_text(cfg, f"{tag} ramp #{w}", p), counter)
         while nxt < len(recs):
             rec = recs[nxt]
             nxt += 1
@@ -603,7 +650,7 @@ async def _run_requests(client: httpx.AsyncClient, cfg: BenchConfig, model: str,
                     await task
             waiter.cancel()
 
-    await asyncio.gather(*(worker() for _ in range(min(conc, len(recs)))))
+    await asyncio.gather(*(worker(w) for w in range(min(conc, len(recs)))))
     progress.end()
     return recs
 
@@ -732,9 +779,23 @@ async def run_bench_async(cfg: BenchConfig, *, stderr: TextIO | None = None) -> 
         counts = dict(zip(cfg.concurrency, cfg.requests, strict=True))
     else:
         counts = {c: cfg.requests or len(pset.measured) for c in cfg.concurrency}
-    off = cfg.prompt_offset
+    offsets = dict(zip(cfg.concurrency, cfg.prompt_offset, strict=True)) if isinstance(
+        cfg.prompt_offset, tuple) else dict.fromkeys(cfg.concurrency, cfg.prompt_offset)
 
-    def measured(n: int) -> list[Prompt]:
+    by_id = {p.id: p for p in pset.measured}
+    chosen: dict[int, list[Prompt]] = {}
+    for conc, ids in cfg.prompt_ids:
+        missing = [i for i in ids if i not in by_id]
+        if missing or conc not in counts:
+            raise ConfigError(f"--prompt-ids {conc}={','.join(ids)}: "
+                              + (f"no measured prompt {missing[0]!r} in {pset.source}"
+                                 if missing else f"{conc} is not a --concurrency level"))
+        chosen[conc] = [by_id[i] for i in ids]
+        counts[conc] = len(ids)
+
+    def measured(n: int, off: int, conc: int) -> list[Prompt]:
+        if conc in chosen:
+            return chosen[conc]
         return [pset.measured[(off + i) % len(pset.measured)] for i in range(n)]
 
     warm = [pset.warmup[i % len(pset.warmup)] for i in range(cfg.warmup)]
@@ -775,12 +836,13 @@ async def run_bench_async(cfg: BenchConfig, *, stderr: TextIO | None = None) -> 
         for conc in cfg.concurrency:
             probe = _SpecProbe(client, base, server, cfg.trtllm_poll_s, last)
             await probe.start()
-            n = counts[conc]
+            n, off = counts[conc], offsets[conc]
             fill = [pset.measured[(off + n + i) % len(pset.measured)] for i in range(conc)]
-            recs = await _run_requests(client, cfg, model, measured(n), conc,
+            recs = await _run_requests(client, cfg, model, measured(n, off, conc), conc,
                                        f"c{conc}" + (f" o{off}" if off else ""), progress,
                                        probe.check, counter,
-                                       fill if conc > 1 and cfg.fill else None)
+                                       fill if conc > 1 and cfg.fill else None,
+                                       cfg.ramp_tokens if conc > 1 else 0)
             fig, delta = await probe.stop()
             last = probe.after
             lvl = _level_result(cfg, recs, conc)
@@ -797,6 +859,8 @@ async def run_bench_async(cfg: BenchConfig, *, stderr: TextIO | None = None) -> 
     conf.pop("prompts")
     conf["requests"] = [counts[c] for c in cfg.concurrency]
     conf["concurrency"] = list(cfg.concurrency)
+    conf["prompt_offset"] = [offsets[c] for c in cfg.concurrency]
+    conf["prompt_ids"] = {str(c): [p.id for p in ps] for c, ps in chosen.items()}
     return {
         "schema": SCHEMA,
         "tool": "specdec bench",
