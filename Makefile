@@ -1,6 +1,8 @@
 # Quick start on a fresh Debian 12 machine, as root:
 #   make demo   - install what is needed, boot the emulated lab fleet and deploy it
 #   make test   - install what is needed, then run every test (unit, deploy, lab end-to-end)
+# Both use the lab, each its own instance: `make demo` boots "demo" (10.213.0.0/16) and leaves
+# it up; the end-to-end tests boot "test" (10.214.0.0/16) beside it and remove only that.
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 APT_PACKAGES = systemd-container debootstrap docker-registry skopeo iproute2 procps curl
@@ -35,12 +37,14 @@ e2e: setup
 test: setup lint
 	$(PYTHON) -m pytest -q -ra tests
 
+demo demo-down: export SPECDEC_LAB_INSTANCE = demo
+
 # 1. boot the lab (unless it is up); 2. roll the fleet out, canary first: the gate keeps
 # speculation where it pays and disables it where it does not; 3. roll out again with an
 # engine that crashes at start on lab-nano: it is rolled back (this run fails, as it should,
 # so make goes on past it); 4. the fleet report of that last run, every host explained.
 demo: setup
-	@if [ -e /var/lib/specdec-lab/state.json ]; then echo "lab: already up"; \
+	@if [ -e /var/lib/specdec-lab/demo/state.json ]; then echo "lab: already up"; \
 		else specdec lab up inventories/lab.py; fi
 	specdec rollout inventories/lab.py --batches 1,100%
 	-SPECDEC_LAB_FAULTS=lab-nano=crash_at_start specdec rollout inventories/lab.py --batches 100%

@@ -6,6 +6,8 @@ Starts the emulator on loopback (vLLM flavour on the AGX Orin 64GB profile with 
 trtllm-serve on DGX Spark, time scale 0.05 by default); for concurrency 1 and then 8: resets
 ``/lab/truth``, runs ``python3 -m specdec.cli bench URL --concurrency C --warmup 0 --json …``
 and compares ``tpot_ms_p50`` and ``throughput_tok_s`` with ``GET /lab/truth`` (goal: within 2%).
+Both sides in device time: the bench converts an emulator's figures (``device_time`` label),
+the truth's ``unscaled`` block is the same figures divided by the time scale.
 """
 
 from __future__ import annotations
@@ -51,16 +53,22 @@ def run(flavour: str, a: argparse.Namespace, tmp: Path) -> list[float]:
                 print(f"{flavour} c={conc}: bench failed: {p.stderr.strip()}")
                 errors.append(float("inf"))
                 continue
-            lvl = json.loads(out.read_text())["concurrency"][str(conc)]
+            doc = json.loads(out.read_text())
+            if (doc.get("device_time") or {}).get("time_scale") != a.time_scale:
+                print(f"{flavour} c={conc}: the result is not labelled device time")
+                errors.append(float("inf"))
+                continue
+            lvl = doc["concurrency"][str(conc)]
             truth = lab_truth(url)
+            dev_truth = truth["unscaled"]
             for key in ("tpot_ms_p50", "throughput_tok_s"):
-                got, want = lvl[key], truth[key]
+                got, want = lvl[key], dev_truth[key]
                 err = got / want - 1.0
                 errors.append(abs(err))
                 print(f"{flavour:7} {device:14} c={conc}  {key:17} bench {got:10.3f}  truth "
                       f"{want:10.3f}  error {err:+.2%}")
             print(f"{'':7} {'':14} c={conc}  (ttft_ms_p50 bench {lvl['ttft_ms_p50']:.2f} truth "
-                  f"{truth['ttft_ms_p50']:.2f}; steady throughput "
+                  f"{dev_truth['ttft_ms_p50']:.2f}; steady throughput "
                   f"{lvl['steady_output_throughput'] or float('nan'):.1f}; requests "
                   f"{lvl['completed']}/{truth['requests']}; acceptance length "
                   f"{(lvl['spec_decode'] or {}).get('acceptance_length')})")

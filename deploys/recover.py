@@ -41,7 +41,7 @@ def _escalation() -> dict:
 
 
 kw = _escalation()
-deploy_lock(**kw)
+deploy_lock(recheck=False, **kw)  # restore_last_good reads the live state itself
 switch = restore_last_good(name="Switch current to last-good", **kw)
 systemd.daemon_reload(name="Reload systemd (release switched)", _if=switch.did_change, **kw)
 systemd.service(

@@ -4,8 +4,9 @@ Every host is planned first, in pyinfra's prepare phase (data validated, device 
 plan fitted, files rendered, HF token read on this machine): a bad plan stops the whole run with
 one line naming host, key and value before any host is changed. Then the roles run in the
 order below; each compares facts with the plan and sends only what differs, so a second run
-sends no changing command. The deploy lock is taken first and released last; `verify` checks
-what `serve` activated (see roles/verify.py).
+sends no changing command. The deploy lock is taken first and released last; it returns the
+release state `serve` and `verify` plan from, and fails the host if that state moved before the
+lock was held. `verify` checks what `serve` activated (see roles/verify.py).
 """
 
 from pyinfra import host
@@ -38,7 +39,7 @@ hp, token = prepare_host(host)
 kw = _escalation()
 
 # First: two rollouts to one host must not interleave (released last, or by verify on failure).
-deploy_lock(**kw)
+planned = deploy_lock(**kw)
 
 # The service user and docker group first: later files are owned by the user.
 daemon_json = docker_access(hp, **kw)
@@ -50,7 +51,7 @@ digest = images(hp, **kw)
 # Weights after the image: with the docker runtime `hf download` runs inside it.
 model_prefetch(hp, **kw)
 # Last: release files, unit link, atomic switch, restart only on change.
-served = serve(hp, restart_on=[daemon_json, digest], **kw)
+served = serve(hp, restart_on=[daemon_json, digest], recorded=planned, **kw)
 # Health, limits, benchmark and gate; keep, disable, or roll back and fail the host.
-verify(hp, served, token, **kw)
+verify(hp, served, token, prior=planned, **kw)
 deploy_unlock(**kw)

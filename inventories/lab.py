@@ -10,7 +10,8 @@ its `lab_device` (device tree, L4T release, MemTotal; GB10 via nvidia-smi on the
 a real Docker engine that pulls the engine emulator images from the lab's own registry
 (localhost:5000). `lab_*` keys are read by the lab only (pyinfra and the planner ignore them).
 
-Knobs (environment): SPECDEC_LAB_HOSTS=N (first N rows below, default 4, up to 8),
+Knobs (environment): SPECDEC_LAB_INSTANCE=NAME (which lab: default demo; the end-to-end
+tests use test, beside it), SPECDEC_LAB_HOSTS=N (first N rows below, default 4, up to 8),
 SPECDEC_LAB_TIME_SCALE=X (emulator speed, default 0.1), SPECDEC_LAB_FAULTS="host=fault,..."
 (emulator faults: crash_at_start, slow_start:S, hang_after:N, 5xx_burst:START:COUNT,
 slowdown:F, oom). See specdec/lab/fleetdata.py for the data every host gets (SSH settings,
@@ -30,12 +31,15 @@ _TABLE = [
     # DGX Spark, docker: trtllm-serve.
     ("lab-spark", {"lab_device": "dgx-spark", "specdec_engine": "trtllm",
                    "specdec_runtime": "docker", "specdec_model": "Qwen/Qwen3-8B"}),
-    # Orin NX 16GB, docker: a draft model a third of the target's size, drafting 5 tokens: the
-    # drafting costs about what it saves, so the gate should disable speculation here.
+    # Orin NX 16GB, docker, on the older dustynv/vllm:0.9.2 image (only huggingface-cli, Hub
+    # cache variables set to /data/models/huggingface, draft models on vLLM's V0 engine): a draft
+    # model a third of the target's size, drafting 5 tokens: the drafting costs about what it
+    # saves, so the gate should disable speculation here.
     ("lab-nx", {"lab_device": "orin-nx-16gb", "specdec_engine": "vllm",
                 "specdec_runtime": "docker", "specdec_model": "Qwen/Qwen3-1.7B",
                 "specdec_method": "draft_model", "specdec_draft": "Qwen/Qwen3-0.6B",
-                "specdec_num_speculative_tokens": 5}),
+                "specdec_num_speculative_tokens": 5,
+                "lab_image": "dustynv/vllm:0.9.2-r36.4-cu128-24.04"}),
     # More hosts for fleet-scale runs (SPECDEC_LAB_HOSTS=5..8).
     ("lab-agx32", {"lab_device": "agx-orin-32gb", "specdec_engine": "vllm",
                    "specdec_runtime": "native", "specdec_model": "Qwen/Qwen3-4B"}),

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from io import BytesIO
-from pathlib import Path
 from typing import Any
 
 import gevent
@@ -15,7 +13,8 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.context import ctx_host
 
 from specdec.catalog import load_catalog
-from specdec.errors import SpecdecError
+from specdec.errors import SpecdecError, redact
+from specdec.hftoken import read_token
 from specdec.hostdata import parse_host_settings
 from specdec.plan import baseline, make_plan
 from specdec.plan_types import Plan
@@ -49,7 +48,7 @@ class DeployError(PyinfraError):
 
 
 def one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+    return " ".join(redact(str(exc)).split()) or type(exc).__name__
 
 
 @dataclass(frozen=True)
@@ -62,10 +61,11 @@ class HostPlan:
     is_jetson: bool
 
 
-def plan_host(name: str, data: Any, identity: Any) -> HostPlan:
+def plan_host(name: str, data: Any, identity: Any,
+              installed: dict[str, str] | None = None) -> HostPlan:
     """Plan and render one host; any `SpecdecError` becomes a one-line `DeployError`."""
     try:
-        planned = make_plan(name, data, identity)
+        planned = make_plan(name, data, identity, installed=installed)
         # k: auto with a tuned entry in the cache: the plan carries the tuned values (noted)
         plan = apply_cached(planned, reports_root(), parse_host_settings(name, data).reverify)
         rendered = render(plan)
@@ -92,28 +92,14 @@ class SecretIO(BytesIO):
 
 def read_hf_token(name: str, data: Any) -> HiddenValue | None:
     """The HF token on the control node: the file named by ``specdec_hf_token_file``, else
-    ``$HF_TOKEN``; None when neither is set. The value only ever travels as a `HiddenValue`."""
+    ``$HF_TOKEN``; None when neither is set. Validates the host's name and data first. The
+    value only ever travels as a `HiddenValue`."""
     try:
         settings = parse_host_settings(name, data)
+        token = read_token(name, settings.hf_token_file)
     except SpecdecError as exc:
         raise DeployError(one_line(exc)) from None
-    if settings.hf_token_file:
-        path = Path(settings.hf_token_file).expanduser()
-        try:
-            text = path.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise DeployError(
-                f"{name}: specdec_hf_token_file={settings.hf_token_file!r}: cannot read "
-                f"({exc.strerror or type(exc).__name__})"
-            ) from None
-        if not text or any(c.isspace() for c in text):
-            raise DeployError(
-                f"{name}: specdec_hf_token_file={settings.hf_token_file!r}: does not hold "
-                "a single token"
-            )
-        return HiddenValue(text)
-    env = os.environ.get("HF_TOKEN", "").strip()
-    return HiddenValue(env) if env else None
+    return HiddenValue(token) if token is not None else None
 
 
 def missing_token_message(hp: HostPlan) -> str | None:
@@ -127,21 +113,19 @@ def missing_token_message(hp: HostPlan) -> str | None:
     )
 
 
-def _prepare_one(h: Any) -> tuple[HostPlan, HiddenValue | None]:
-    from roles.facts import DeviceIdentity
+def _prepare_one(h: Any, token: HiddenValue | None) -> tuple[HostPlan, HiddenValue | None]:
+    from roles.facts import DeviceIdentity, EngineVersions
 
-    try:
-        parse_host_settings(h.name, h.data)  # bad data fails before any fact is gathered
-    except SpecdecError as exc:
-        raise DeployError(one_line(exc)) from None
     try:
         identity = h.get_fact(DeviceIdentity)
     except SpecdecError as exc:
         raise DeployError(f"{h.name}: {one_line(exc)}") from None
     if identity is None:
         raise DeployError(f"{h.name}: could not read the device identity files")
-    hp = plan_host(h.name, h.data, identity)
-    token = read_hf_token(h.name, h.data)
+    # Natively, the engine release is what the host has installed (docker: the image's).
+    native = (h.data.get("specdec_runtime") or "docker") == "native"
+    installed = h.get_fact(EngineVersions) if native else None
+    hp = plan_host(h.name, h.data, identity, installed)
     if token is None and (msg := missing_token_message(hp)):
         raise DeployError(msg)
     return hp, token
@@ -151,29 +135,42 @@ _Prepared = dict[str, "tuple[HostPlan, HiddenValue | None] | DeployError"]
 
 
 def _prepare_all(state: Any) -> _Prepared:
-    """Prepare every active host concurrently (read-only facts); results by host name."""
+    """Check every targeted host, then prepare every active one concurrently (read-only facts);
+    results by host name.
+
+    Host names, host data and HF tokens are checked first, for every host of the run (also one
+    pyinfra could not connect to), before any fact is gathered on any host: the first bad one,
+    in inventory order, stops them all.
+    """
+    targeted = [h for h in state.inventory if state.is_host_in_limit(h)]
+    tokens: dict[str, HiddenValue | None] = {}
+    for h in targeted:
+        try:
+            tokens[h.name] = read_hf_token(h.name, h.data)
+        except DeployError as exc:
+            return {x.name: exc for x in state.inventory}
     active = set(state.inventory.get_active_hosts())
-    hosts = [h for h in state.inventory if h in active]
     results: _Prepared = {}
 
     def one(h: Any) -> None:
         with ctx_host.use(h):
             try:
-                results[h.name] = _prepare_one(h)
+                results[h.name] = _prepare_one(h, tokens.get(h.name))
             except DeployError as exc:
                 results[h.name] = exc
 
-    gevent.joinall([gevent.spawn(one, h) for h in hosts], raise_error=True)
+    gevent.joinall([gevent.spawn(one, h) for h in targeted if h in active], raise_error=True)
     return results
 
 
 def prepare_host(h: Any) -> tuple[HostPlan, HiddenValue | None]:
     """Validate data, identify, plan, render and read the token for pyinfra host ``h``.
 
-    The first host to get here prepares *every* active host (the others wait): if any host's
-    plan is bad, every host raises the same one-line `DeployError` (the first bad host in
-    inventory order). This runs in pyinfra's prepare phase, which only gathers read-only facts,
-    so no host has been changed when the run stops.
+    The first host to get here prepares *every* host (the others wait): names, data and tokens
+    of all targeted hosts first, then facts and plans of the active ones. If any host is bad,
+    every host raises the same one-line `DeployError` (the first bad host in inventory order).
+    This runs in pyinfra's prepare phase, which only gathers read-only facts, so no host has
+    been changed when the run stops.
     """
     from pyinfra import state
 

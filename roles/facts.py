@@ -1,4 +1,4 @@
-"""pyinfra facts for specdec: device identity, Docker, HF cache, images, releases, nvpmodel."""
+"""pyinfra facts for specdec: device identity, Docker, HF cache, images, releases, power mode."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pyinfra.api import FactBase
 from pyinfra.api.exceptions import FactProcessError
 from typing_extensions import override
 
-from specdec import layout, release
+from specdec import power, prefetch, release
 from specdec.identify import (
     IDENTITY_FILES,
     NVIDIA_SMI_CMD,
@@ -18,13 +18,16 @@ from specdec.identify import (
     identity_paths,
     parse_identity,
 )
+from specdec.power import PowerState
 
 __all__ = [
+    "BootId",
     "DeviceIdentity",
     "DockerDaemonConfig",
+    "EngineVersions",
     "HfCached",
     "ImageDigest",
-    "NvpmodelMode",
+    "JetsonPower",
     "SpecdecReleases",
     "identity_command",
     "split_identity_output",
@@ -127,11 +130,12 @@ class DockerDaemonConfig(FactBase[dict[str, Any] | None]):
 
 def hf_repo_dir(repo: str) -> str:
     """The hub cache directory of a repo: ``$HF_HOME/hub/models--ORG--NAME``."""
-    return f"{layout.HF_HOME}/hub/models--{repo.replace('/', '--')}"
+    return prefetch.repo_dir(repo)
 
 
 class HfCached(FactBase[bool]):
-    """Whether ``repo`` has a non-empty snapshot in the specdec HF cache."""
+    """Whether ``repo`` (or its ``local_dir`` copy) was downloaded completely: its completion
+    record lists every file of the snapshot and each one is there (`specdec.prefetch`)."""
 
     @staticmethod
     @override
@@ -139,12 +143,8 @@ class HfCached(FactBase[bool]):
         return False
 
     @override
-    def command(self, repo: str) -> str:
-        snaps = shlex.quote(hf_repo_dir(repo) + "/snapshots")
-        return (
-            f"if [ -d {snaps} ] && [ -n \"$(find {snaps} -mindepth 2 -maxdepth 2 "
-            f"-print -quit 2>/dev/null)\" ]; then echo yes; else echo no; fi"
-        )
+    def command(self, repo: str, local_dir: str | None = None) -> str:
+        return prefetch.cached_check(repo, local_dir)
 
     @override
     def process(self, output: list[str]) -> bool:
@@ -187,15 +187,66 @@ class SpecdecReleases(FactBase[release.ReleaseState]):
         return release.parse_state(output)
 
 
-class NvpmodelMode(FactBase[str | None]):
-    """``nvpmodel -q`` output (first line names the mode, e.g. ``NV Power Mode: MAXN``);
-    None when nvpmodel is not installed."""
+class EngineVersions(FactBase[dict[str, str]]):
+    """Engines installed on the host (native runtime) and their versions, e.g.
+    ``{"vllm": "0.19.0"}``: ``vllm --version``, and the ``tensorrt_llm`` distribution's version
+    as the Python behind ``trtllm-serve`` sees it (importing tensorrt_llm would print a banner
+    and take long)."""
+
+    @staticmethod
+    @override
+    def default() -> dict[str, str]:
+        return {}
 
     @override
     def command(self) -> str:
-        return "! command -v nvpmodel >/dev/null 2>&1 || nvpmodel -q 2>/dev/null || true"
+        meta = shlex.quote("import importlib.metadata as m; print(m.version('tensorrt_llm'))")
+        return (
+            "if command -v vllm >/dev/null 2>&1; then "
+            "echo \"vllm=$(vllm --version 2>/dev/null | tail -n 1)\"; fi; "
+            "if t=$(command -v trtllm-serve 2>/dev/null); then "
+            "py=$(head -n 1 \"$t\" | sed -n 's|^#! *\\([^ ]*python[0-9.]*\\).*|\\1|p'); "
+            f"echo \"trtllm=$(${{py:-python3}} -c {meta} 2>/dev/null | tail -n 1)\"; fi; true"
+        )
+
+    @override
+    def process(self, output: list[str]) -> dict[str, str]:
+        from specdec.engines.version import Version
+
+        found: dict[str, str] = {}
+        for line in output:
+            engine, sep, text = line.strip().partition("=")
+            if not sep or engine not in ("vllm", "trtllm") or not text:
+                continue
+            try:
+                found[engine] = str(Version.parse(text.split()[-1]))
+            except ValueError:
+                continue  # not a version: as good as not installed
+        return found
+
+
+class JetsonPower(FactBase[PowerState | None]):
+    """The host's power mode (`specdec.power.PowerState`): /etc/nvpmodel.conf (mode ids and
+    names), ``nvpmodel -q`` (else the status file) and ``jetson_clocks --show``. None when the
+    host has no nvpmodel conf (DGX Spark, or nvpmodel not installed). Read-only."""
+
+    @override
+    def command(self) -> str:
+        return power.state_command()
+
+    @override
+    def process(self, output: list[str]) -> PowerState | None:
+        return power.parse_state_dump(output)
+
+
+class BootId(FactBase[str | None]):
+    """``/proc/sys/kernel/random/boot_id``: changes at every boot."""
+
+    @override
+    def command(self) -> str:
+        return "cat /proc/sys/kernel/random/boot_id 2>/dev/null || true"
 
     @override
     def process(self, output: list[str]) -> str | None:
-        text = "\n".join(line for line in output if line.strip())
+        text = "".join(output).strip()
         return text or None

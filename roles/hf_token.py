@@ -4,6 +4,10 @@ The token is read on the control node and only travels as a `pyinfra.api.HiddenV
 uploaded from an in-memory buffer by a `FileUploadCommand` (files.put would print it in
 ``--diff``); the operation has an explicit name, so pyinfra never attaches its arguments to the
 output, and the upload's repr is ``<secret>``. Change detection compares sha256 digests only.
+
+The file is replaced atomically: the upload goes to ``/etc/specdec/.hf_token.new``, created
+root 0600 before any content lands, and is renamed over ``hf_token`` only once complete, so a
+failed upload leaves the previous token in place.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from specdec import layout
 __all__ = ["hf_token", "token_file"]
 
 _PATH = layout.HF_TOKEN_FILE
+_NEW = f"{layout.CONFIG_DIR}/.hf_token.new"  # same directory (file system) as _PATH
 _ESCALATION = ("_sudo", "_doas", "_dzdo", "_su_user")
 
 
@@ -62,17 +67,20 @@ def token_file(token: HiddenValue | None):
         yield StringCommand("chmod", "0600", _PATH)
         return
 
-    # Create the destination (and, with sudo, the upload's temporary file) 0600 *before* any
-    # content lands: an SFTP write or cp into an existing file keeps its mode.
-    yield StringCommand("install", "-m", "0600", "-o", "root", "-g", "root", "/dev/null", _PATH)
+    # Create the new file (and, with sudo, the upload's temporary file) 0600 *before* any
+    # content lands: an SFTP write or cp into an existing file keeps its mode. A leftover of a
+    # failed upload is replaced.
+    yield StringCommand("rm", "-f", _NEW)
+    yield StringCommand("install", "-m", "0600", "-o", "root", "-g", "root", "/dev/null", _NEW)
     temp = None
     if _escalated():
         temp = host.get_temp_filename(_PATH)
         # As the login user (who uploads the temp file), not the escalated one.
         yield StringCommand(f"(umask 077 && rm -f {temp} && : > {temp})",
                             _sudo=False, _su_user="", _doas=False, _dzdo=False)
-    yield FileUploadCommand(SecretIO(body), _PATH, remote_temp_filename=temp)
-    yield StringCommand("chmod", "0600", _PATH)
+    yield FileUploadCommand(SecretIO(body), _NEW, remote_temp_filename=temp)
+    yield StringCommand("chmod", "0600", _NEW)
+    yield StringCommand("mv", "-f", _NEW, _PATH)  # rename(2): the old token until this point
 
 
 @deploy("HF token")

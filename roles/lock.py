@@ -3,8 +3,13 @@
 Both operations talk to the host only at execution time and report "No changes": a re-run of an
 unchanged plan stays a no-op. A held, live lock fails the host with one line before anything is
 changed; a stale one (its pyinfra process on this control node is gone, or older than
-`specdec.lock.STALE_AFTER_S`) is taken over. When the verify step fails a host it releases the
-lock itself (a failed host runs no later operation).
+`specdec.lock.STALE_AFTER_S` by the host's clock) is taken over. When the verify step fails a
+host it releases the lock itself (a failed host runs no later operation).
+
+pyinfra gathers the facts the roles plan from in its prepare phase, before any operation runs,
+so before the lock. `deploy_lock` returns the release state those decisions are based on, and
+once the lock is held it reads that state again: if it moved in between (another rollout, or
+the host's guard), the host fails with one line before anything is changed.
 
 Also the run context shared by the lock and verify roles: the run id (``$SPECDEC_RUN_ID``, set
 by `specdec rollout`, else one per pyinfra process) and the reports directory.
@@ -24,8 +29,11 @@ from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 from pyinfra.api.state import BaseStateCallback
 from pyinfra.connectors.fake import FakeConnector
 
+from roles.facts import SpecdecReleases
 from specdec import layout
 from specdec import lock as speclock
+from specdec.errors import redact
+from specdec.release import ReleaseState
 from specdec.report import (
     RUN_ID_ENV,
     new_run_id,
@@ -40,6 +48,7 @@ __all__ = [
     "deploy_unlock",
     "fail_command",
     "host_run",
+    "moved",
     "release_now",
     "run_dir",
     "run_id",
@@ -92,7 +101,7 @@ def host_run(command: str, conn: dict[str, Any], timeout: float | None = None
 
 def fail_command(message: str) -> StringCommand:
     """A command that prints one line on stderr and fails: pyinfra fails the host with it."""
-    text = "specdec: " + " ".join(message.split())
+    text = "specdec: " + " ".join(redact(message).split())
     return StringCommand(f"printf '%s\\n' {shlex.quote(text)} >&2; exit 1")
 
 
@@ -102,32 +111,55 @@ def release_now(conn: dict[str, Any]) -> None:
         host_run(speclock.release_command(info), conn, 60)
 
 
-@operation(is_idempotent=False)
-def acquire():
-    """Take the host's deploy lock, or fail the host if another rollout holds it."""
-    if not host.state.is_executing:
-        host.noop(f"take the deploy lock {layout.LOCK_FILE}")
-        return
-    conn = connector_args()
-    info = speclock.new_lock(run_id())
-    ok, out = host_run(speclock.acquire_command(info), conn, 60)
-    status = speclock.parse_acquire(out)
-    if ok and not status.acquired and speclock.is_stale(status):
-        ok, out = host_run(speclock.takeover_command(status.holder, info), conn, 60)
-        status = speclock.parse_acquire(out)
-        if status.acquired:
-            host.noop("took over a stale deploy lock")
-    if ok and status.acquired:
-        _held[host.name] = info
-        host.noop(f"deploy lock {layout.LOCK_FILE} taken")
-        return
-    message = speclock.describe(status) if ok else "could not take the deploy lock"
+def moved(planned: ReleaseState, now: ReleaseState) -> str | None:
+    """How the release state changed since the deploy planned from it, or None."""
+    if (planned.current, planned.last_good, set(planned.releases), planned.decisions) == \
+            (now.current, now.last_good, set(now.releases), now.decisions):
+        return None
+    if (planned.current, planned.last_good) != (now.current, now.last_good):
+        return (f"current {planned.current} -> {now.current}, last-good {planned.last_good} -> "
+                f"{now.last_good}")
+    return "the releases or their recorded decisions changed"
+
+
+def _refuse(message: str):
     try:
         rep = skipped_report(host.name, run_id(), message, outcome="failed", phase="lock")
         write_host_report(run_dir(), rep)
     except OSError:
         pass
     yield fail_command(f"{host.name}: {message}")
+
+
+@operation(is_idempotent=False)
+def acquire(planned: ReleaseState | None = None):
+    """Take the host's deploy lock, or fail the host if another rollout holds it.
+
+    + planned: the release state the deploy planned from; re-read under the lock
+    """
+    if not host.state.is_executing:
+        host.noop(f"take the deploy lock {layout.LOCK_FILE}")
+        return
+    conn = connector_args()
+    info = speclock.new_lock(run_id())
+    ok, out = host_run(speclock.acquire_command(info), conn, 90)
+    status = speclock.parse_acquire(out)
+    if ok and not status.acquired and speclock.is_stale(status):
+        ok, out = host_run(speclock.takeover_command(status.holder, info), conn, 90)
+        status = speclock.parse_acquire(out)
+        if status.acquired:
+            host.noop("took over a stale deploy lock")
+    if not (ok and status.acquired):
+        yield from _refuse(speclock.describe(status) if ok else "could not take the deploy lock")
+        return
+    _held[host.name] = info
+    host.noop(f"deploy lock {layout.LOCK_FILE} taken")
+    change = moved(planned, host.get_fact(SpecdecReleases)) if planned is not None else None
+    if change is not None:
+        release_now(conn)
+        yield from _refuse(f"the release state changed after this deploy planned ({change}); "
+                           "another rollout or the host's guard moved it: nothing was changed, "
+                           "run the deploy again")
 
 
 @operation(is_idempotent=False)
@@ -171,12 +203,19 @@ def _register_release_on_error() -> None:
 
 
 @deploy("Deploy lock")
-def deploy_lock() -> None:
-    """Take the lock first: nothing below runs on a host another rollout is changing."""
+def deploy_lock(recheck: bool = True) -> ReleaseState:
+    """Take the lock first: nothing below runs on a host another rollout is changing.
+
+    Returns the host's release state as read now (prepare): the roles plan from it, and with
+    ``recheck`` the lock fails the host if it differs once the lock is held.
+    """
+    planned = host.get_fact(SpecdecReleases)
     if skip_host():
-        return
+        return planned
     _register_release_on_error()
-    acquire(name=f"Take the deploy lock ({layout.LOCK_FILE})")
+    acquire(name=f"Take the deploy lock ({layout.LOCK_FILE})",
+            planned=planned if recheck else None)
+    return planned
 
 
 @deploy("Deploy unlock")

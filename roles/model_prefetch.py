@@ -1,6 +1,7 @@
-"""Prefetch the target and draft/head weights into HF_HOME=/var/lib/specdec/hf.
+"""Prefetch the target and draft/head weights (and assets) the engine will read offline.
 
-The token reaches ``hf download`` only as a file (HF_TOKEN_PATH), never on a command line.
+Commands and checks come from `specdec.prefetch`; the token reaches the Hugging Face CLI only as
+a file (HF_TOKEN_PATH), never on a command line.
 """
 
 from __future__ import annotations
@@ -9,50 +10,61 @@ import shlex
 
 from pyinfra import host
 from pyinfra.api import deploy, operation
+from pyinfra.facts.files import Sha256File
 
 from roles.common import HostPlan
 from roles.facts import HfCached
-from specdec import layout
-from specdec.render import CONTAINER_HF_TOKEN
+from specdec import layout, prefetch
+from specdec.engines.trtllm import TIKTOKEN_FILES
 
-__all__ = ["download_command", "model_prefetch", "prefetch"]
-
-
-def download_command(repo: str, image: str | None) -> str:
-    """``hf download REPO`` into the specdec cache: in ``image`` (docker) or on the host."""
-    hf, q = layout.HF_HOME, shlex.quote
-    if image:
-        return " ".join([
-            "docker", "run", "--rm", "--network", "host",
-            "-v", f"{hf}:{hf}", "-e", f"HF_HOME={hf}",
-            "-v", f"{layout.HF_TOKEN_FILE}:{CONTAINER_HF_TOKEN}:ro",
-            "-e", f"HF_TOKEN_PATH={CONTAINER_HF_TOKEN}",
-            # The engine images' entrypoint is the server (`vllm serve`); run `hf` instead.
-            "--entrypoint", "hf", q(image), "download", q(repo),
-        ])
-    return f"env HF_HOME={hf} HF_TOKEN_PATH={layout.HF_TOKEN_FILE} hf download {q(repo)}"
+__all__ = ["model_prefetch", "prefetch_repo", "tiktoken_encoding"]
 
 
 @operation()
-def prefetch(repo: str, image: str | None, owner: str):
-    """Download ``repo`` unless its snapshot is cached, then hand the cache to ``owner``.
+def prefetch_repo(repo: str, image: str | None, owner: str, local_dir: str | None = None):
+    """Download ``repo`` unless a complete copy is cached, then hand the cache to ``owner``.
 
     + repo: Hugging Face repo id
     + image: run the download in this image (docker runtime), or None (native)
     + owner: the service user
+    + local_dir: also/instead a plain directory copy (engines that need a path)
     """
-    if host.get_fact(HfCached, repo=repo):
-        host.noop(f"{repo} is cached in {layout.HF_HOME}")
+    if host.get_fact(HfCached, repo=repo, local_dir=local_dir):
+        where = local_dir or layout.HF_HOME
+        host.noop(f"{repo} is completely downloaded in {where}")
         return
-    yield download_command(repo, image)
+    yield prefetch.download_command(repo, image, local_dir)
     yield f"chown -R {shlex.quote(owner)}:{shlex.quote(owner)} {layout.HF_HOME}"
+
+
+@operation()
+def tiktoken_encoding(encoding: str, owner: str):
+    """The tiktoken encoding file in TIKTOKEN_ENCODINGS_BASE, with openai/harmony's sha256.
+
+    + encoding: file name, e.g. o200k_base.tiktoken
+    + owner: the service user
+    """
+    path = f"{layout.TIKTOKEN_DIR}/{encoding}"
+    if host.get_fact(Sha256File, path=path) == TIKTOKEN_FILES[encoding]:
+        host.noop(f"{path} is present and verified")
+        return
+    yield prefetch.tiktoken_command(encoding)
+    yield f"chown -R {shlex.quote(owner)}:{shlex.quote(owner)} {layout.TIKTOKEN_DIR}"
 
 
 @deploy("Model prefetch")
 def model_prefetch(hp: HostPlan) -> None:
-    """Target, then draft model / EAGLE head (if the plan has one)."""
+    """Target, then draft model / EAGLE head (a local copy too where the engine needs a path),
+    then the tiktoken encodings gpt-oss reads on trtllm-serve."""
     plan = hp.plan
     image = plan.image if plan.runtime == "docker" else None
     for repo in host.loop([r for r in (plan.model, plan.draft) if r]):
-        prefetch(name=f"Download {repo} to {layout.HF_HOME}", repo=repo, image=image,
-                 owner=plan.service_user)
+        prefetch_repo(name=f"Download {repo} to {layout.HF_HOME}", repo=repo, image=image,
+                      owner=plan.service_user)
+    if plan.draft and plan.draft_dir:
+        prefetch_repo(name=f"Download {plan.draft} to {plan.draft_dir}", repo=plan.draft,
+                      image=image, owner=plan.service_user, local_dir=plan.draft_dir)
+    if plan.tiktoken_dir:
+        for enc in host.loop(sorted(TIKTOKEN_FILES)):
+            tiktoken_encoding(name=f"Fetch {enc} to {plan.tiktoken_dir}", encoding=enc,
+                              owner=plan.service_user)

@@ -107,14 +107,18 @@ def _upload_release(r: Rendered) -> OperationMeta | None:
 
 
 @deploy("Serve")
-def serve(hp: HostPlan, restart_on: Sequence[OperationMeta | None] = ()) -> ServeResult:
+def serve(hp: HostPlan, restart_on: Sequence[OperationMeta | None] = (),
+          recorded: release.ReleaseState | None = None) -> ServeResult:
     """Install and run the desired release.
 
     + hp: the host's plan and renderings
     + restart_on: earlier ops (e.g. the image digest) whose change also restarts the engine
+    + recorded: the release state to plan from (`deploy_lock`'s, re-checked under the lock);
+      read here when not given
     """
     candidate = hp.rendered.release_id
-    recorded = host.get_fact(SpecdecReleases)
+    if recorded is None:
+        recorded = host.get_fact(SpecdecReleases)
     desired = release.desired_release(candidate, recorded)
 
     to_upload: Rendered | None = hp.rendered

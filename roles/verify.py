@@ -35,14 +35,16 @@ from pyinfra.api import FunctionCommand, HiddenValue, deploy, operation
 from pyinfra.api.operation import OperationMeta
 
 from roles.common import DeployError, HostPlan
-from roles.facts import SpecdecReleases
+from roles.facts import JetsonPower, SpecdecReleases
 from roles.lock import connector_args, fail_command, host_run, release_now, run_dir, run_id
 from roles.lock import skip_host as _skip_host
 from roles.serve import ServeResult
 from specdec import verify as sv
 from specdec.catalog import GIB, load_catalog
-from specdec.errors import SpecdecError
+from specdec.errors import SpecdecError, redact
 from specdec.hostdata import parse_host_settings
+from specdec.power import PowerState
+from specdec.release import ReleaseState
 from specdec.report import reports_root, safe_name, write_host_report
 from specdec.rounds import RoundBench
 
@@ -137,6 +139,16 @@ def _roofline(hp: HostPlan) -> sv.Roofline | None:
         if nbytes > 0 else None
 
 
+def _with_power(roof: sv.Roofline | None, state: PowerState | None,
+                device_id: str) -> sv.Roofline | None:
+    device = load_catalog().devices.get(device_id)
+    if roof is None or state is None or device is None:
+        return roof
+    rec = state.record(device)
+    return dataclasses.replace(roof, bandwidth_gbs=rec["bandwidth_gbs"],
+                               bandwidth_source=rec["bandwidth_source"], power=rec)
+
+
 def _last_verified(spec: sv.VerifySpec) -> Path | None:
     return spec.cache_dir / "last-verified.json" if spec.cache_dir is not None else None
 
@@ -188,7 +200,10 @@ def verify_release(spec: sv.VerifySpec, changed: tuple[OperationMeta, ...],
         return
     secret = token.unmask() if token is not None else None
     restarted = any(op.is_complete() and op.did_change() for op in changed)
-    spec = dataclasses.replace(spec, restarted=restarted)
+    # The power mode now (after Jetson tuning): its bandwidth is the roofline's, and the report
+    # records it with the clocks.
+    roofline = _with_power(spec.roofline, host.get_fact(JetsonPower), spec.plan.device)
+    spec = dataclasses.replace(spec, restarted=restarted, roofline=roofline)
     state = host.get_fact(SpecdecReleases)  # live: facts are not cached in pyinfra 3.10
     why = sv.needs_verification(state, spec.desired, restarted, spec.reverify)
     if why is None:
@@ -205,18 +220,19 @@ def verify_release(spec: sv.VerifySpec, changed: tuple[OperationMeta, ...],
     if result.get("outcome") in sv.FAILURE_OUTCOMES or not result:
         release_now(conn)
         msg = str(result.get("message") or "verification did not complete")
-        if secret:
-            msg = msg.replace(secret, "<redacted>")
+        msg = redact(msg, secret)
         yield fail_command(f"{host.name}: {result.get('outcome', 'failed')}: {msg}")
 
 
 @deploy("Verify")
-def verify(hp: HostPlan, served: ServeResult, token: HiddenValue | None = None) -> None:
+def verify(hp: HostPlan, served: ServeResult, token: HiddenValue | None = None,
+           prior: ReleaseState | None = None) -> None:
     """Health, limits, benchmark and gate after `serve`; keep, disable or roll back.
 
     + hp: the host's plan and renderings
     + served: what serve activated and which of its operations restart the engine
     + token: the HF token read on the control node (never sent anywhere by this role)
+    + prior: the release state before this run changed anything (`deploy_lock`'s)
     """
     if _skip_host():
         return
@@ -224,7 +240,8 @@ def verify(hp: HostPlan, served: ServeResult, token: HiddenValue | None = None) 
         settings = parse_host_settings(host.name, host.data)
     except SpecdecError as exc:
         raise DeployError(str(exc)) from None
-    prior = host.get_fact(SpecdecReleases)  # before this run changes anything
+    if prior is None:
+        prior = host.get_fact(SpecdecReleases)  # before this run changes anything
     base = hp.baseline
     files = tuple(sv.FileSpec(f.path, f.content, f.mode, f.owner, f.group)
                   for f in (base.release_files if base is not None else ()))

@@ -44,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except SpecdecError as exc:
         print(f"specdec: error: {exc}", file=sys.stderr)
-        return 1
+        return exc.exit_code
     except KeyboardInterrupt:
         print("specdec: interrupted", file=sys.stderr)
         return 130

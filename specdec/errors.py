@@ -10,12 +10,27 @@
      ├── LabError         the lab fleet cannot be brought up / down
      └── RolloutError     a rollout that was refused or stopped
 
-Every message is a single line meant for a human; the CLI prints it and exits non-zero.
+Every message is a single line meant for a human, with token-shaped strings redacted; the CLI
+prints it and exits with the class's `exit_code` (2: bad input, refused before any host was
+touched).
+
+The redaction lives here too (`redact`, `one_line`), for every other text shown or written:
+events, reports, logs. A Hugging Face user access token is ``hf_`` followed by letters and
+digits (https://huggingface.co/docs/hub/security-tokens); `specdec.hftoken` accepts nothing
+else, so every token specdec handles is caught by `TOKEN_SHAPED`. Redact *before* truncating:
+a cut token is no longer token-shaped. (This module stays dependency-free: the engine emulator
+image ships it.)
 """
 
 from __future__ import annotations
 
+import re
+
 __all__ = [
+    "REDACTED",
+    "TOKEN_SHAPED",
+    "one_line",
+    "redact",
     "SpecdecError",
     "ConfigError",
     "IdentifyError",
@@ -27,17 +42,34 @@ __all__ = [
     "RolloutError",
 ]
 
+REDACTED = "<redacted>"
+TOKEN_SHAPED = re.compile(r"hf_[A-Za-z0-9]{20,}")
+
+
+def redact(text: str, secret: str | None = None) -> str:
+    """``text`` with every token-shaped string (and ``secret``, when given) replaced."""
+    if secret:
+        text = text.replace(secret, REDACTED)
+    return TOKEN_SHAPED.sub(REDACTED, text)
+
+
+def one_line(text: str) -> str:
+    """Redacted, on one line: every `str.splitlines` break becomes a space."""
+    return " ".join(redact(text).splitlines())
+
 
 class SpecdecError(Exception):
     """Base class: a one-line, user-facing failure."""
 
+    exit_code = 1
+
     def __init__(self, message: str, *, host: str | None = None) -> None:
         self.host = host
-        super().__init__(f"{host}: {message}" if host else message)
+        super().__init__(one_line(f"{host}: {message}" if host else message))
 
 
 class ConfigError(SpecdecError):
-    pass
+    exit_code = 2
 
 
 class IdentifyError(SpecdecError):
@@ -45,7 +77,7 @@ class IdentifyError(SpecdecError):
 
 
 class PlanError(SpecdecError):
-    pass
+    exit_code = 2
 
 
 class RenderError(SpecdecError):
@@ -65,4 +97,4 @@ class LabError(SpecdecError):
 
 
 class RolloutError(SpecdecError):
-    pass
+    exit_code = 2

@@ -56,13 +56,13 @@ def script(state_dir: str = layout.STATE_DIR) -> str:
 set -u
 mode=${{1:-deadline}}
 cd {shlex.quote(state_dir)} || exit 0
-exec 9>>.guard.lock
+exec 9>>{release.GUARD_LOCK}
 flock 9
 [ -e pending ] || exit 0
 good=$(readlink last-good 2>/dev/null || true)
 cur=$(readlink current 2>/dev/null || true)
 if [ -n "$good" ] && [ "$good" != "$cur" ]; then
-    ln -sfn "$good" current.tmp && mv -T current.tmp current
+    ln -sfn "$good" current.guard.tmp && mv -T current.guard.tmp current
     systemctl daemon-reload
     if [ "$mode" != boot ]; then
         systemctl restart {layout.SERVICE_NAME}.service
@@ -129,7 +129,8 @@ def commit_command(release_id: str, state_dir: str = layout.STATE_DIR) -> str:
         f"if [ \"$(readlink current)\" != {target} ]; then "
         f"echo \"current is $(readlink current), not {release_id}: "
         f"$(tail -n 1 guard.log 2>/dev/null)\" >&2; exit 3; fi && "
-        f"{release.switch(state_dir + '/last-good', release_id)} && rm -f pending && "
+        f"{release.switch(state_dir + '/last-good', release_id, 'commit')} && rm -f pending && "
         f"{_stop_timer()}"
     )
-    return f"flock {shlex.quote(state_dir + '/.guard.lock')} sh -c {shlex.quote(inner)}"
+    lock = shlex.quote(f"{state_dir}/{release.GUARD_LOCK}")
+    return f"flock -w {release.FLOCK_WAIT_S} {lock} sh -c {shlex.quote(inner)}"

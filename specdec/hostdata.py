@@ -1,4 +1,7 @@
-"""Parse and validate the flat ``specdec_*`` host-data keys into a typed `HostSettings`."""
+"""Parse and validate the flat ``specdec_*`` host-data keys into a typed `HostSettings`.
+
+Every check of a single value lives in `specdec.hygiene`; this module knows which key gets which.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from specdec import hygiene
 from specdec.catalog import ENGINES, METHODS, RUNTIMES
-from specdec.errors import ConfigError
+from specdec.errors import REDACTED, ConfigError, redact
+from specdec.hygiene import show
 from specdec.layout import SERVICE_USER
 from specdec.plan_types import GatePolicy
 
@@ -18,6 +23,7 @@ __all__ = [
     "DEFAULT_HEALTH_TIMEOUT",
     "DEFAULT_MEMLOCK",
     "KNOWN_KEYS",
+    "MEMLOCK_RANGE",
     "SECRET_MARKERS",
     "HostSettings",
     "as_mapping",
@@ -29,22 +35,26 @@ DEFAULT_MEMLOCK = "unlimited"
 DEFAULT_HEALTH_TIMEOUT = 900
 # An engine env key containing one of these is a secret and belongs in /etc/specdec/hf_token.
 SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# Hugging Face user access tokens ("hf_" + ~34 letters): never echoed, never accepted as data.
-_HF_TOKEN = re.compile(r"hf_[A-Za-z0-9]{20,}")
-_SECRET_FLAGS = ("--api-key", "--hf-token", "--token")
-
-
-def _looks_secret(key: str, value: Any) -> bool:
-    if key not in KNOWN_KEYS and any(m in key.upper() for m in SECRET_MARKERS):
-        return True
-    return _HF_TOKEN.search(repr(value)) is not None
-
-
-def _show(key: str, value: Any) -> str:
-    """``key=value`` for an error message, with anything secret-looking redacted."""
-    return f"{key}=<redacted>" if _looks_secret(key, value) else f"{key}={value!r}"
+# memlock in bytes: at least 64 KiB (the old kernel default), at most 1 TiB (more than any
+# device's memory; systemd and dockerd's daemon.json need it well inside int64).
+MEMLOCK_RANGE = (65536, 2**40)
+MAX_MODEL_LEN = 2**24  # tokens; above the longest context of any catalog model
+_KEY = re.compile(r"[A-Za-z0-9_]{1,64}")
 _USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+
+
+def _key_text(key: Any) -> str:
+    return key if isinstance(key, str) and _KEY.fullmatch(key) else show(key)
+
+
+def _looks_secret(key: Any) -> bool:
+    return (isinstance(key, str) and key not in KNOWN_KEYS
+            and any(m in key.upper() for m in SECRET_MARKERS))
+
+
+def _show(key: Any, value: Any) -> str:
+    """``key=value`` for an error message, with anything secret-looking redacted."""
+    return f"{_key_text(key)}={REDACTED if _looks_secret(key) else show(value)}"
 
 
 @dataclass(frozen=True)
@@ -64,6 +74,7 @@ class HostSettings:
     max_num_seqs: int | None = None
     port: int | None = None
     image: str | None = None
+    engine_version: str | None = None  # what the image (or native install) carries
     memlock: str = DEFAULT_MEMLOCK
     env: tuple[tuple[str, str], ...] = ()
     extra_args: tuple[str, ...] = ()
@@ -110,38 +121,28 @@ class _Reader:
     def get(self, key: str) -> Any:
         return self.data.get(key)
 
-    def str_(self, key: str, choices: tuple[str, ...] | None = None) -> str | None:
+    def str_(self, key: str, choices: tuple[str, ...] | None = None,
+             max_len: int = hygiene.MAX_TEXT) -> str | None:
         value = self.get(key)
         if value is None:
             return None
-        if not isinstance(value, str) or not value.strip():
-            raise self.fail(key, value, "must be a non-empty string")
-        if value != value.strip() or any(c in value for c in "\n\r\0"):
-            raise self.fail(key, value, "must not contain surrounding whitespace or newlines")
+        hygiene.check_text(self.host, key, value, max_len)
         if choices is not None and value not in choices:
             raise self.fail(key, value, f"must be one of {', '.join(choices)}")
         return value
 
-    def int_(self, key: str, lo: int, hi: int | None = None) -> int | None:
+    def repo_id(self, key: str) -> str | None:
         value = self.get(key)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(key, value, "must be an integer")
-        if value < lo or (hi is not None and value > hi):
-            rng = f"in {lo}..{hi}" if hi is not None else f">= {lo}"
-            raise self.fail(key, value, f"must be an integer {rng}")
-        return value
+        return None if value is None else hygiene.check_repo_id(self.host, key, value)
 
-    def float_(self, key: str, positive: bool = True) -> float | None:
+    def int_(self, key: str, lo: int, hi: int) -> int | None:
         value = self.get(key)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise self.fail(key, value, "must be a number")
-        if positive and not value > 0:
-            raise self.fail(key, value, "must be > 0")
-        return float(value)
+        return None if value is None else hygiene.check_int(self.host, key, value, lo, hi)
+
+    def float_(self, key: str, hi: float) -> float | None:
+        """A finite number in (0, hi]."""
+        value = self.get(key)
+        return None if value is None else hygiene.check_number(self.host, key, value, 0, hi)
 
     def bool_(self, key: str, default: bool) -> bool:
         value = self.get(key)
@@ -181,14 +182,16 @@ def _memlock(r: _Reader) -> str:
         return DEFAULT_MEMLOCK
     if value in ("unlimited", "infinity"):
         return "unlimited"
-    if isinstance(value, str) and value.isdigit():
-        value_int = int(value)
+    lo, hi = MEMLOCK_RANGE
+    why = f'must be "unlimited" or a number of bytes in {lo}..{hi}'
+    if isinstance(value, str) and re.fullmatch(r"[0-9]{1,20}", value):
+        value_int = int(value)  # ASCII digits only: '²'.isdigit() is True, int('²') fails
     elif isinstance(value, int) and not isinstance(value, bool):
         value_int = value
     else:
-        raise r.fail(key, value, 'must be "unlimited" or a positive number of bytes')
-    if value_int <= 0:
-        raise r.fail(key, value, 'must be "unlimited" or a positive number of bytes')
+        raise r.fail(key, value, why)
+    if not lo <= value_int <= hi:
+        raise r.fail(key, value, why)
     return str(value_int)
 
 
@@ -199,43 +202,41 @@ def _env(r: _Reader) -> tuple[tuple[str, str], ...]:
         return ()
     if not isinstance(value, Mapping):
         raise r.fail(key, value, "must be a mapping of NAME: value strings")
+    hygiene.check_size(r.host, key, value, hygiene.MAX_ENV)
     items = []
     for name, val in value.items():
-        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
-            raise r.fail(f"{key}.{name}", val, "is not a valid environment variable name")
-        upper = name.upper()
-        marker = next((m for m in SECRET_MARKERS if m in upper), None)
+        hygiene.check_env_name(r.host, key, name)
+        marker = next((m for m in SECRET_MARKERS if m in name.upper()), None)
         if marker is not None:
             raise ConfigError(
                 f"{key}.{name}: looks like a secret (contains {marker}); secrets do not belong "
                 "in host data (the HF token goes to specdec_hf_token_file)",
                 host=r.host,
             )
+        hygiene.check_env_reserved(r.host, key, name, val)
         if isinstance(val, bool) or not isinstance(val, str | int | float):
             raise r.fail(f"{key}.{name}", val, "must be a string")
         sval = str(val)
-        if _HF_TOKEN.search(sval):
-            raise r.fail(f"{key}.{name}", val, "looks like a Hugging Face token; secrets do not "
-                         "belong in host data")
-        if any(c in sval for c in "\n\r\0"):
-            raise r.fail(f"{key}.{name}", val, "must not contain newlines")
+        hygiene.check_text(r.host, f"{key}.{name}", sval, hygiene.MAX_ENV_VALUE,
+                           allow_empty=True, allow_spaces=True)
         items.append((name, sval))
     return tuple(sorted(items))
 
 
-def _extra_args(r: _Reader) -> tuple[str, ...]:
-    key = "specdec_extra_args"
+def _engine_version(r: _Reader) -> str | None:
+    from specdec.engines.version import Version
+
+    key = "specdec_engine_version"
     value = r.get(key)
-    if value is None:
-        return ()
-    if isinstance(value, str) or not isinstance(value, list | tuple):
-        raise r.fail(key, value, "must be a list of strings")
-    for arg in value:
-        if not isinstance(arg, str) or not arg or any(c in arg for c in "\n\r\0"):
-            raise r.fail(key, value, f"item {arg!r} must be a non-empty one-line string")
-        if _HF_TOKEN.search(arg) or arg.split("=")[0] in _SECRET_FLAGS:
-            raise r.fail(key, value, "secrets do not belong on the engine command line")
-    return tuple(value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        raise r.fail(key, value, "must be a quoted version string (e.g. '0.9.2')")
+    text = r.str_(key)
+    if text is None:
+        return None
+    try:
+        return str(Version.parse(text))
+    except ValueError:
+        raise r.fail(key, value, "is not a version (e.g. 0.9.2 or 1.2.0rc6)") from None
 
 
 _GATE_FIELDS = {f.name: f for f in dataclasses.fields(GatePolicy)}
@@ -253,70 +254,68 @@ def _gate(r: _Reader) -> GatePolicy:
         if name not in _GATE_FIELDS:
             close = difflib.get_close_matches(str(name), list(_GATE_FIELDS), n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]}?" if close else ""
-            raise r.fail(f"{key}.{name}", val, f"unknown gate field{hint}")
-        default = getattr(GatePolicy(), name)
-        if isinstance(val, bool):
-            raise r.fail(f"{key}.{name}", val, "must be a number")
-        if isinstance(default, int):
-            if not isinstance(val, int) or val < 1:
-                raise r.fail(f"{key}.{name}", val, "must be an integer >= 1")
-        else:
-            if not isinstance(val, int | float):
-                raise r.fail(f"{key}.{name}", val, "must be a number")
-            val = float(val)
-            if name == "confidence" and not 0 < val < 1:
-                raise r.fail(f"{key}.{name}", val, "must be in (0, 1)")
-            if name != "confidence" and not -1 < val < 10:
-                raise r.fail(f"{key}.{name}", val, "must be a fraction (e.g. 0.3 for 30%)")
-        kwargs[name] = val
+            raise r.fail(f"{key}.{_key_text(name)}", val, f"unknown gate field{hint}")
+        field = f"{key}.{name}"
+        if isinstance(getattr(GatePolicy(), name), int):
+            kwargs[name] = hygiene.check_int(r.host, field, val, 1, 1024)
+        elif name == "confidence":
+            kwargs[name] = hygiene.check_number(r.host, field, val, 0, 1, hi_open=True)
+        else:  # a fraction, e.g. 0.3 for 30%
+            kwargs[name] = hygiene.check_number(r.host, field, val, -1, 10, hi_open=True)
     return GatePolicy(**kwargs)
 
 
 def parse_host_settings(host: str, data: Any) -> HostSettings:
-    """Validate the ``specdec_*`` keys of ``data`` (non-specdec keys are ignored)."""
+    """Validate the host name and the ``specdec_*`` keys of ``data`` (other keys are ignored)."""
+    hygiene.check_host_name(host)
     mapping = as_mapping(data)
     _check_unknown(host, mapping)
     r = _Reader(host, mapping)
 
-    util = r.float_("specdec_gpu_memory_utilization")
-    if util is not None and not 0 < util < 1:
-        raise r.fail("specdec_gpu_memory_utilization", util, "must be in (0, 1)")
-
+    util = r.get("specdec_gpu_memory_utilization")
+    if util is not None:
+        util = hygiene.check_number(host, "specdec_gpu_memory_utilization", util, 0, 1,
+                                    hi_open=True)
     service_user = r.str_("specdec_service_user") or SERVICE_USER
     if not _USER_NAME.fullmatch(service_user):
         raise r.fail("specdec_service_user", service_user, "is not a valid user name")
-
-    hf_token_file = r.str_("specdec_hf_token_file")
-    if hf_token_file is not None and _HF_TOKEN.search(hf_token_file):
+    token_file = r.get("specdec_hf_token_file")
+    if isinstance(token_file, str) and redact(token_file) != token_file:
         raise ConfigError(
-            "specdec_hf_token_file=<redacted>: must be a path to a file holding the token "
+            f"specdec_hf_token_file={REDACTED}: must be a path to a file holding the token "
             "(on the control node), not the token itself",
             host=host,
         )
+    hf_token_file = r.str_("specdec_hf_token_file", max_len=hygiene.MAX_PATH)
+    engine = r.str_("specdec_engine", ENGINES)
+    image = r.get("specdec_image")
+    extra_args = r.get("specdec_extra_args")
 
     return HostSettings(
         host=host,
         device=r.str_("specdec_device"),
-        engine=r.str_("specdec_engine", ENGINES),
+        engine=engine,
         runtime=r.str_("specdec_runtime", RUNTIMES),
-        model=r.str_("specdec_model"),
+        model=r.repo_id("specdec_model"),
         method=r.str_("specdec_method", METHODS),
-        draft=r.str_("specdec_draft"),
+        draft=r.repo_id("specdec_draft"),
         num_speculative_tokens=_spec_tokens(r),
         gpu_memory_utilization=util,
-        max_model_len=r.int_("specdec_max_model_len", 128),
+        max_model_len=r.int_("specdec_max_model_len", 128, MAX_MODEL_LEN),
         max_num_seqs=r.int_("specdec_max_num_seqs", 1, 1024),
         port=r.int_("specdec_port", 1024, 65535),
-        image=r.str_("specdec_image"),
+        image=None if image is None else hygiene.check_image(host, "specdec_image", image),
+        engine_version=_engine_version(r),
         memlock=_memlock(r),
         env=_env(r),
-        extra_args=_extra_args(r),
+        extra_args=() if extra_args is None else hygiene.check_engine_args(
+            host, "specdec_extra_args", extra_args, engine or "vllm"),
         jetson_tuning=r.bool_("specdec_jetson_tuning", True),
         health_timeout=r.int_("specdec_health_timeout", 30, 24 * 3600) or DEFAULT_HEALTH_TIMEOUT,
         gate=_gate(r),
-        model_params_b=r.float_("specdec_model_params_b"),
-        model_weight_gib=r.float_("specdec_model_weight_gib"),
-        model_kv_bytes_per_token=r.int_("specdec_model_kv_bytes_per_token", 1),
+        model_params_b=r.float_("specdec_model_params_b", 2000),
+        model_weight_gib=r.float_("specdec_model_weight_gib", 4096),
+        model_kv_bytes_per_token=r.int_("specdec_model_kv_bytes_per_token", 1, 2**24),
         model_tokenizer=r.str_("specdec_model_tokenizer"),
         hf_token_file=hf_token_file,
         reverify=r.bool_("specdec_reverify", False),
@@ -333,7 +332,8 @@ KNOWN_KEYS = tuple(
     PREFIX + name
     for name in (
         "device", "engine", "runtime", "model", "method", "draft", "num_speculative_tokens",
-        "gpu_memory_utilization", "max_model_len", "max_num_seqs", "port", "image", "memlock",
+        "gpu_memory_utilization", "max_model_len", "max_num_seqs", "port", "image",
+        "engine_version", "memlock",
         "env", "extra_args", "jetson_tuning", "health_timeout", "gate", "model_params_b",
         "model_weight_gib", "model_kv_bytes_per_token", "model_tokenizer", "hf_token_file",
         "reverify", "verify", "service_user",

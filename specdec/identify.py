@@ -18,6 +18,7 @@ from typing import Any
 
 from specdec.catalog import Catalog, Device, load_catalog
 from specdec.errors import IdentifyError
+from specdec.power import mode_bandwidth, state_from_files
 
 __all__ = [
     "IDENTITY_FILES",
@@ -37,6 +38,8 @@ IDENTITY_FILES: tuple[str, ...] = (
     "etc/dgx-release",
     "nvidia-smi.txt",  # output of NVIDIA_SMI_CMD
     "uname-m.txt",  # uname -m
+    "etc/nvpmodel.conf",  # Jetson power modes (ids differ per module and release)
+    "var/lib/nvpmodel/status",  # the current mode id, as nvpmodel keeps it
 )
 
 # /proc/device-tree is a symlink to /sys/firmware/devicetree/base on every Jetson; when the
@@ -65,6 +68,13 @@ _GIB_KB = 1024 * 1024
 # 8GB ~7.4, AGX 64GB ~61-62, Spark ~119-121. Anything outside [LOW, HIGH] x nominal contradicts.
 MEM_LOW = 0.80
 MEM_HIGH = 1.02
+# L4T -> JetPack (jetson_stats NVIDIA_JETPACK, rbonghi/jetson_stats @ f41d5cad,
+# jtop/core/jetson_variables.py).
+JETPACK = {
+    "36.5.0": "6.2.2", "36.4.7": "6.2.1", "36.4.4": "6.2.1", "36.4.3": "6.2",
+    "36.4.2": "6.1 (rev1)", "36.4.0": "6.1", "36.3.0": "6.0", "36.2.0": "6.0 DP",
+    "35.6.1": "5.1.5",
+}
 
 
 @dataclass(frozen=True)
@@ -76,9 +86,30 @@ class Identity:
     memory_gib: float
     arch: str
     gpu_name: str | None
+    module_name: str | None = None  # NVIDIA's name of the module part number
+    jetpack: str | None = None
+    power_mode: str | None = None  # nvpmodel mode name (Jetsons with nvpmodel)
+    power_mode_id: int | None = None
+    bandwidth_gbs: float | None = None  # peak in that mode (catalog), else the device's
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def describe(self) -> str:
+        """One line for people: device, module, release, power mode, bandwidth."""
+        parts = [self.device, self.model_string]
+        if self.module_id:
+            parts.append(f"module {self.module_id}"
+                         + (f" ({self.module_name})" if self.module_name else ""))
+        if self.l4t:
+            parts.append(f"L4T {self.l4t}" + (f" / JetPack {self.jetpack}" if self.jetpack
+                                              else ""))
+        if self.power_mode:
+            parts.append(f"power mode {self.power_mode} (id {self.power_mode_id})")
+        if self.bandwidth_gbs:
+            parts.append(f"{self.bandwidth_gbs:g} GB/s peak")
+        parts.append(f"{self.memory_gib:g} GiB")
+        return ", ".join(parts)
 
 
 def _clean(text: str | None) -> str | None:
@@ -141,7 +172,8 @@ def parse_identity(files: Mapping[str, str | None], catalog: Catalog | None = No
         raise IdentifyError("cannot identify: proc/meminfo has no MemTotal")
 
     if is_tegra:
-        return _jetson(cat, model, compat_items, l4t, memory, arch, gpu_name)
+        ident = _jetson(cat, model, compat_items, l4t, memory, arch, gpu_name)
+        return _with_power(ident, files, cat)
 
     spark = next((d for d in cat.devices.values() if d.platform == "sbsa"), None)
     is_spark_gpu = bool(gpu_name) and any(
@@ -161,6 +193,7 @@ def parse_identity(files: Mapping[str, str | None], catalog: Catalog | None = No
             memory_gib=memory,
             arch=arch,
             gpu_name=gpu_name or device.gpu_name,
+            bandwidth_gbs=device.bandwidth_gbs,
         )
 
     what = ", ".join(
@@ -184,6 +217,19 @@ def _dgx_name(text: str | None) -> str | None:
     return values.get("DGX_PRETTY_NAME") or values.get("DGX_NAME") or None
 
 
+def _with_power(ident: Identity, files: Mapping[str, str | None], cat: Catalog) -> Identity:
+    """The power mode from /etc/nvpmodel.conf and nvpmodel's status file, and the catalog's
+    bandwidth in that mode."""
+    state = state_from_files({"conf": files.get("etc/nvpmodel.conf"),
+                              "status": files.get("var/lib/nvpmodel/status")})
+    device = cat.devices[ident.device]
+    if state is None or state.current is None:
+        return dataclasses.replace(ident, bandwidth_gbs=device.bandwidth_gbs)
+    bw, _ = mode_bandwidth(device, state.mode)
+    return dataclasses.replace(ident, power_mode=state.current[0],
+                               power_mode_id=state.current[1], bandwidth_gbs=bw)
+
+
 def _jetson(
     cat: Catalog,
     model: str | None,
@@ -193,9 +239,7 @@ def _jetson(
     arch: str,
     gpu_name: str | None,
 ) -> Identity:
-    by_module = {
-        mid: dev for dev in cat.devices.values() if dev.is_jetson for mid in dev.module_ids
-    }
+    by_module = {mid: cat.devices[mod.device] for mid, mod in cat.modules.items()}
     found = [mid for item in compat for mid in _MODULE_ID.findall(item)]
     known = [mid for mid in dict.fromkeys(found) if mid in by_module]
     devices = {by_module[mid].id for mid in known}
@@ -230,6 +274,7 @@ def _jetson(
                 f"{soc or 'unknown SoC'}, {memory:g} GiB"
             )
         device = candidates[0]
+    module = cat.modules.get(module_id) if module_id else None
     return Identity(
         device=device.id,
         model_string=model or device.model_string,
@@ -238,6 +283,8 @@ def _jetson(
         memory_gib=memory,
         arch=arch,
         gpu_name=gpu_name,
+        module_name=module.name if module else None,
+        jetpack=JETPACK.get(l4t or ""),
     )
 
 

@@ -6,6 +6,9 @@ __all__ = [
     "CONFIG_DIR",
     "CURRENT",
     "HF_HOME",
+    "HUB_CACHE",
+    "LOCAL_MODELS",
+    "TIKTOKEN_DIR",
     "HF_TOKEN_FILE",
     "IMAGE_DIGEST_FILE",
     "KEEP_RELEASES",
@@ -16,6 +19,7 @@ __all__ = [
     "SERVICE_USER",
     "STATE_DIR",
     "UNIT_PATH",
+    "local_model_dir",
     "release_dir",
 ]
 
@@ -26,6 +30,9 @@ HF_TOKEN_FILE = "/etc/specdec/hf_token"  # root:root 0600; read via LoadCredenti
 IMAGE_DIGEST_FILE = "/etc/specdec/image.digest"
 STATE_DIR = "/var/lib/specdec"
 HF_HOME = "/var/lib/specdec/hf"  # HF cache (hub/ under it), owned by SERVICE_USER
+HUB_CACHE = f"{HF_HOME}/hub"  # every Hub cache variable an image may read points here
+LOCAL_MODELS = f"{HF_HOME}/local"  # --local-dir copies, for engines that need a directory
+TIKTOKEN_DIR = f"{HF_HOME}/tiktoken"  # TIKTOKEN_ENCODINGS_BASE (gpt-oss's harmony encoding)
 RELEASES_DIR = "/var/lib/specdec/releases"
 CURRENT = "/var/lib/specdec/current"  # symlink -> releases/<id>
 LAST_GOOD = "/var/lib/specdec/last-good"  # symlink -> releases/<id>
@@ -36,3 +43,8 @@ KEEP_RELEASES = 5
 
 def release_dir(release_id: str) -> str:
     return f"{RELEASES_DIR}/{release_id}"
+
+
+def local_model_dir(repo: str) -> str:
+    """Where ``hf download REPO --local-dir`` puts a repo for engines that need a directory."""
+    return f"{LOCAL_MODELS}/{repo.replace('/', '--')}"

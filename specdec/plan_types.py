@@ -57,6 +57,7 @@ class Plan:
     engine: str  # vllm | trtllm
     runtime: str  # docker | native
     image: str | None  # repo:tag[@sha256:...] for docker; None for native
+    engine_version: str  # the engine release the image (or the host, natively) carries
     model: str  # HF repo id of the target
     served_model_name: str
     method: str  # vLLM spelling; "none" = speculation off
@@ -77,6 +78,9 @@ class Plan:
     notes: tuple[str, ...] = field(default=())  # why choices were made (for reports)
     service_user: str = "specdec"  # runs the engine (in the docker group for docker runtime)
     pinned: tuple[str, ...] = ()  # specdec_* keys the host data set (baseline keeps pinned values)
+    decoding_type: str | None = None  # TensorRT-LLM's spelling of the method for engine_version
+    draft_dir: str | None = None  # local directory of the draft/head, when the engine needs one
+    tiktoken_dir: str | None = None  # TIKTOKEN_ENCODINGS_BASE (gpt-oss on trtllm-serve)
     k_auto: bool = False  # k is tuned on the host (specdec_num_speculative_tokens: auto)
     tune_methods: tuple[tuple[str, str | None], ...] = ()  # compared by the tune (first: this)
     k_by_batch: tuple[tuple[int, int, int], ...] = ()  # num_speculative_tokens_per_batch_size
@@ -85,12 +89,6 @@ class Plan:
     @property
     def speculative(self) -> bool:
         return self.method != "none"
-
-    @property
-    def trtllm_decoding_type(self) -> str | None:
-        from specdec.catalog import TRTLLM_DECODING_TYPES
-
-        return TRTLLM_DECODING_TYPES.get(self.method) if self.speculative else None
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

@@ -2,7 +2,9 @@
 
 A release is ``/var/lib/specdec/releases/<id>/``; ``current`` and ``last-good`` are symlinks to
 ``releases/<id>`` (relative, so a copied state dir stays valid). Switching is atomic: ``ln -sfn``
-to a temporary name, then ``mv -T`` over the pointer. ``decision.json`` in a release records the
+to a temporary name of the switch's own, then ``mv -T`` over the pointer. `activate` holds the
+guard's ``flock`` (`GUARD_LOCK`), as the guard's revert and the commit do, so none of the three
+interleave. ``decision.json`` in a release records the
 verification outcome, e.g. ``{"outcome": "disabled", "active": "<baseline id>"}``.
 
 Used by the pyinfra roles, the verification step and rollback; nothing here talks to a host.
@@ -20,6 +22,7 @@ from typing import Any
 from specdec import layout
 
 __all__ = [
+    "GUARD_LOCK",
     "MARK",
     "ReleaseState",
     "activate",
@@ -34,6 +37,8 @@ __all__ = [
 ]
 
 MARK = "@@specdec-release"
+GUARD_LOCK = ".guard.lock"  # in the state dir; flock'ed by the guard, commit and activate
+FLOCK_WAIT_S = 120  # the guard holds it while it restarts the engine
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
@@ -43,10 +48,11 @@ def _check_id(release_id: str) -> str:
     return release_id
 
 
-def switch(pointer: str, release_id: str) -> str:
-    """Point ``pointer`` (a path, or a name relative to the cwd) at ``releases/<id>``."""
+def switch(pointer: str, release_id: str, tag: str = "switch") -> str:
+    """Point ``pointer`` (a path, or a name relative to the cwd) at ``releases/<id>``, through
+    the temporary name ``<pointer>.<tag>.tmp`` (one per kind of switch)."""
     rid = _check_id(release_id)
-    tmp = f"{pointer}.tmp"
+    tmp = f"{pointer}.{tag}.tmp"
     target = f"releases/{rid}"
     return (
         f"ln -sfn {shlex.quote(target)} {shlex.quote(tmp)} && "
@@ -55,13 +61,16 @@ def switch(pointer: str, release_id: str) -> str:
 
 
 def activate(release_id: str) -> str:
-    """Point ``current`` at ``releases/<release_id>`` atomically."""
-    return switch(layout.CURRENT, release_id)
+    """Point ``current`` at ``releases/<release_id>`` atomically, under the guard's lock."""
+    lock = shlex.quote(f"{layout.STATE_DIR}/{GUARD_LOCK}")
+    inner = switch(layout.CURRENT, release_id, "activate")
+    return f"flock -w {FLOCK_WAIT_S} {lock} sh -c {shlex.quote(inner)}"
 
 
 def mark_last_good(release_id: str) -> str:
-    """Point ``last-good`` at ``releases/<release_id>`` atomically."""
-    return switch(layout.LAST_GOOD, release_id)
+    """Point ``last-good`` at ``releases/<release_id>`` atomically (`specdec.guard`'s commit
+    does it under the guard's lock)."""
+    return switch(layout.LAST_GOOD, release_id, "mark")
 
 
 def read_state() -> str:

@@ -20,6 +20,7 @@ import yaml
 
 from specdec import layout
 from specdec.errors import RenderError
+from specdec.hygiene import bad_char, show
 from specdec.plan_types import Plan
 
 __all__ = [
@@ -30,9 +31,11 @@ __all__ = [
     "Rendered",
     "RenderedFile",
     "engine_argv",
+    "hub_env",
     "render",
     "speculative_config",
     "systemd_quote",
+    "unit_text",
 ]
 
 STACK_BYTES = 67108864
@@ -102,8 +105,22 @@ def _env_assignment(name: str, value: str) -> str:
     return f'"{text}"' if not _SAFE.fullmatch(f"{name}={value}") else text
 
 
+def hub_env() -> list[tuple[str, str]]:
+    """Every variable through which an image may point the Hub cache elsewhere, set to the host
+    cache. huggingface_hub (constants.py) reads HF_HUB_CACHE, then HUGGINGFACE_HUB_CACHE, then
+    HF_HOME/hub; transformers reads TRANSFORMERS_CACHE; jetson-containers images set the last
+    three to /data/models/huggingface (packages/llm/huggingface_hub/Dockerfile), which would
+    otherwise win over HF_HOME."""
+    hub = f"{layout.HF_HOME}/hub"
+    return [("HF_HOME", layout.HF_HOME), ("HF_HUB_CACHE", hub), ("HUGGINGFACE_HUB_CACHE", hub),
+            ("TRANSFORMERS_CACHE", hub)]
+
+
 def speculative_config(plan: Plan) -> dict[str, object] | None:
-    """vLLM's ``--speculative-config`` for the plan (None when speculation is off)."""
+    """vLLM's ``--speculative-config`` for the plan (None when speculation is off), with only the
+    keys the plan's vLLM release has (`specdec.engines.vllm.spec_keys`)."""
+    from specdec.engines import vllm_facts
+
     if not plan.speculative:
         return None
     cfg: dict[str, object] = {"method": plan.method}
@@ -115,9 +132,12 @@ def speculative_config(plan: Plan) -> dict[str, object] | None:
         cfg["prompt_lookup_min"], cfg["prompt_lookup_max"] = NGRAM_PROMPT_LOOKUP
     if plan.k_by_batch:
         # [[start, end, k], ...], the first range starting at 1, k = 0 off: vLLM 0.24.0
-        # vllm/config/speculative.py:161-167 (PR #32374); the tune phase sets it only where
-        # the plan's release has the field
+        # vllm/config/speculative.py:161-167 (PR #32374); refused below for older releases
         cfg["num_speculative_tokens_per_batch_size"] = [list(r) for r in plan.k_by_batch]
+    unknown = set(cfg) - vllm_facts(plan.engine_version).spec_keys
+    if unknown:
+        raise RenderError(f"vLLM {plan.engine_version} has no speculative-config key "
+                          f"{', '.join(sorted(unknown))}", host=plan.host)
     return cfg
 
 
@@ -162,20 +182,27 @@ def _docker_argv(plan: Plan, release_id: str, device_is_jetson: bool) -> list[st
     memlock = "-1" if plan.memlock == "unlimited" else f"{plan.memlock}:{plan.memlock}"
     argv = ["/usr/bin/docker", "run", "--rm", "--name", layout.SERVICE_NAME]
     if device_is_jetson:
-        argv += ["--runtime", "nvidia", "--network", "host"]
+        # As jetson-containers' run.sh on Tegra (dusty-nv/jetson-containers run.sh @ e750cb65:
+        # `docker run --runtime nvidia ... --network host --shm-size=8g`): the engine's
+        # processes share tensors through /dev/shm, which Docker caps at 64 MB. Not --ipc=host:
+        # run.sh does not pass it on Tegra, and a sized /dev/shm keeps the host's IPC
+        # namespace out of the container.
+        argv += ["--runtime", "nvidia", "--network", "host", "--shm-size=8g"]
     else:
         argv += ["--gpus", "all", "--ipc=host", "--network", "host"]
     argv += [
         "--ulimit", f"memlock={memlock}",
         "--ulimit", f"stack={STACK_BYTES}",
         "-v", f"{layout.HF_HOME}:{layout.HF_HOME}",
-        "-e", f"HF_HOME={layout.HF_HOME}",
+        *[a for k, v in hub_env() for a in ("-e", f"{k}={v}")],
         "-e", "HF_HUB_OFFLINE=1",
         "-v", f"{layout.HF_TOKEN_FILE}:{CONTAINER_HF_TOKEN}:ro",
         "-e", f"HF_TOKEN_PATH={CONTAINER_HF_TOKEN}",
     ]
     if device_is_jetson:
         argv += ["-v", "/etc/nv_tegra_release:/etc/nv_tegra_release:ro"]
+    if plan.tiktoken_dir:
+        argv += ["-e", f"TIKTOKEN_ENCODINGS_BASE={plan.tiktoken_dir}"]
     for name, value in plan.env:
         argv += ["-e", f"{name}={value}"]
     engine_yaml = None
@@ -207,11 +234,11 @@ def _engine_yaml(plan: Plan) -> dict[str, object]:
         },
         "cuda_graph_config": {"max_batch_size": plan.max_num_seqs},
     }
-    decoding = plan.trtllm_decoding_type
+    decoding = plan.decoding_type
     if plan.speculative:
         if decoding is None:
-            raise RenderError(f"method={plan.method!r}: trtllm has no decoding type for it",
-                              host=plan.host)
+            raise RenderError(f"method={plan.method!r}: TensorRT-LLM {plan.engine_version} has "
+                              "no decoding_type for it", host=plan.host)
         if plan.k_by_batch:
             raise RenderError("num_speculative_tokens per batch size: trtllm-serve has no such "
                               "setting", host=plan.host)
@@ -220,7 +247,9 @@ def _engine_yaml(plan: Plan) -> dict[str, object]:
             "max_draft_len": plan.num_speculative_tokens,
         }
         if plan.draft:
-            spec["speculative_model_dir"] = plan.draft
+            # A local directory where the release needs one (before PR #10099), else the repo
+            # id (read from the prefetched Hub cache). The alias works on every release.
+            spec["speculative_model_dir"] = plan.draft_dir or plan.draft
         if decoding == "NGram":
             spec["max_matching_ngram_size"] = NGRAM_PROMPT_LOOKUP[1]
         doc["speculative_config"] = spec
@@ -230,18 +259,36 @@ def _engine_yaml(plan: Plan) -> dict[str, object]:
     return doc
 
 
+def _one_line(value: object) -> object:
+    """Every ``{{ … }}`` of every template: a value can never add a line to a rendered file
+    (host data is validated long before; this is the last line of defence)."""
+    if isinstance(value, str) and (c := bad_char(value)) is not None:
+        raise RenderError(f"refusing to render {show(value)}: contains a line break or "
+                          f"control character ({c})")
+    return value
+
+
+def unit_text(value: object) -> str:
+    """Free text in a unit setting such as ``Description=``: systemd expands ``%`` specifiers
+    there (systemd.unit(5), "Specifiers"), so a literal ``%`` is written ``%%``."""
+    return str(_one_line(str(value))).replace("%", "%%")
+
+
 @cache
 def _env() -> jinja2.Environment:
     if not TEMPLATES_DIR.is_dir():
         raise RenderError(f"templates directory {TEMPLATES_DIR} is missing")
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
         keep_trailing_newline=True,
         autoescape=False,
+        finalize=_one_line,
     )
+    env.filters["unit_text"] = unit_text
+    return env
 
 
 def _template(name: str, **ctx: object) -> str:
@@ -277,9 +324,12 @@ def render(plan: Plan) -> Rendered:
         + f" k={plan.num_speculative_tokens}" if plan.speculative else "off"
     )
 
-    env_lines = [_env_assignment("HF_HOME", layout.HF_HOME), _env_assignment("HF_HUB_OFFLINE", "1")]
+    env_lines = [_env_assignment(k, v) for k, v in hub_env()]
+    env_lines.append(_env_assignment("HF_HUB_OFFLINE", "1"))
     if not docker:
         env_lines.append("HF_TOKEN_PATH=%d/hf_token")  # %d: systemd's credentials directory
+        if plan.tiktoken_dir:
+            env_lines.append(_env_assignment("TIKTOKEN_ENCODINGS_BASE", plan.tiktoken_dir))
     env_lines += [_env_assignment(k, v) for k, v in plan.env]
 
     argv = _docker_argv(plan, release_id, is_jetson) if docker else _native_argv(plan, release_id)
@@ -301,11 +351,9 @@ def render(plan: Plan) -> Rendered:
     files = [RenderedFile(f"{rdir}/{UNIT_FILE}", unit)]
     if plan.engine == "trtllm":
         body = yaml.safe_dump(_engine_yaml(plan), sort_keys=True, default_flow_style=False)
-        files.append(RenderedFile(
-            f"{rdir}/engine.yaml",
-            _template("engine.yaml.j2", plan=plan, release_id=release_id,
-                      speculation=speculation, body=body.rstrip("\n")),
-        ))
+        header = _template("engine.yaml.j2", plan=plan, release_id=release_id,
+                           speculation=speculation)
+        files.append(RenderedFile(f"{rdir}/engine.yaml", header + body))
     files.append(RenderedFile(f"{rdir}/plan.json", plan.to_json() + "\n"))
     files.append(RenderedFile(
         LIMITS_PATH,

@@ -1,12 +1,15 @@
 """Per-host and fleet reports on the control node, under ``reports/<run-id>/``.
 
 * ``<host>.json`` — one per host: outcome, phase, message, every measurement (value,
-  threshold, time), acceptance length and per-position rates, % of the device's bandwidth
-  roofline (written by the deploy's verify step, or by `specdec rollout` for hosts it never
-  reached);
+  threshold, time), the tune phase's curve and choice, acceptance length and
+  per-position rates, the host's power mode and clocks, and two roofline figures (see
+  `specdec.roofline`: baseline decode as % of the bandwidth limit, speculative decode as % of
+  acceptance length x that limit), written by the deploy's verify step, or by `specdec rollout`
+  for hosts it never reached. Figures of an engine emulator are device time, labelled
+  "emulated";
 * ``summary.md`` — the fleet table;
 * ``index.html`` — the same with inline SVG charts (TPOT and throughput, baseline vs
-  speculation, per host; acceptance rate per draft position).
+  speculation, per host; acceptance rate per draft position; the tuning curve per host).
 
 Outcomes: ``kept`` (the gate kept speculation), ``disabled`` (the gate disabled it),
 ``held`` (the gate could not answer: tokens estimated; the host stays on last-good),
@@ -14,8 +17,8 @@ Outcomes: ``kept`` (the gate kept speculation), ``disabled`` (the gate disabled 
 plan has speculation off: healthy, nothing to gate), ``rolled_back``, ``failed``,
 ``unchanged`` (verified before, nothing changed), ``skipped`` (never reached).
 
-Nothing secret goes in: every text written is checked against the HF token (when known) and
-the token is replaced by ``<redacted>``.
+Nothing secret goes in: in every text written the HF token (when known) and every token-shaped
+string are replaced by ``<redacted>`` (`specdec.errors.redact`).
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from specdec.errors import RolloutError
+from specdec.errors import RolloutError, redact
+from specdec.roofline import HOW
 from specdec.tunechart import tune_chart, tune_line
 
 __all__ = [
@@ -57,7 +61,6 @@ REPORTS_ENV = "SPECDEC_REPORTS_DIR"
 RUN_ID_ENV = "SPECDEC_RUN_ID"
 CACHE_DIR = "cache"
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
-REDACTED = "<redacted>"
 
 
 def safe_name(host: str) -> str:
@@ -83,7 +86,7 @@ def reports_root(explicit: str | Path | None = None) -> Path:
 
 
 def _scrub(text: str, secret: str | None) -> str:
-    return text.replace(secret, REDACTED) if secret else text
+    return redact(text, secret)
 
 
 def _write_atomic(path: Path, text: str) -> None:
@@ -176,8 +179,24 @@ def figures(rep: Mapping[str, Any]) -> dict[str, Any]:
         "cand_c1": _get(c, "c1", "throughput_tok_s"),
         "base_c8": _get(b, "c8", "throughput_tok_s"),
         "cand_c8": _get(c, "c8", "throughput_tok_s"),
-        "roofline_pct": _get(rep, "roofline", "candidate_pct"),
+        "roofline_base_pct": _get(rep, "roofline", "baseline_pct"),
+        "roofline_spec_pct": _get(rep, "roofline", "speculative_pct"),
+        "power_mode": _get(rep, "power", "power_mode") or _get(rep, "roofline", "power_mode"),
+        "emulated": _emulated(rep),
     }
+
+
+def _emulated(rep: Mapping[str, Any]) -> float | None:
+    """The time scale when the host's figures come from an engine emulator (device time)."""
+    for arm in ("baseline", "candidate"):
+        scale = _get(rep, arm, "device_time", "time_scale")
+        if isinstance(scale, int | float):
+            return float(scale)
+    return None
+
+
+def _roof(x: Any) -> str:
+    return f"{x:.0f}%" if isinstance(x, int | float) else "-"
 
 
 def _pct(x: Any) -> str:
@@ -203,13 +222,16 @@ def summary_markdown(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
         "(specdec_verify false); `no_speculation`: nothing to gate; `held`: the gate could not "
         "count tokens, last-good kept.",
         "",
-        "| host | device | method | outcome | c1 throughput gain | TPOT change | c8 gain | "
-        "acceptance length | reason |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| host | device | power mode | method | outcome | c1 throughput gain | TPOT change | "
+        "c8 gain | acceptance length | decode % of bw limit | spec % of AL x limit | reason |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    scales = set()
     for r in reports:
         f = figures(r)
         acc = f["acceptance_length"]
+        if f["emulated"] is not None:
+            scales.add(f["emulated"])
         method = r.get("method") or "-"
         if r.get("draft"):
             method = f"{method} ({r['draft']}, k={r.get('num_speculative_tokens')})"
@@ -220,12 +242,19 @@ def summary_markdown(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
         outcome = str(r.get("outcome"))
         if r.get("previous_outcome"):
             outcome += f" ({r['previous_outcome']})"
+        device = str(r.get("device") or "-") + (" (emulated)" if f["emulated"] else "")
         lines.append("| " + " | ".join(_md_cell(x) for x in (
-            r.get("host"), r.get("device"), method, outcome, _pct(f["c1_gain"]),
+            r.get("host"), device, f["power_mode"], method, outcome, _pct(f["c1_gain"]),
             _pct(f["tpot_change"]), _pct(f["c8_gain"]),
             f"{acc:.2f}" if isinstance(acc, int | float) else "-",
+            _roof(f["roofline_base_pct"]), _roof(f["roofline_spec_pct"]),
             r.get("message"),
         )) + " |")
+    lines += ["", f"Roofline: {HOW}."]
+    if scales:
+        lines.append(f"Emulated hosts: figures are device time (the engine emulator ran at time "
+                     f"scale {', '.join(f'{x:g}' for x in sorted(scales))}; durations and rates "
+                     "converted to what the device would show).")
     return "\n".join(lines) + "\n"
 
 
@@ -326,20 +355,21 @@ def index_html(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
         acc.append((host, f["per_position"]))
         color = _OUTCOME_COLORS.get(str(r.get("outcome")), "#000")
         al = f["acceptance_length"]
-        roof = f["roofline_pct"]
+        device = str(r.get("device") or "-") + (" (emulated)" if f["emulated"] else "")
         rows.append(
             "<tr>" + "".join(f"<td>{x}</td>" for x in (
-                e(host), e(str(r.get("device") or "-")), e(_method(r)),
+                e(host), e(device), e(str(f["power_mode"] or "-")), e(_method(r)),
                 f'<b style="color:{color}">{e(str(r.get("outcome")))}</b>'
                 + (f' ({e(str(r["previous_outcome"]))})' if r.get("previous_outcome") else ""),
                 e(_pct(f["c1_gain"])), e(_pct(f["tpot_change"])), e(_pct(f["c8_gain"])),
                 f"{al:.2f}" if isinstance(al, int | float) else "-",
-                f"{roof:.0f}%" if isinstance(roof, int | float) else "-",
+                _roof(f["roofline_base_pct"]), _roof(f["roofline_spec_pct"]),
                 e(str(r.get("phase") or "-")), e(str(r.get("message") or "")),
             )) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in (
-        "host", "device", "method", "outcome", "c1 throughput gain", "TPOT change", "c8 gain",
-        "acceptance length", "% roofline", "phase", "reason"))
+        "host", "device", "power mode", "method", "outcome", "c1 throughput gain",
+        "TPOT change", "c8 gain", "acceptance length", "decode % of bw limit",
+        "spec % of AL x limit", "phase", "reason"))
     counts: dict[str, int] = {}
     for r in reports:
         counts[str(r.get("outcome"))] = counts.get(str(r.get("outcome")), 0) + 1
@@ -364,6 +394,8 @@ svg {{ display: block; margin: 1.5em 0; font-family: system-ui, sans-serif; }}
 <table><thead><tr>{head}</tr></thead><tbody>
 {chr(10).join(rows)}
 </tbody></table>
+<p>Roofline: {e(HOW)}. Hosts marked (emulated): figures of the engine emulator in device
+time (what the device would show).</p>
 <h2>Baseline vs speculation</h2>
 {_bars("TPOT p50 at concurrency 1 (lower is better)", "ms", tpot)}
 {_bars("Output throughput at concurrency 1", "tok/s", thr1)}

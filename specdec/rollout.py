@@ -10,7 +10,8 @@ its turn. After each batch the per-host reports decide: a host is failed when it
 are left untouched and reported ``skipped``.
 
 Everything is validated before the first batch runs (batch spec, limits, run id, reports
-directory, inventory). The run id reaches the deploy through ``$SPECDEC_RUN_ID`` and the
+directory, inventory, every host's name, data and HF token: bad input exits 2 with nothing
+touched). The run id reaches the deploy through ``$SPECDEC_RUN_ID`` and the
 reports directory through ``$SPECDEC_REPORTS_DIR``.
 """
 
@@ -27,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specdec.errors import RolloutError
+from specdec.errors import RolloutError, redact
 from specdec.report import (
     REPORTS_ENV,
     RUN_ID_ENV,
@@ -45,6 +46,7 @@ __all__ = [
     "RolloutPlan",
     "RolloutResult",
     "batch_hosts",
+    "check_hosts",
     "check_reports_dir",
     "exceeds",
     "parse_batches",
@@ -176,12 +178,14 @@ _PYINFRA_ERROR = "--> pyinfra error"
 
 
 def _subprocess_runner(cmd: list[str], env: Mapping[str, str], cwd: Path) -> tuple[int, str]:
-    """Run pyinfra, echoing its output live; keep its last error line for the reports."""
+    """Run pyinfra, echoing its output live (redacted); keep its last error line for the
+    reports."""
     last = ""
     with subprocess.Popen(cmd, env=dict(env), cwd=cwd, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
         assert proc.stdout is not None
-        for line in proc.stdout:
+        for raw in proc.stdout:
+            line = redact(raw)  # nothing token-shaped reaches the terminal or a report
             sys.stdout.write(line)
             sys.stdout.flush()
             if _PYINFRA_ERROR in line:
@@ -242,6 +246,34 @@ def run_rollout(plan: RolloutPlan, runner: Runner = _subprocess_runner,
             break
     write_fleet(run_dir)
     return result
+
+
+def _cli_value(arg: str) -> Any:
+    """A ``--data`` value as pyinfra reads it (pyinfra 3.10, pyinfra_cli/util.py,
+    parse_cli_arg): true/false, an integer, JSON, else the string."""
+    if arg.lower() in ("true", "false"):
+        return arg.lower() == "true"
+    try:
+        return int(arg)
+    except ValueError:
+        pass
+    try:
+        return json.loads(arg)
+    except ValueError:
+        return arg
+
+
+def check_hosts(hosts: Sequence[tuple[str, Mapping[str, Any]]],
+                data: Sequence[str] = ()) -> None:
+    """Refuse bad input before the first batch, as the deploy's prepare would: every host's
+    name, ``specdec_*`` data (with the ``--data`` overrides) and HF token. Raises `ConfigError`."""
+    from specdec.hftoken import read_token
+    from specdec.hostdata import parse_host_settings
+
+    overrides = {k.strip(): _cli_value(v) for k, v in (d.split("=", 1) for d in data)}
+    for name, host_data in hosts:
+        settings = parse_host_settings(name, {**host_data, **overrides})
+        read_token(name, settings.hf_token_file)
 
 
 def host_meta(name: str, data: Mapping[str, Any]) -> dict[str, Any]:

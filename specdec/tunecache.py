@@ -20,6 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from specdec.plan import speculating
 from specdec.plan_types import Plan
 from specdec.tune import K_MAX, TuneResult
 
@@ -30,7 +31,7 @@ __all__ = ["apply_cached", "cache_key", "entry_id", "entry_path", "load", "store
 def cache_key(plan: Plan) -> dict[str, Any]:
     return {
         "device": plan.device, "engine": plan.engine,
-        "engine_version": getattr(plan, "engine_version", None), "runtime": plan.runtime,
+        "engine_version": plan.engine_version, "runtime": plan.runtime,
         "image": plan.image, "model": plan.model,
         "methods": [[m, d] for m, d in plan.tune_methods], "max_num_seqs": plan.max_num_seqs,
         "k_max": K_MAX,
@@ -72,8 +73,7 @@ def tuned_plan(plan: Plan, result: TuneResult) -> Plan:
     """The plan running the tuned configuration (deterministic: same result, same plan)."""
     cfg = result.config
     return dataclasses.replace(
-        plan, method=cfg.method, draft=cfg.draft, num_speculative_tokens=cfg.k,
-        k_by_batch=cfg.k_by_batch, tuned=entry_id(plan),
+        speculating(plan, cfg.method, cfg.draft, cfg.k, cfg.k_by_batch), tuned=entry_id(plan),
         notes=(*plan.notes, f"tuned on the host: {cfg.label()} (tune cache entry "
                             f"{entry_id(plan)}; {result.objective})"))
 

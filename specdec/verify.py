@@ -46,6 +46,7 @@ from specdec.phases.host import Ctx, VerifyFailure, now_iso, parse_unit_state, u
 from specdec.phases.process import check_process, memlock_ok, parse_limits_memlock
 from specdec.phases.tune import run_tune
 from specdec.plan_types import Plan
+from specdec.roofline import roofline_figures
 from specdec.rounds import BenchSettings, RoundBench
 
 __all__ = [
@@ -103,9 +104,11 @@ class FileSpec:
 
 @dataclass(frozen=True)
 class Roofline:
-    bandwidth_gbs: float  # device memory bandwidth
+    bandwidth_gbs: float  # peak memory bandwidth (in the host's power mode when known)
     model_bytes: int  # bytes read per decode step at batch 1 (weights, or active experts)
     time_scale: float = 1.0  # engine emulator: wall seconds per emulated second
+    bandwidth_source: str = "catalog device peak"
+    power: dict[str, Any] | None = None  # the host's power mode and clocks (Jetsons)
 
     @property
     def tokens_per_s(self) -> float:
@@ -187,6 +190,7 @@ class Verifier:
             "last_good": None, "measurements": [], "events": [], "baseline": None,
             "candidate": None, "gate": None, "tune": None, "acceptance": None,
             "roofline": None,
+            "power": spec.roofline.power if spec.roofline is not None else None,
         }
         self.ctx = Ctx(spec, io, report, engine_url(spec.address, plan.port))
         self.report = report
@@ -261,22 +265,21 @@ class Verifier:
 
     def _roofline(self) -> None:
         roof = self.spec.roofline
-        if roof is None or roof.tokens_per_s <= 0:
+        if roof is None:
             return
-        k = f"c{self.spec.plan.gate.keep_concurrency}"
-        out: dict[str, Any] = {"bandwidth_gbs": roof.bandwidth_gbs,
-                               "model_bytes": roof.model_bytes,
-                               "tokens_per_s": roof.tokens_per_s,
-                               "time_scale": roof.time_scale}
-        for arm in ("baseline", "candidate"):
-            summ = self.report.get(arm) or {}
-            thr = (summ.get(k) or {}).get("throughput_tok_s")
-            if thr:
-                # An emulated engine runs `time_scale` times faster than the device would.
-                pct = 100.0 * thr * roof.time_scale / roof.tokens_per_s
-                out[f"{arm}_pct"] = pct
-                self.measure("bench", f"{arm}.roofline_pct", round(pct, 1), unit="%",
-                             roofline_tok_s=round(roof.tokens_per_s, 2))
+        power = roof.power or {}
+        out = roofline_figures(self.report, bandwidth_gbs=roof.bandwidth_gbs,
+                               decode_bytes=roof.model_bytes,
+                               level=f"c{self.spec.plan.gate.keep_concurrency}",
+                               time_scale=roof.time_scale,
+                               bandwidth_source=roof.bandwidth_source,
+                               power_mode=power.get("power_mode"))
+        if out is None:
+            return
+        for key in ("baseline_pct", "speculative_pct"):
+            if key in out:
+                self.measure("bench", f"roofline.{key}", out[key], unit="%",
+                             limit_tok_s=out["limit_tok_s"])
         self.report["roofline"] = out
 
 

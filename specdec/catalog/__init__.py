@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -10,6 +11,8 @@ from typing import Any
 
 import yaml
 
+from specdec.catalog.images import Image, parse_images
+from specdec.engines.version import Version
 from specdec.errors import ConfigError
 
 __all__ = [
@@ -20,7 +23,10 @@ __all__ = [
     "Catalog",
     "Device",
     "Head",
+    "Image",
     "Model",
+    "Module",
+    "Quantization",
     "load_catalog",
 ]
 
@@ -40,6 +46,13 @@ TRTLLM_DECODING_TYPES = {
     "mtp": "MTP",
 }
 GIB = 1024**3
+# config.json of the catalog's model families: "architectures"[0] and "model_type" (what the
+# engines check EAGLE-3 targets against). A model entry may give its own (MoE variants).
+FAMILY_CONFIG = {
+    "llama3": ("LlamaForCausalLM", "llama"),
+    "qwen3": ("Qwen3ForCausalLM", "qwen3"),
+    "o200k_harmony": ("GptOssForCausalLM", "gpt_oss"),
+}
 
 
 @dataclass(frozen=True)
@@ -62,12 +75,44 @@ class Device:
     max_model_len: int
     speculative_tokens: dict[str, int]
     eagle3: bool
-    images: dict[str, dict[str, str]]  # engine -> {release key (r36, sbsa) -> image}
     gpu_name: str | None = None
+    memory_bus_bits: int = 0
+    power_modes: dict[str, float] = field(default_factory=dict)  # nvpmodel name -> GB/s
+    bandwidth_efficiency: dict[str, float] = field(default_factory=dict)  # engine -> fraction
 
     @property
     def is_jetson(self) -> bool:
         return self.platform == "l4t"
+
+    def mode_bandwidth_gbs(self, mode: str | None) -> float | None:
+        """Peak bandwidth in the nvpmodel mode called ``mode`` (None: not in the catalog)."""
+        if mode is None:
+            return self.bandwidth_gbs
+        return self.power_modes.get(mode)
+
+    def emc_bandwidth_gbs(self, emc_mhz: float) -> float:
+        """Peak bandwidth at an EMC clock ceiling (MHz), never above the device's peak."""
+        return min(self.bandwidth_gbs, round(emc_mhz * 2 * self.memory_bus_bits / 8 / 1000, 1))
+
+
+@dataclass(frozen=True)
+class Module:
+    """A module part number (``p3767-0005``) and the catalog device that plans for it."""
+
+    id: str
+    device: str
+    name: str
+    memory_gib: float
+    bandwidth_gbs: float
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """A weight format and the platforms (``l4t``, ``sbsa``) whose engines run it."""
+
+    id: str
+    platforms: tuple[str, ...]
+    note: str
 
 
 @dataclass(frozen=True)
@@ -82,6 +127,11 @@ class Model:
     heads: dict[str, str]  # method -> head repo
     drafts: tuple[str, ...]
     active_params_b: float | None = None
+    architecture: str = ""  # config.json architectures[0]; "" when unknown
+    model_type: str = ""  # config.json model_type
+    quantization: str = "bf16"
+    base_model: str | None = None  # the checkpoint a quantized one was made from
+    decode_gib: float | None = None  # read per decode step (no input embedding table)
 
     @property
     def weight_bytes(self) -> int:
@@ -89,10 +139,18 @@ class Model:
 
     @property
     def decode_bytes(self) -> int:
-        """Bytes read from memory per decode step (MoE reads only its active experts)."""
+        """Bytes read from memory per decode step: ``decode_gib`` when the catalog states it,
+        else the weights (MoE: scaled to the active parameters)."""
+        if self.decode_gib is not None:
+            return int(self.decode_gib * GIB)
         if self.active_params_b is None:
             return self.weight_bytes
         return int(self.weight_bytes * self.active_params_b / self.params_b)
+
+    def takes_head(self, head: Head) -> bool:
+        """Whether ``head`` was trained for this model or for the model it was quantized from
+        (EAGLE heads are published for bf16 targets and reused with their quantized forms)."""
+        return head.target in (self.id, self.base_model)
 
 
 @dataclass(frozen=True)
@@ -114,6 +172,28 @@ class Catalog:
     devices: dict[str, Device]
     models: dict[str, Model]
     heads: dict[str, Head]
+    images: dict[str, Image]
+    modules: dict[str, Module] = field(default_factory=dict)
+    quantizations: dict[str, Quantization] = field(default_factory=dict)
+
+    def default_image(self, device: Device, engine: str, l4t: str | None) -> Image | None:
+        """The newest GA image of ``engine`` that runs on the device (its L4T release on a
+        Jetson), else the newest release candidate; None when the catalog has none."""
+        host_l4t = Version.parse(l4t) if l4t else None
+        fits = [i for i in self.images.values()
+                if i.engine == engine and i.runs_on(device.platform, host_l4t)]
+        if not fits:
+            return None
+        return max(fits, key=lambda i: (i.channel == "ga", i.engine_version))
+
+    def image_for(self, ref: str) -> Image | None:
+        """The catalog image ``ref`` is, or mirrors (same repository path and tag)."""
+        from specdec.catalog.images import parse_image_ref
+
+        parsed = parse_image_ref(ref)
+        if parsed is None:
+            return None
+        return next((i for i in self.images.values() if i.key == parsed.key), None)
 
     def device(self, device_id: str) -> Device:
         try:
@@ -161,10 +241,6 @@ def _device(dev_id: str, d: dict[str, Any]) -> Device:
         if not isinstance(v, int | float) or not 0 < v <= 1:
             raise ConfigError(f"catalog {w}: gpu_memory_utilization.{k}={v!r} must be in (0, 1]")
         fractions[k] = float(v)
-    images = _req(w, d, "images", dict)
-    for eng, per_release in images.items():
-        if eng not in engines or not isinstance(per_release, dict) or not per_release:
-            raise ConfigError(f"catalog {w}: images.{eng}={per_release!r} is invalid")
     spec_tokens = _req(w, d, "speculative_tokens", dict)
     for m, k in spec_tokens.items():
         if m not in METHODS or not isinstance(k, int) or k < 1:
@@ -172,11 +248,16 @@ def _device(dev_id: str, d: dict[str, Any]) -> Device:
     platform = _req(w, d, "platform", str)
     if platform not in ("l4t", "sbsa"):
         raise ConfigError(f"catalog {w}: platform={platform!r} must be l4t or sbsa")
+    modes = _floats(w, "power_modes", d.get("power_modes") or {})
+    effs = _floats(w, "bandwidth_efficiency", d.get("bandwidth_efficiency") or {})
+    for eng, eff in effs.items():
+        if eng not in engines or not 0 < eff <= 1:
+            raise ConfigError(f"catalog {w}: bandwidth_efficiency.{eng}={eff!r} is invalid")
     return Device(
         id=dev_id,
         family=_req(w, d, "family", str),
         model_string=_req(w, d, "model_string", str),
-        module_ids=tuple(_req(w, d, "module_ids", list)),
+        module_ids=(),  # filled from the modules table
         memory_gib=_positive(w, "memory_gib", _req(w, d, "memory_gib", (int, float))),
         memtotal_gib=_positive(w, "memtotal_gib", _req(w, d, "memtotal_gib", (int, float))),
         bandwidth_gbs=_positive(w, "bandwidth_gbs", _req(w, d, "bandwidth_gbs", (int, float))),
@@ -191,9 +272,54 @@ def _device(dev_id: str, d: dict[str, Any]) -> Device:
         max_model_len=int(_positive(w, "max_model_len", _req(w, d, "max_model_len", int))),
         speculative_tokens=dict(spec_tokens),
         eagle3=_req(w, d, "eagle3", bool),
-        images={k: dict(v) for k, v in images.items()},
         gpu_name=d.get("gpu_name"),
+        memory_bus_bits=int(_positive(w, "memory_bus_bits",
+                                      _req(w, d, "memory_bus_bits", int))),
+        power_modes=modes,
+        bandwidth_efficiency=effs,
     )
+
+
+def _floats(where: str, key: str, value: Any) -> dict[str, float]:
+    if not isinstance(value, dict) or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) and v > 0
+            for v in value.values()):
+        raise ConfigError(f"catalog {where}: {key}={value!r} must map names to numbers > 0")
+    return {str(k): float(v) for k, v in value.items()}
+
+
+def _modules(data: Any, devices: dict[str, Device]) -> dict[str, Module]:
+    if not isinstance(data, dict):
+        raise ConfigError(f"catalog: modules={data!r} must be a mapping")
+    out: dict[str, Module] = {}
+    for mid, row in data.items():
+        w = f"module {mid}"
+        if not isinstance(row, dict):
+            raise ConfigError(f"catalog {w}: expected a mapping, got {row!r}")
+        dev = devices.get(_req(w, row, "device", str))
+        if dev is None or not dev.is_jetson:
+            raise ConfigError(f"catalog {w}: device={row.get('device')!r} is not a Jetson device")
+        mod = Module(id=mid, device=dev.id, name=_req(w, row, "name", str),
+                     memory_gib=_req(w, row, "memory_gib", (int, float)),
+                     bandwidth_gbs=_req(w, row, "bandwidth_gbs", (int, float)))
+        if (mod.memory_gib, mod.bandwidth_gbs) != (dev.memory_gib, dev.bandwidth_gbs):
+            raise ConfigError(f"catalog {w}: memory/bandwidth {mod.memory_gib:g} GiB / "
+                              f"{mod.bandwidth_gbs:g} GB/s disagree with {dev.id}")
+        out[mid] = mod
+    return out
+
+
+def _quantizations(data: Any) -> dict[str, Quantization]:
+    if not isinstance(data, dict):
+        raise ConfigError(f"catalog: quantizations={data!r} must be a mapping")
+    out = {}
+    for q, row in data.items():
+        w = f"quantization {q}"
+        plats = tuple(_req(w, row, "platforms", list)) if isinstance(row, dict) else ()
+        if not plats or any(p not in ("l4t", "sbsa") for p in plats):
+            raise ConfigError(f"catalog {w}: platforms must list l4t and/or sbsa")
+        out[q] = Quantization(id=q, platforms=plats, note=str(row.get("note") or ""))
+    return out
 
 
 def _model(model_id: str, d: dict[str, Any]) -> Model:
@@ -204,11 +330,20 @@ def _model(model_id: str, d: dict[str, Any]) -> Model:
     if not isinstance(heads, dict):
         raise ConfigError(f"catalog {w}: heads={heads!r} must be a mapping")
     active = d.get("active_params_b")
+    tokenizer = _req(w, d, "tokenizer", str)
+    arch, mtype = FAMILY_CONFIG.get(tokenizer, ("", ""))
+    arch = d.get("architecture", arch)
+    mtype = d.get("model_type", mtype)
+    if not isinstance(arch, str) or not isinstance(mtype, str):
+        raise ConfigError(f"catalog {w}: architecture and model_type must be strings")
+    decode = d.get("decode_gib")
+    if decode is not None:
+        decode = _positive(w, "decode_gib", _req(w, d, "decode_gib", (int, float)))
     return Model(
         id=model_id,
         params_b=_positive(w, "params_b", _req(w, d, "params_b", (int, float))),
         weight_gib=_positive(w, "weight_gib", _req(w, d, "weight_gib", (int, float))),
-        tokenizer=_req(w, d, "tokenizer", str),
+        tokenizer=tokenizer,
         layers=int(_positive(w, "layers", _req(w, d, "layers", int))),
         kv_bytes_per_token=int(
             _positive(w, "kv_bytes_per_token", _req(w, d, "kv_bytes_per_token", int))
@@ -217,6 +352,11 @@ def _model(model_id: str, d: dict[str, Any]) -> Model:
         heads=dict(heads),
         drafts=tuple(d.get("drafts") or ()),
         active_params_b=float(active) if active is not None else None,
+        architecture=arch,
+        model_type=mtype,
+        quantization=str(d.get("quantization") or "bf16"),
+        base_model=d.get("base_model"),
+        decode_gib=decode,
     )
 
 
@@ -242,29 +382,45 @@ def _read_yaml(path: Path | Any, top: str) -> dict[str, Any]:
     return data
 
 
-def parse_catalog(devices_yaml: Path | Any, models_yaml: Path | Any) -> Catalog:
-    """Load and cross-check the two catalog files."""
+def parse_catalog(devices_yaml: Path | Any, models_yaml: Path | Any,
+                  images_yaml: Path | Any | None = None) -> Catalog:
+    """Load and cross-check the catalog files."""
     dev_data = _read_yaml(devices_yaml, "devices")
     mod_data = _read_yaml(models_yaml, "models")
+    images = (parse_images(_read_yaml(images_yaml, "images")["images"], ENGINES)
+              if images_yaml is not None else {})
     devices = {k: _device(k, v) for k, v in dev_data["devices"].items()}
+    modules = _modules(dev_data.get("modules") or {}, devices)
+    devices = {k: dataclasses.replace(d, module_ids=tuple(
+        m.id for m in modules.values() if m.device == k)) for k, d in devices.items()}
+    quants = _quantizations(dev_data.get("quantizations") or {"bf16": {"platforms": ["l4t"]}})
     models = {k: _model(k, v) for k, v in mod_data["models"].items()}
     heads = {k: _head(k, v) for k, v in (mod_data.get("heads") or {}).items()}
     for m in models.values():
+        if m.quantization not in quants:
+            raise ConfigError(f"catalog model {m.id}: quantization={m.quantization!r} is not "
+                              f"one of {', '.join(quants)}")
+        if m.base_model is not None and m.base_model not in models:
+            raise ConfigError(f"catalog model {m.id}: base_model {m.base_model!r} is not a "
+                              "catalog model")
         for method, head in m.heads.items():
             if head not in heads:
                 raise ConfigError(f"catalog model {m.id}: heads.{method}={head!r} is not in heads")
-            if heads[head].target != m.id:
-                raise ConfigError(f"catalog head {head}: target {heads[head].target!r} != {m.id!r}")
+            if not m.takes_head(heads[head]):
+                raise ConfigError(f"catalog head {head}: target {heads[head].target!r} is "
+                                  f"neither {m.id!r} nor its base model")
         for draft in m.drafts:
             if draft not in models:
                 raise ConfigError(f"catalog model {m.id}: draft {draft!r} is not a catalog model")
             if models[draft].tokenizer != m.tokenizer:
                 raise ConfigError(f"catalog model {m.id}: draft {draft!r} has another tokenizer")
-    return Catalog(devices=devices, models=models, heads=heads)
+    return Catalog(devices=devices, models=models, heads=heads, images=images, modules=modules,
+                   quantizations=quants)
 
 
 @cache
 def load_catalog() -> Catalog:
     """The catalog shipped in the package."""
     root = resources.files("specdec.catalog")
-    return parse_catalog(root.joinpath("devices.yaml"), root.joinpath("models.yaml"))
+    return parse_catalog(root.joinpath("devices.yaml"), root.joinpath("models.yaml"),
+                         root.joinpath("images.yaml"))

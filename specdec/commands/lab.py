@@ -1,17 +1,40 @@
 """``specdec lab up|down|status INVENTORY``, ``lab net HOST down|up``, ``lab reboot HOST`` and
-``specdec lab engine`` (the emulated fleet)."""
+``specdec lab engine`` (the emulated fleet). All but ``engine`` act on one lab instance:
+``--instance NAME``, else ``$SPECDEC_LAB_INSTANCE``, else ``demo``."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specdec.errors import ConfigError, LabError
 
+if TYPE_CHECKING:
+    from specdec.lab.instance import Instance
+
 __all__ = ["register"]
+
+
+def _add_instance(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--instance", metavar="NAME",
+                   help="lab instance (1-6 lowercase letters; default: $SPECDEC_LAB_INSTANCE, "
+                        "else demo)")
+
+
+def _instance(args: argparse.Namespace) -> Instance:
+    """The instance the command acts on; ``--instance`` is exported so that the inventory,
+    loaded in a child interpreter, sees the same one."""
+    from specdec.lab.instance import ENV, Instance
+
+    if args.instance is not None:
+        inst = Instance(args.instance)
+        os.environ[ENV] = inst.name
+        return inst
+    return Instance.from_env()
 
 
 def register(subparsers: Any) -> None:
@@ -26,20 +49,23 @@ def register(subparsers: Any) -> None:
         ("status", "per host: reachable over SSH, engine unit active, engine serving", cmd_status),
     ):
         p = sub.add_parser(name, help=help_)
-        p.add_argument("inventory", metavar="INVENTORY",
+        p.add_argument("inventory", metavar="INVENTORY", nargs="?" if name == "down" else None,
                        help="pyinfra inventory (inventories/lab.py)")
         if name != "down":
             p.add_argument("--limit", metavar="HOST", help="host names, globs or groups")
         p.add_argument("--json", action="store_true", help="machine-readable output")
+        _add_instance(p)
         p.set_defaults(func=func)
 
     n = sub.add_parser("net", help="cut or restore a lab host's network link (a partition)")
     n.add_argument("host", metavar="HOST", help="lab host name")
     n.add_argument("state", choices=("down", "up"), help="down: unreachable; up: back")
+    _add_instance(n)
     n.set_defaults(func=cmd_net)
     r = sub.add_parser("reboot", help="reboot a lab host and wait until it has booted")
     r.add_argument("host", metavar="HOST", help="lab host name")
     r.add_argument("--no-wait", action="store_true", help="return once the reboot started")
+    _add_instance(r)
     r.set_defaults(func=cmd_reboot)
 
     e = sub.add_parser(
@@ -60,33 +86,37 @@ def _say(msg: str) -> None:
 def cmd_up(args: argparse.Namespace) -> int:
     from specdec.lab.fleet import up
 
+    inst = _instance(args)
     t0 = time.monotonic()
-    state = up(args.inventory, limit=args.limit, log=_say)
+    state = up(args.inventory, limit=args.limit, log=_say, instance=inst)
     hosts = [h["spec"] for h in state["hosts"].values()]
     if args.json:
-        print(json.dumps({"hosts": hosts, "seconds": round(time.monotonic() - t0, 1)},
-                         indent=2, sort_keys=True))
+        print(json.dumps({"instance": inst.name, "hosts": hosts,
+                          "seconds": round(time.monotonic() - t0, 1)}, indent=2, sort_keys=True))
         return 0
     for h in hosts:
-        print(f"{h['name']:<14} {h['device']:<15} {h['address']:<12} ssh root@{h['address']}")
-    print(f"lab up: {len(hosts)} host(s) in {time.monotonic() - t0:.1f}s "
-          f"(rootfs {'cached' if state.get('rootfs_cached') else 'built'})")
+        print(f"{h['name']:<14} {h['device']:<15} {h['address']:<12} "
+              f"ssh -i {inst.key_file} root@{h['address']}")
+    rootfs = "cached" if state.get("rootfs_cached") else "built"
+    print(f"lab up: instance {inst.name}, {len(hosts)} host(s) in "
+          f"{time.monotonic() - t0:.1f}s (rootfs {rootfs})")
     return 0
 
 
 def cmd_down(args: argparse.Namespace) -> int:
     from specdec.lab.fleet import down
 
-    down(args.inventory, log=_say)
+    inst = _instance(args)
+    down(args.inventory, log=_say, instance=inst)
     if args.json:
-        print(json.dumps({"down": True}))
+        print(json.dumps({"instance": inst.name, "down": True}))
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     from specdec.lab.fleet import status
 
-    rows = status(args.inventory, args.limit)
+    rows = status(args.inventory, args.limit, instance=_instance(args))
     if args.json:
         print(json.dumps(rows, indent=2, sort_keys=True))
         return 0
@@ -103,7 +133,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_net(args: argparse.Namespace) -> int:
     from specdec.lab.fleet import set_link
 
-    set_link(args.host, args.state == "up")
+    set_link(args.host, args.state == "up", instance=_instance(args))
     _say(f"{args.host}: network {args.state}")
     return 0
 
@@ -111,7 +141,7 @@ def cmd_net(args: argparse.Namespace) -> int:
 def cmd_reboot(args: argparse.Namespace) -> int:
     from specdec.lab.fleet import reboot
 
-    reboot(args.host, wait=not args.no_wait, log=_say)
+    reboot(args.host, wait=not args.no_wait, log=_say, instance=_instance(args))
     return 0
 
 

@@ -61,6 +61,7 @@ def plan_record(plan: Plan) -> dict[str, Any]:
         "host": plan.host,
         "device": plan.device,
         "engine": plan.engine,
+        "engine_version": plan.engine_version,
         "runtime": plan.runtime,
         "model": plan.model,
         "method": plan.method,
@@ -95,8 +96,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
              "LEN", "SEQS", "KV GiB", "RELEASE"]]
     for p in plans:
         rows.append([
-            p.host, p.device, p.engine, p.runtime, _short(p.model, 34), p.method,
-            _short(p.draft, 34), _k(p), f"{p.gpu_memory_utilization:g}",
+            p.host, p.device, f"{p.engine} {p.engine_version}", p.runtime, _short(p.model, 34),
+            p.method, _short(p.draft, 34), _k(p), f"{p.gpu_memory_utilization:g}",
             str(p.max_model_len), str(p.max_num_seqs),
             f"{p.fit.kv_gib:.1f}/{p.fit.kv_needed_gib:.2f}", p.release_id(),
         ])
@@ -137,8 +138,7 @@ def cmd_identify(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(ident.to_dict(), sort_keys=True))
     else:
-        extra = f", L4T {ident.l4t}" if ident.l4t else ""
-        mod = f", module {ident.module_id}" if ident.module_id else ""
-        print(f"{ident.device}: {ident.model_string}{mod}{extra}, {ident.memory_gib:g} GiB")
+        head, _, rest = ident.describe().partition(", ")
+        print(f"{head}: {rest}")
     sys.stdout.flush()
     return 0

@@ -55,6 +55,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     from specdec.inventory import load_inventory
 
     loaded = load_inventory(str(inventory), args.limit)
+    ro.check_hosts(loaded, args.data)
     hosts = [name for name, _ in loaded]
     plan = ro.RolloutPlan(
         inventory=inventory.resolve(),

@@ -15,6 +15,10 @@ tokens per position with seeded probabilities. Run it as::
 
 Knobs come only from the engine's environment:
 
+``SPECDEC_EMU_ENGINE_VERSION``
+    the engine release to emulate (a lab image sets it, as the real image carries its engine);
+    default: the release of the device's default catalog image. Each release refuses what it
+    refuses for real (`specdec.engines`), with its own error text.
 ``SPECDEC_EMU_DEVICE``
     catalog device id (or the emulator-only ``h100-sxm``); default: identify this machine.
 ``SPECDEC_EMU_TIME_SCALE``
@@ -58,11 +62,15 @@ def engine_of(prog: str) -> str | None:
 def run(argv: list[str], device: str | None = None, time_scale: float | None = None) -> int:
     """Run ``vllm ...`` or ``trtllm-serve ...`` (``argv[0]`` names the tool); the exit status.
 
-    ``device`` and ``time_scale`` override ``SPECDEC_EMU_DEVICE`` / ``SPECDEC_EMU_TIME_SCALE``.
+    ``device`` and ``time_scale`` override ``SPECDEC_EMU_ENGINE_VERSION``
+    the engine release to emulate (a lab image sets it, as the real image carries its engine);
+    default: the release of the device's default catalog image. Each release refuses what it
+    refuses for real (`specdec.engines`), with its own error text.
+``SPECDEC_EMU_DEVICE`` / ``SPECDEC_EMU_TIME_SCALE``.
     Blocks while serving; returns on SIGTERM/SIGINT (0), startup failure (1) or bad flags (2).
     """
     from specdec.emulator import cli_trtllm, cli_vllm
-    from specdec.emulator.runtime import StartupError, make_context
+    from specdec.emulator.runtime import StartupError, engine_version, make_context
     from specdec.emulator.server import serve
     from specdec.emulator.startup import EngineExit, config_failure
 
@@ -83,16 +91,16 @@ def run(argv: list[str], device: str | None = None, time_scale: float | None = N
         print(f"specdec emulator: error: {exc}", file=sys.stderr)
         return 1
     try:
+        version = engine_version(engine, ctx.device)
         if engine == "vllm":
             cfg = cli_vllm.config_from_args(args, seed=ctx.seed, device_id=ctx.device.id,
-                                            device=ctx.device)
+                                            device=ctx.device, version=version)
         else:
-            cfg = cli_trtllm.config_from_args(args, seed=ctx.seed, device=ctx.device)
+            cfg = cli_trtllm.config_from_args(args, seed=ctx.seed, device=ctx.device,
+                                              version=version)
     except StartupError as exc:
         if engine == "vllm":
-            from specdec.emulator.runtime import VLLM_VERSION
-
-            ctx.log.info(f"vLLM API server version {VLLM_VERSION}", where="api_server.py:1839")
+            ctx.log.info(f"vLLM API server version {version}", where="api_server.py:1839")
         return config_failure(ctx, engine, exc.root).code
     except SpecdecError as exc:
         print(f"specdec emulator: error: {exc}", file=sys.stderr)

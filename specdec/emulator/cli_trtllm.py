@@ -15,10 +15,20 @@ import yaml
 from specdec.emulator.profiles import DeviceProfile, ModelSpec, resolve_model_ref
 from specdec.emulator.runtime import ServeConfig, StartupError
 from specdec.emulator.setup import EngineSetup
+from specdec.engines.trtllm import (
+    CUDA_GRAPH_KEYS,
+    KV_CACHE_KEYS,
+    TIKTOKEN_FILES,
+    TIKTOKEN_OFFLINE_ERROR,
+    TOP_KEYS,
+    TrtllmFacts,
+    trtllm_facts,
+)
 
 __all__ = [
     "DECODING_TYPES",
     "build_parser",
+    "check_tiktoken",
     "config_from_args",
     "parse_argv",
     "parse_extra_options",
@@ -28,45 +38,9 @@ __all__ = [
 # decoding_type -> vLLM method spelling used by the core
 DECODING_TYPES = {"Eagle": "eagle3", "Eagle3": "eagle3", "DraftTarget": "draft_model",
                   "NGram": "ngram", "MTP": "mtp"}
-_KNOWN_UNEMULATED = ("PARD", "DFlash", "SA", "Medusa", "Lookahead", "UserProvided", "AUTO",
-                     "SaveHiddenStates")
-_SPEC_COMMON = {"decoding_type", "max_draft_len", "speculative_model", "speculative_model_dir",
-                "max_total_draft_tokens", "max_concurrency", "acceptance_window",
-                "acceptance_length_threshold", "load_format", "draft_len_schedule"}
-_SPEC_KEYS = {
-    "Eagle": {"eagle3_one_model", "eagle3_layers_to_capture", "use_dynamic_tree",
-              "dynamic_tree_max_topK", "eagle_choices", "num_eagle_layers",
-              "max_non_leaves_per_layer", "greedy_sampling", "posterior_threshold",
-              "use_mtp_vocab", "pytorch_weights_path", "eagle3_model_arch"},
-    "NGram": {"max_matching_ngram_size", "is_keep_all", "is_use_oldest", "is_public_pool"},
-    "MTP": {"num_nextn_predict_layers", "use_relaxed_acceptance_for_thinking", "relaxed_topk",
-            "relaxed_delta", "use_mtp_vanilla", "mtp_eagle_one_model"},
-    "DraftTarget": set(),
-}
-_SPEC_KEYS["Eagle3"] = _SPEC_KEYS["Eagle"]
-_KV_KEYS = {"free_gpu_memory_fraction", "enable_block_reuse", "max_tokens", "dtype",
-            "host_cache_size", "max_attention_window", "sink_token_length", "onboard_blocks",
-            "cross_kv_cache_fraction", "secondary_offload_min_priority",
-            "event_buffer_max_size", "enable_partial_reuse", "copy_on_partial_reuse", "use_uvm",
-            "tokens_per_block", "mamba_ssm_cache_dtype", "attention_dp_events_gather_period_ms"}
-_CUDA_GRAPH_KEYS = {"max_batch_size", "batch_sizes", "enable_padding"}
-_TOP_KEYS = {
-    "model", "tokenizer", "tokenizer_mode", "skip_tokenizer_init", "trust_remote_code",
-    "tensor_parallel_size", "pipeline_parallel_size", "context_parallel_size",
-    "moe_expert_parallel_size", "moe_tensor_parallel_size", "gpus_per_node", "dtype",
-    "revision", "load_format", "max_batch_size", "max_num_tokens", "max_seq_len",
-    "max_input_len", "max_beam_width", "backend", "kv_cache_config", "speculative_config",
-    "cuda_graph_config", "disable_overlap_scheduler", "enable_iter_perf_stats",
-    "enable_iter_req_stats", "return_perf_metrics", "print_iter_log", "enable_chunked_prefill",
-    "enable_attention_dp", "attn_backend", "moe_config", "scheduler_config", "stream_interval",
-    "enable_autotuner", "torch_compile_config", "batch_wait_timeout_ms",
-    "guided_decoding_backend", "num_postprocess_workers", "reasoning_parser", "sampler_type",
-    "checkpoint_format", "garbage_collection_gen0_threshold", "kv_connector_config",
-    "cache_transceiver_config", "postprocess_tokenizer_dir", "enable_lora", "lora_config",
-    "build_config", "peft_cache_config", "iter_stats_max_iterations",
-    "request_stats_max_iterations", "allreduce_strategy", "enable_min_latency",
-    "enable_layerwise_nvtx_marker", "mm_encoder_only", "orchestrator_type", "max_lora_rank",
-}
+_CONFIG_CLASS = {"Eagle": "EagleDecodingConfig", "Eagle3": "Eagle3DecodingConfig",
+                 "DraftTarget": "DraftTargetDecodingConfig", "NGram": "NGramDecodingConfig",
+                 "MTP": "MTPDecodingConfig"}
 _KV_DTYPES = ("auto", "fp8", "nvfp4", "float16", "bfloat16")
 _BACKENDS = ("pytorch", "tensorrt", "_autodeploy")
 
@@ -142,9 +116,9 @@ def parse_argv(argv: list[str]) -> argparse.Namespace:
     if argv and argv[0] == "serve":
         argv = argv[1:]
     if argv and argv[0] in ("--version", "-v"):
-        from specdec.emulator.runtime import TRTLLM_VERSION
+        from specdec.emulator.runtime import emulated_version
 
-        print(f"trtllm-serve, version {TRTLLM_VERSION}")
+        print(f"trtllm-serve, version {emulated_version('trtllm')}")
         sys.exit(0)
     return build_parser().parse_args(argv)
 
@@ -196,10 +170,10 @@ def parse_extra_options(path: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise _fail(f"ValueError: {path} must hold a YAML mapping, got {type(data).__name__}")
     for key, value in data.items():
-        if key not in _TOP_KEYS:
+        if key not in TOP_KEYS:
             raise _extra("TorchLlmArgs", str(key), value)
-    for sect, keys, name in (("kv_cache_config", _KV_KEYS, "KvCacheConfig"),
-                             ("cuda_graph_config", _CUDA_GRAPH_KEYS, "CudaGraphConfig")):
+    for sect, keys, name in (("kv_cache_config", KV_CACHE_KEYS, "KvCacheConfig"),
+                             ("cuda_graph_config", CUDA_GRAPH_KEYS, "CudaGraphConfig")):
         sub = data.get(sect)
         if sub is None:
             continue
@@ -228,79 +202,117 @@ def parse_extra_options(path: str) -> dict[str, Any]:
     return data
 
 
-def parse_spec_config(raw: Any, target: ModelSpec) -> tuple[str, int, ModelSpec | None,
-                                                            str | None, dict[str, Any]]:
-    """Validate ``speculative_config``: (method, max_draft_len, draft, draft ref, extras)."""
+def parse_spec_config(raw: Any, target: ModelSpec, facts: TrtllmFacts
+                      ) -> tuple[str, int, ModelSpec | None, str | None, dict[str, Any]]:
+    """Validate ``speculative_config`` like release ``facts.version`` (`specdec.engines.trtllm`):
+    (method, max_draft_len, draft, draft ref, extras)."""
     if not isinstance(raw, dict):
         raise _type_error("TorchLlmArgs", "speculative_config", raw, "dict")
     dt = raw.get("decoding_type")
-    if dt not in DECODING_TYPES:
-        if dt in _KNOWN_UNEMULATED:
-            raise _fail(f"NotImplementedError: decoding_type {dt} is not supported by the "
-                        "PyTorch backend on this platform")
+    if dt not in facts.accepted.value:
         raise _fail(f"ValueError: Invalid decoding type: {dt}")
-    allowed = _SPEC_COMMON | _SPEC_KEYS[dt]
-    cls = {"Eagle": "EagleDecodingConfig", "Eagle3": "Eagle3DecodingConfig",
-           "DraftTarget": "DraftTargetDecodingConfig", "NGram": "NGramDecodingConfig",
-           "MTP": "MTPDecodingConfig"}[dt]
+    if dt not in DECODING_TYPES:
+        raise _fail(f"NotImplementedError: decoding_type {dt} is not supported by the "
+                    "PyTorch backend on this platform")
+    cls = _CONFIG_CLASS[dt]
+    allowed = facts.spec_keys(dt)
     for key, value in raw.items():
         if key not in allowed:
+            if dt == "Eagle" and facts.head_local_dir.value:
+                # EagleDecodingConfig.__init__ sets each kwarg with setattr (1.2 line)
+                raise _fail(f'ValueError: "{cls}" object has no field "{key}"')
             raise _extra(cls, str(key), value)
     method = DECODING_TYPES[dt]
     k = _get_int(cls, raw, "max_draft_len", minimum=0)
-    ref = raw.get("speculative_model_dir") or raw.get("speculative_model") or raw.get(
-        "pytorch_weights_path")
+    ref = raw.get("speculative_model") or raw.get("speculative_model_dir")
     if ref is not None and not isinstance(ref, str):
         raise _fail(f"ValueError: speculative_model_dir must be a path or repo id, got {ref!r}")
     extras: dict[str, Any] = {"max_concurrency": _get_int(cls, raw, "max_concurrency", 1)}
-    draft: ModelSpec | None = None
     if dt in ("Eagle", "Eagle3"):
         if k is None:
-            raise _fail("ValueError: max_draft_len is required for Eagle")
+            raise _fail("AssertionError: max_draft_len is required for Eagle")
         if ref is None:
-            raise _fail("ValueError: Draft model must be provided for EAGLE")
+            raise _fail("AssertionError: Path to EAGLE3 weights must be specified.")
     elif dt == "DraftTarget":
         if ref is None:
-            raise _fail("ValueError: Draft model must be provided for DraftTarget")
+            raise _fail("AssertionError: Path to draft model must be specified.")
         if k is None:
-            raise _fail("ValueError: max_draft_len is required for DraftTarget")
+            raise _fail("TypeError: '>' not supported between instances of 'NoneType' and 'int'")
     elif dt == "NGram":
-        if not k:
-            raise _fail("ValueError: NGram requires max_draft_len > 0")
-        n = _get_int(cls, raw, "max_matching_ngram_size", minimum=1)
-        extras["max_matching_ngram_size"] = n or 4
+        n = _get_int(cls, raw, "max_matching_ngram_size", minimum=0) or 0
+        if not k or n <= 0:
+            # BaseLlmArgs.validate_speculative_config: max_draft_len > 0 and
+            # max_matching_ngram_size > 0 (its default, 0, fails)
+            raise _fail("AssertionError")
+        extras["max_matching_ngram_size"] = n
     else:  # MTP
         n = _get_int(cls, raw, "num_nextn_predict_layers", minimum=1) or 1
         raise _fail(f"ValueError: MTP decoding needs {n} MTP layer(s) in the target checkpoint, "
                     f"but {target.id} ({target.architecture}) has num_nextn_predict_layers=0")
     if k == 0:
-        raise _fail(f"ValueError: max_draft_len must be > 0 for {dt}")
+        raise _fail("AssertionError")
     assert k is not None
-    if ref is not None:
-        draft = resolve_model_ref(ref)
-        if draft is None:
-            raise _fail(f"OSError: {ref} is not a local folder and is not a valid model "
-                        "identifier listed on 'https://huggingface.co/models'")
-        if method == "eagle3" and draft.kind != "head":
-            raise _fail(f"ValueError: {ref} is not an EAGLE-3 draft checkpoint (architecture "
-                        f"{draft.architecture}); use decoding_type: DraftTarget for a draft "
-                        "model")
-        if method == "draft_model" and draft.kind == "head":
-            raise _fail(f"ValueError: {ref} is an EAGLE head; use decoding_type: Eagle3")
-        if draft.vocab_size != target.vocab_size:
-            raise _fail(f"ValueError: The draft model vocab size ({draft.vocab_size}) must "
-                        f"match the target model vocab size ({target.vocab_size})")
+    draft = _draft(ref, method, target, facts) if ref is not None else None
     return method, k, draft, ref, extras
 
 
+def _draft(ref: str, method: str, target: ModelSpec, facts: TrtllmFacts) -> ModelSpec:
+    import os
+
+    if facts.head_local_dir.value and not os.path.isdir(ref):
+        # Before PR #10099 the PyTorch backend loads the draft from a path; a Hub id is not one
+        # (the exact exception of the 1.2 line is not in our sources: this is the loader's
+        # open of <dir>/config.json failing).
+        raise StartupError(f"FileNotFoundError: [Errno 2] No such file or directory: "
+                           f"'{ref}/config.json' (TensorRT-LLM {facts.version} needs "
+                           "speculative_model_dir to be a local directory)", stage="load",
+                           progress=0.3)
+    draft = resolve_model_ref(ref)
+    if draft is None:
+        raise _fail(f"OSError: {ref} is not a local folder and is not a valid model "
+                    "identifier listed on 'https://huggingface.co/models'")
+    if method == "eagle3" and draft.kind != "head":
+        raise _fail(f"ValueError: {ref} is not an EAGLE-3 draft checkpoint (architecture "
+                    f"{draft.architecture}); use decoding_type: DraftTarget for a draft model")
+    if method == "draft_model" and draft.kind == "head":
+        raise _fail(f"ValueError: {ref} is an EAGLE head; use decoding_type: Eagle")
+    if draft.vocab_size != target.vocab_size:
+        raise _fail(f"ValueError: The draft model vocab size ({draft.vocab_size}) must "
+                    f"match the target model vocab size ({target.vocab_size})")
+    return draft
+
+
+def check_tiktoken(target: ModelSpec) -> None:
+    """gpt-oss loads its harmony encoding (openai/harmony v0.0.4): from $TIKTOKEN_ENCODINGS_BASE
+    when set, else by downloading it, which fails on an air-gapped host (the lab's hosts are).
+    The sha256 check is not emulated (the deploy checks it when it fetches the file)."""
+    import os
+
+    if target.tokenizer != "o200k_harmony":
+        return
+    base = os.environ.get("TIKTOKEN_ENCODINGS_BASE")
+    if not base:
+        raise StartupError(f"openai_harmony.HarmonyError: {TIKTOKEN_OFFLINE_ERROR}",
+                           stage="load", progress=0.1)
+    name = next(iter(TIKTOKEN_FILES))
+    path = os.path.join(base, name)
+    if not os.path.isfile(path) or os.path.getsize(path) == 0:
+        raise StartupError(f"openai_harmony.HarmonyError: error downloading or loading vocab "
+                           f"file: No such file or directory (os error 2): {path}",
+                           stage="load", progress=0.1)
+
+
 def config_from_args(args: argparse.Namespace, *, seed: int,
-                     device: DeviceProfile) -> ServeConfig:
-    """Parsed ``trtllm-serve`` arguments (+ the YAML) -> `ServeConfig` (raises StartupError)."""
+                     device: DeviceProfile, version: str) -> ServeConfig:
+    """Parsed ``trtllm-serve`` arguments (+ the YAML) -> `ServeConfig` for TensorRT-LLM
+    ``version`` (raises StartupError)."""
+    facts = trtllm_facts(version)
     ref = args.model
     target = resolve_model_ref(ref)
     if target is None:
         raise _fail(f"OSError: {ref} is not a local folder and is not a valid model identifier "
                     "listed on 'https://huggingface.co/models'")
+    check_tiktoken(target)
     if "trtllm" not in device.engines:
         raise _fail(f"RuntimeError: [TensorRT-LLM][ERROR] Assertion failed: Unsupported SM "
                     f"version {device.capability[0]}{device.capability[1]} ({device.gpu_name}); "
@@ -345,11 +357,13 @@ def config_from_args(args: argparse.Namespace, *, seed: int,
     sx: dict[str, Any] = {}
     spec_log = None
     if extra.get("speculative_config") is not None:
-        method, k, draft, draft_ref, sx = parse_spec_config(extra["speculative_config"], target)
+        method, k, draft, draft_ref, sx = parse_spec_config(extra["speculative_config"], target,
+                                                            facts)
         spec_log = {"decoding_type": extra["speculative_config"]["decoding_type"],
                     "max_draft_len": k, "speculative_model": draft_ref}
     matched_draft = draft
-    if method == "eagle3" and draft is not None and draft.head_target not in (None, target.id):
+    trained_for = (None, target.id, target.base_model)
+    if method == "eagle3" and draft is not None and draft.head_target not in trained_for:
         warnings.append(f"EAGLE-3 head {draft.id} was trained for {draft.head_target}, not "
                         f"{target.id}")
     setup = EngineSetup(
@@ -369,4 +383,5 @@ def config_from_args(args: argparse.Namespace, *, seed: int,
         iter_perf_stats=bool(extra.get("enable_iter_perf_stats", False)),
         default_temperature=1.0, spec_log=spec_log, warnings=tuple(warnings),
         non_default_args={k2: v for k2, v in vars(args).items() if v is not None},
+        engine_version=str(facts.version),
     )

@@ -10,28 +10,22 @@ import sys
 from typing import Any
 
 from specdec.emulator.profiles import ModelSpec, resolve_model_ref
-from specdec.emulator.runtime import VLLM_VERSION, ServeConfig, StartupError
+from specdec.emulator.runtime import ServeConfig, StartupError
 from specdec.emulator.setup import EngineSetup, spec_kind
+from specdec.engines.version import Version
+from specdec.engines.vllm import K_ERROR, VllmFacts, method_literal, vllm_facts
 
 __all__ = ["build_parser", "config_from_args", "parse_spec_config", "normalize_argv"]
 
-SPEC_METHODS = (
-    "ngram", "ngram_gpu", "medusa", "mlp_speculator", "draft_model", "suffix", "eagle",
-    "eagle3", "mtp", "dflash", "extract_hidden_states", "custom_class",
-)
-SPEC_KEYS = {
-    "method", "model", "num_speculative_tokens", "draft_tensor_parallel_size", "quantization",
-    "revision", "code_revision", "max_model_len", "prompt_lookup_max", "prompt_lookup_min",
-    "disable_padded_drafter_batch", "enforce_eager", "suffix_decoding_max_tree_depth",
-    "suffix_decoding_max_cached_requests", "suffix_decoding_max_spec_factor",
-    "suffix_decoding_min_token_prob", "speculative_token_tree", "parallel_drafting",
-    "draft_sample_method", "rejection_sample_method", "kv_cache_dtype", "attention_backend",
-    "moe_backend", "use_heterogeneous_vocab", "num_speculative_tokens_per_batch_size",
-    "disable_by_batch_size", "disable_log_stats", "disable_logprobs",
-}
 KV_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc",
              "fp8_ds_mla")
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+
+
+def _version_text() -> str:
+    from specdec.emulator.runtime import emulated_version
+
+    return emulated_version("vllm")
 
 
 def _human_int(text: str) -> int:
@@ -66,7 +60,7 @@ def normalize_argv(argv: list[str]) -> list[str]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="vllm", allow_abbrev=False,
                                 description="vLLM CLI (specdec engine emulator)")
-    p.add_argument("-v", "--version", action="version", version=VLLM_VERSION)
+    p.add_argument("-v", "--version", action="version", version=_version_text())
     sub = p.add_subparsers(dest="subcommand", required=True)
     s = sub.add_parser("serve", allow_abbrev=False,
                        usage="vllm serve [model_tag] [options]",
@@ -130,61 +124,80 @@ def _unknown_model(ref: str) -> StartupError:
     )
 
 
-def _guess_method(model: str | None) -> str:
+def _guess_method(model: str | None, v: Version) -> str:
+    """SpeculativeConfig.__post_init__'s guess when ``method`` is omitted."""
     name = (model or "").lower()
-    if "ngram" in name or model is None:
+    if model is None or name in ("ngram", "[ngram]"):
         return "ngram"
-    if "eagle3" in name:
-        return "eagle3"
-    if "eagle-" in name or "eagle" in name:
+    if "eagle-" in name:
         return "eagle"
-    if "dflash" in name:
-        return "dflash"
+    if "eagle3" in name:
+        # 0.9.2-0.10.1 match "eagle3-" as EAGLE-1 (vllm/config.py:2685-2689 in 0.9.2)
+        return "eagle" if v < Version.parse("0.10.2") else "eagle3"
     return "draft_model"
 
 
-def parse_spec_config(
-    raw: Any, target: ModelSpec, *, tp: int, max_model_len: int
-) -> tuple[str, int, ModelSpec | None, dict[str, Any], list[str]]:
-    """Validate ``--speculative-config`` like vLLM's SpeculativeConfig.
+def _pydantic(field: str, message: str, kind: str, value: Any) -> StartupError:
+    return _fail(
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for "
+        f"SpeculativeConfig\n{field}\n  {message} [type={kind}, input_value={value!r}, "
+        f"input_type={type(value).__name__}]")
 
-    Returns (method, k, draft spec, extras, warnings); raises `StartupError` with vLLM's text.
-    """
+
+def _value_error(message: str, cfg: dict[str, Any]) -> StartupError:
+    """A ValueError raised in SpeculativeConfig's model validator, as pydantic wraps it."""
+    return _fail(
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for "
+        f"SpeculativeConfig\n  Value error, {message} [type=value_error, "
+        f"input_value=ArgsKwargs((), {cfg!r}), input_type=ArgsKwargs]")
+
+
+def _check_keys(cfg: dict[str, Any], facts: VllmFacts) -> dict[str, Any]:
+    """Unknown keys: dropped silently before 0.16.0, refused from it (extra='forbid')."""
+    if "tensor_parallel_size" in cfg and "tensor_parallel_size" in facts.spec_keys:
+        raise _fail("ValueError: 'tensor_parallel_size' is not a valid argument in the "
+                    "speculative_config. Please pass 'draft_tensor_parallel_size' instead.")
+    known = facts.spec_keys - {"tensor_parallel_size"}
+    unknown = [k for k in cfg if k not in known]
+    if unknown and facts.unknown_keys.value == "reject":
+        key = unknown[0]
+        raise _pydantic(key, "Unexpected keyword argument", "unexpected_keyword_argument",
+                        cfg[key])
+    return {k: v for k, v in cfg.items() if k in known}
+
+
+def parse_spec_config(
+    raw: Any, target: ModelSpec, *, tp: int, max_model_len: int, facts: VllmFacts
+) -> tuple[str, int, ModelSpec | None, dict[str, Any], list[str]]:
+    """Validate ``--speculative-config`` like release ``facts.version``'s SpeculativeConfig
+    (`specdec.engines.vllm`). Returns (method, k, draft spec, extras, warnings); raises
+    `StartupError` with that release's text."""
     warnings: list[str] = []
     if not isinstance(raw, dict):
         raise _fail(f"ValueError: --speculative-config must be a JSON object, got {raw!r}")
-    cfg = dict(raw)
-    if "tensor_parallel_size" in cfg:
-        raise _fail("ValueError: 'tensor_parallel_size' is not a valid argument in the "
-                    "speculative_config. Please pass 'draft_tensor_parallel_size' instead.")
-    for key in cfg:
-        if key not in SPEC_KEYS:
-            raise _fail(
-                "pydantic_core._pydantic_core.ValidationError: 1 validation error for "
-                f"SpeculativeConfig\n{key}\n  Unexpected keyword argument "
-                f"[type=unexpected_keyword_argument, input_value={cfg[key]!r}, "
-                f"input_type={type(cfg[key]).__name__}]")
+    cfg = _check_keys(dict(raw), facts)
     model = cfg.get("model")
     if model is not None and not isinstance(model, str):
-        raise _fail(f"ValueError: speculative model must be a string, got {model!r}")
+        raise _pydantic("model", "Input should be a valid string", "string_type", model)
     method = cfg.get("method")
     if method is None:
-        method = _guess_method(model)
-    if not isinstance(method, str):
-        raise _fail(f"NotImplementedError: Unsupported speculative method: '{method}'")
-    if method.endswith("_mtp") and method != "mtp":
+        method = _guess_method(model, facts.version)
+    literal = method_literal(facts.version)
+    if method not in literal:
+        allowed = ", ".join(f"'{m}'" for m in literal)
+        raise _pydantic("method", f"Input should be {allowed}", "literal_error", method)
+    if method.endswith("_mtp") and "mtp" in literal:
         warnings.append(f"method `{method}` is deprecated and replaced with mtp.")
         method = "mtp"
-    if method not in SPEC_METHODS:
-        raise _fail(f"NotImplementedError: Unsupported speculative method: '{method}'")
-    if "disable_by_batch_size" in cfg:
-        warnings.append("disable_by_batch_size has no effect in the V1 engine and is ignored.")
+    state = facts.method(method)
+    if state.value == "refused":
+        raise _fail(state.error or f"NotImplementedError: {method}")
+    if state.value == "v0":
+        warnings.append(state.error or "Falling back to V0.")
     k = cfg.get("num_speculative_tokens")
     if k is not None and (isinstance(k, bool) or not isinstance(k, int)):
-        raise _fail(
-            "pydantic_core._pydantic_core.ValidationError: 1 validation error for "
-            f"SpeculativeConfig\nnum_speculative_tokens\n  Input should be a valid integer "
-            f"[type=int_type, input_value={k!r}, input_type={type(k).__name__}]")
+        raise _pydantic("num_speculative_tokens", "Input should be a valid integer", "int_type",
+                        k)
     lookup = method in ("ngram", "ngram_gpu", "suffix")
     if model is None:
         if k is None:
@@ -193,36 +206,18 @@ def parse_spec_config(
         if method == "mtp":
             model = target.id
         elif not lookup:
-            raise _fail("ValueError: num_speculative_tokens was provided but without "
+            word = "but " if facts.version >= Version.parse("0.11.0") else ""
+            raise _fail(f"ValueError: num_speculative_tokens was provided {word}without "
                         "speculative model.")
     elif k is None:
         raise _fail("ValueError: A speculative model was provided, but `num_speculative_tokens` "
                     "was not provided")
     assert k is not None
     if k <= 0:
-        raise _fail(f"ValueError: Expected num_speculative_tokens to be greater than zero ({k}).")
+        raise _fail(K_ERROR.format(k=k))
     extras: dict[str, Any] = {}
     if method in ("ngram", "ngram_gpu"):
-        lo, hi = cfg.get("prompt_lookup_min"), cfg.get("prompt_lookup_max")
-        if lo is None and hi is None:
-            lo = hi = 5
-        elif lo is None:
-            lo = hi
-        elif hi is None:
-            hi = lo
-        if not isinstance(lo, int) or not isinstance(hi, int):
-            raise _fail(f"ValueError: prompt_lookup_min={lo} and prompt_lookup_max={hi} must be "
-                        "integers")
-        if lo < 1:
-            raise _fail(f"ValueError: prompt_lookup_min={lo} must be > 0")
-        if hi < 1:
-            raise _fail(f"ValueError: prompt_lookup_max={hi} must be > 0")
-        if lo > hi:
-            raise _fail(f"ValueError: prompt_lookup_min={lo} must be <= prompt_lookup_max={hi}")
-        extras["prompt_lookup"] = (lo, hi)
-    if method == "suffix":
-        raise _fail("ImportError: Arctic Inference is required for suffix decoding. Install via "
-                    "`pip install arctic-inference==0.0.9`.")
+        extras["prompt_lookup"] = _prompt_lookup(cfg)
     dtp = cfg.get("draft_tensor_parallel_size")
     if dtp is not None and dtp not in (1, tp):
         raise _fail(f"ValueError: speculative_draft_tensor_parallel_size={dtp} cannot be other "
@@ -232,44 +227,99 @@ def parse_spec_config(
         raise _fail(
             f"ValueError: Speculative method 'mtp' needs MTP layers in the target model, but "
             f"{target.id} ({target.architecture}) has none (num_nextn_predict_layers=0).")
+    if method == "eagle3":
+        gate = facts.eagle3_target(target.model_type, target.architecture)
+        if not gate.value and gate.error and gate.error.startswith("RuntimeError"):
+            raise StartupError(gate.error, stage="load", progress=0.3)
+        if not gate.value:
+            raise _value_error(gate.error or "Eagle3 unsupported", raw)
     if not lookup:
         assert model is not None
-        draft = resolve_model_ref(model)
-        if draft is None:
-            raise _unknown_model(model)
-        if method in ("eagle", "eagle3", "dflash") and draft.kind != "head":
-            raise _fail(f"ValueError: {model} is not an EAGLE draft model: its architecture "
-                        f"{draft.architecture} has no EAGLE layers (method='{method}').")
-        if method == "draft_model" and draft.kind == "head":
-            raise _fail(f"ValueError: {model} is an EAGLE head, not a standalone draft model; "
-                        "use method 'eagle3'.")
-        if method in ("medusa", "mlp_speculator") and draft.kind != "head":
-            raise _fail(f"ValueError: {model} is not a {method} speculator.")
-        if draft.vocab_size != target.vocab_size:
-            raise _fail(
-                "ValueError: Target and draft model should have the same vocabulary size. "
-                f"Target model vocab_size={target.vocab_size}. Draft model "
-                f"vocab_size={draft.vocab_size}. NOTE: In current version of vLLM, draft model "
-                "and target model should have the same tokenizer.")
-        smax = cfg.get("max_model_len")
-        if smax is not None:
-            if smax > draft.max_context:
-                raise _fail(f"ValueError: speculative_max_model_len={smax} cannot be larger than "
-                            f"draft_max_model_len={draft.max_context}")
-            if smax > max_model_len:
-                raise _fail(f"ValueError: speculative_max_model_len={smax} cannot be larger than "
-                            f"target max_model_len={max_model_len}")
+        draft = _draft_spec(model, method, target, cfg, max_model_len)
     kb = cfg.get("num_speculative_tokens_per_batch_size")
     if kb is not None:
-        ok = isinstance(kb, list) and all(
-            isinstance(r, list) and len(r) == 3 and all(isinstance(x, int) for x in r)
-            and 1 <= r[0] <= r[1] and 0 <= r[2] <= k for r in kb)
-        if not ok:
-            raise _fail("ValueError: num_speculative_tokens_per_batch_size must be a list of "
-                        f"[start, end, k] with start <= end and 0 <= k <= {k}, got {kb!r}")
-        extras["k_by_batch"] = tuple((r[0], r[1], r[2]) for r in kb)
+        extras["k_by_batch"] = _per_batch_size(kb)
     extras["enforce_eager"] = cfg.get("enforce_eager")
     return method, int(k), draft, extras, warnings
+
+
+def _prompt_lookup(cfg: dict[str, Any]) -> tuple[int, int]:
+    lo, hi = cfg.get("prompt_lookup_min"), cfg.get("prompt_lookup_max")
+    if lo is None and hi is None:
+        lo = hi = 5
+    elif lo is None:
+        lo = hi
+    elif hi is None:
+        hi = lo
+    if not isinstance(lo, int) or not isinstance(hi, int):
+        raise _fail(f"ValueError: prompt_lookup_min={lo} and prompt_lookup_max={hi} must be "
+                    "integers")
+    if lo < 1:
+        raise _fail(f"ValueError: prompt_lookup_min={lo} must be > 0")
+    if hi < 1:
+        raise _fail(f"ValueError: prompt_lookup_max={hi} must be > 0")
+    if lo > hi:
+        raise _fail(f"ValueError: prompt_lookup_min={lo} must be <= prompt_lookup_max={hi}")
+    return lo, hi
+
+
+def _draft_spec(model: str, method: str, target: ModelSpec, cfg: dict[str, Any],
+                max_model_len: int) -> ModelSpec:
+    draft = resolve_model_ref(model)
+    if draft is None:
+        raise _unknown_model(model)
+    if method in ("eagle", "eagle3", "dflash") and draft.kind != "head":
+        raise _fail(f"ValueError: {model} is not an EAGLE draft model: its architecture "
+                    f"{draft.architecture} has no EAGLE layers (method='{method}').")
+    if method == "draft_model" and draft.kind == "head":
+        raise _fail(f"ValueError: {model} is an EAGLE head, not a standalone draft model; "
+                    "use method 'eagle3'.")
+    if method in ("medusa", "mlp_speculator") and draft.kind != "head":
+        raise _fail(f"ValueError: {model} is not a {method} speculator.")
+    if draft.vocab_size != target.vocab_size:
+        raise _fail(
+            "ValueError: Target and draft model should have the same vocabulary size. "
+            f"Target model vocab_size={target.vocab_size}. Draft model "
+            f"vocab_size={draft.vocab_size}. NOTE: In current version of vLLM, draft model "
+            "and target model should have the same tokenizer.")
+    smax = cfg.get("max_model_len")
+    if smax is not None:
+        if smax > draft.max_context:
+            raise _fail(f"ValueError: speculative_max_model_len={smax} cannot be larger than "
+                        f"draft_max_model_len={draft.max_context}")
+        if smax > max_model_len:
+            raise _fail(f"ValueError: speculative_max_model_len={smax} cannot be larger than "
+                        f"target max_model_len={max_model_len}")
+    return draft
+
+
+def _per_batch_size(kb: Any) -> tuple[tuple[int, int, int], ...]:
+    """0.24.0 vllm/v1/spec_decode/dynamic/utils.py:7-74 (checked when the scheduler starts)."""
+    pre = "num_speculative_tokens_per_batch_size"
+    if not isinstance(kb, list) or not kb:
+        raise _fail(f"ValueError: {pre} must be a non-empty list of (range_start, range_end, "
+                    "num_speculative_tokens) entries.")
+    rows = []
+    for r in kb:
+        if not isinstance(r, list | tuple) or len(r) != 3 or not all(
+                isinstance(x, int) and not isinstance(x, bool) for x in r):
+            raise _fail(f"ValueError: Each {pre} entry must be a 3-item sequence")
+        a, b, k = r
+        if a < 1 or b < 1:
+            raise _fail(f"ValueError: Batch-size range ({a}, {b}) must be positive.")
+        if a > b:
+            raise _fail(f"ValueError: Batch-size range start must be <= end for ({a}, {b})")
+        if k < 0:
+            raise _fail(f"ValueError: {pre} values must be >= 0.")
+        rows.append((a, b, k))
+    rows.sort()
+    for (_, b1, _), (a2, _, _) in zip(rows, rows[1:], strict=False):
+        if a2 <= b1:
+            raise _fail("ValueError: Batch-size ranges must be non-overlapping and sorted.")
+    if rows[0][0] != 1:
+        raise _fail("ValueError: The first batch-size range must start at 1 so every runtime "
+                    "batch size has a defined schedule.")
+    return tuple(rows)
 
 
 def _mask(args: argparse.Namespace, defaults: argparse.Namespace) -> dict[str, Any]:
@@ -284,8 +334,10 @@ def _mask(args: argparse.Namespace, defaults: argparse.Namespace) -> dict[str, A
 
 
 def config_from_args(args: argparse.Namespace, *, seed: int, device_id: str,
-                     device: Any) -> ServeConfig:
-    """Parsed ``vllm serve`` arguments -> `ServeConfig` (raises `StartupError`)."""
+                     device: Any, version: str) -> ServeConfig:
+    """Parsed ``vllm serve`` arguments -> `ServeConfig` for vLLM ``version`` (raises
+    `StartupError`)."""
+    facts = vllm_facts(version)
     ref = args.model_tag or args.model or "Qwen/Qwen3-0.6B"
     target = resolve_model_ref(ref)
     if target is None:
@@ -328,7 +380,8 @@ def config_from_args(args: argparse.Namespace, *, seed: int, device_id: str,
     spec_log = None
     if args.speculative_config is not None:
         method, k, draft, extras, warnings = parse_spec_config(
-            args.speculative_config, target, tp=args.tensor_parallel_size, max_model_len=max_len)
+            args.speculative_config, target, tp=args.tensor_parallel_size, max_model_len=max_len,
+            facts=facts)
         spec_log = {"method": method, "model": draft.id if draft else None,
                     "num_spec_tokens": k}
     if batched < max_len and args.enable_chunked_prefill is False:
@@ -367,6 +420,7 @@ def config_from_args(args: argparse.Namespace, *, seed: int, device_id: str,
             f"'top_p': {top_p_default}}}" if gen_default and temp_default < 1 else None),
         non_default_args=_mask(args, defaults.parse_args([])),
         spec_log=spec_log, warnings=tuple(warnings), tp=args.tensor_parallel_size,
+        engine_version=str(facts.version),
     )
 
 

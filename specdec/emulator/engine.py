@@ -8,6 +8,7 @@ the server through `finish`, because only it knows when bytes reached the socket
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import threading
 import time
@@ -81,6 +82,7 @@ class EngineService:
         self.iter_stats = IterStats(cfg.iter_perf_stats)
         self.truth = Truth(ctx.time_scale, {
             "engine": cfg.engine, "device": ctx.device.id, "model": setup.target.id,
+            "power_mode": ctx.device.power_mode, "bandwidth_gbs": ctx.device.bandwidth_gbs,
             "method": setup.method if setup.speculative else "none",
             "num_speculative_tokens": spec_k,
             "draft": setup.drafter.id if setup.drafter else None,
@@ -89,7 +91,7 @@ class EngineService:
         self._stats_thread = threading.Thread(target=self._stats_loop, name="stat-logger",
                                               daemon=True)
         self.scheduler = Scheduler(self.core, time_scale=ctx.time_scale, faults=ctx.faults,
-                                   on_step=self._on_step,
+                                   on_step=self._on_step, on_idle=self._follow_power,
                                    fault_counter=lambda: self.completed_requests)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -186,7 +188,19 @@ class EngineService:
                 m.tpot.observe(lv, (last - first) / (n - 1))
 
     # -- engine steps (scheduler thread) --------------------------------------------------------
+    def _follow_power(self) -> None:
+        """A power-mode change on the host changes the bandwidth of the next steps (the core
+        reads its model at each step; swapping it is atomic)."""
+        if not self.ctx.refresh_power():
+            return
+        dev = self.ctx.device
+        model = self.core.model
+        self.core.model = dataclasses.replace(
+            model, timing=dataclasses.replace(model.timing, device=dev))
+        self.truth.info.update(power_mode=dev.power_mode, bandwidth_gbs=dev.bandwidth_gbs)
+
     def _on_step(self, res: StepResult, wall: float, published: float) -> None:
+        self._follow_power()
         self.truth.step(batch=res.context_requests + res.generation_requests, drafts=res.drafts,
                         draft_tokens=res.draft_tokens, accepted=res.accepted,
                         per_pos=res.accepted_per_pos, preemptions=res.preemptions,

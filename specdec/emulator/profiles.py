@@ -42,7 +42,7 @@ class _Family:
     memtotal_ratio: float  # MemTotal / nominal, for emulator-only devices (catalog: its own)
     os_used_gib: float  # memory in use by the OS at idle (UMA: counts against free memory)
     uma: bool
-    bw_eff: float  # achievable fraction of peak memory bandwidth
+    bw_eff: float  # fraction of peak bandwidth reached (catalog devices: per engine there)
     compute_eff: float  # achievable fraction of dense fp16 tensor FLOPs in serving GEMMs
     sched_overhead_s: float  # CPU time per engine step (scheduler, sampler, detokenizer)
     graph_launch_s: float  # launching one forward as a CUDA graph
@@ -85,6 +85,7 @@ class DeviceProfile:
     capability: tuple[int, int]
     engines: tuple[str, ...]
     disk_gbs: float = 2.0  # weight loading speed from the local cache
+    power_mode: str | None = None  # nvpmodel mode whose bandwidth this profile has
 
     @property
     def bandwidth_bps(self) -> float:
@@ -108,9 +109,15 @@ def known_devices(catalog: Catalog | None = None) -> list[str]:
     return sorted([*cat.devices, *EMULATOR_DEVICES])
 
 
-def device_profile(device_id: str, catalog: Catalog | None = None) -> DeviceProfile:
-    """The profile of a catalog device or an emulator-only device (ConfigError if unknown)."""
+def device_profile(device_id: str, catalog: Catalog | None = None, *, engine: str | None = None,
+                   power_mode: str | None = None) -> DeviceProfile:
+    """The profile of a catalog device or an emulator-only device (ConfigError if unknown).
+
+    ``engine`` picks the catalog's bandwidth efficiency for that engine (default: the device's
+    first engine); ``power_mode`` (an nvpmodel mode name) the catalog's bandwidth in that mode
+    (an unknown name keeps the device's peak)."""
     cat = catalog or load_catalog()
+    bw_eff: float | None = None
     if device_id in EMULATOR_DEVICES:
         fam_id, mem, bw, tflops = EMULATOR_DEVICES[device_id]
         engines: tuple[str, ...] = ("vllm", "trtllm")
@@ -120,6 +127,9 @@ def device_profile(device_id: str, catalog: Catalog | None = None) -> DeviceProf
         fam_id, mem, bw, tflops, engines = (d.family, d.memory_gib, d.bandwidth_gbs,
                                             d.fp16_tflops, d.engines)
         memtotal = d.memtotal_gib  # one source: what the plan's fit check uses too
+        bw_eff = d.bandwidth_efficiency.get(engine or d.engines[0])
+        if power_mode is not None:
+            bw = d.mode_bandwidth_gbs(power_mode) or bw
     else:
         raise ConfigError(
             f"SPECDEC_EMU_DEVICE={device_id!r} is not a known device "
@@ -133,10 +143,11 @@ def device_profile(device_id: str, catalog: Catalog | None = None) -> DeviceProf
     return DeviceProfile(
         id=device_id, family=fam_id, memory_gib=mem, memtotal_gib=memtotal,
         os_used_gib=fam.os_used_gib, uma=fam.uma, bandwidth_gbs=bw, fp16_tflops=tflops,
-        bw_eff=fam.bw_eff, compute_eff=fam.compute_eff, sched_overhead_s=fam.sched_overhead_s,
+        bw_eff=bw_eff or fam.bw_eff, compute_eff=fam.compute_eff,
+        sched_overhead_s=fam.sched_overhead_s,
         graph_launch_s=fam.graph_launch_s, kernel_launch_s=fam.kernel_launch_s,
         cpu_factor=fam.cpu_factor, gpu_name=fam.gpu_name, capability=fam.capability,
-        engines=tuple(engines),
+        engines=tuple(engines), power_mode=power_mode,
     )
 
 
@@ -149,12 +160,14 @@ _MODEL_EXTRAS: dict[str, dict[str, float]] = {
     "meta-llama/Llama-3.2-1B-Instruct": {"hidden": 2048},
     "nvidia/Llama-3.1-8B-Instruct-FP4": {"hidden": 4096},
     "nvidia/Llama-3.3-70B-Instruct-FP4": {"hidden": 8192},
+    "Qwen/Qwen3-14B": {"hidden": 5120},
     "Qwen/Qwen3-8B": {"hidden": 4096},
     "Qwen/Qwen3-4B": {"hidden": 2560},
     "Qwen/Qwen3-1.7B": {"hidden": 2048},
     "Qwen/Qwen3-0.6B": {"hidden": 1024},
+    # routed experts: 1.90 of the 4.97 GB a decode step reads (catalog decode_gib)
     "openai/gpt-oss-120b": {"hidden": 2880, "moe_experts": 128, "moe_active": 4,
-                            "expert_byte_fraction": 0.6},
+                            "expert_byte_fraction": 0.38},
     "nvidia/gpt-oss-120b-Eagle3-long-context": {"hidden": 2880,
                                                 "embedding_bytes": 201088 * 2880 * 2},
 }
@@ -176,10 +189,13 @@ class ModelSpec:
     tokenizer: str
     head_method: str | None = None
     head_target: str | None = None
+    base_model: str | None = None  # the bf16 model a quantized checkpoint was made from
     hidden: int = 0  # 0: estimate from params and layers
     moe_experts: int = 0  # routed experts per layer (0: dense)
     moe_active: int = 0  # experts per token
     expert_byte_fraction: float = 0.0  # share of decode bytes that are routed experts
+    config_architecture: str = ""  # config.json architectures[0] (catalog), "" for heads
+    model_type: str = ""  # config.json model_type (catalog)
 
     def forward_bytes(self, tokens: int) -> float:
         """Bytes read by one forward over ``tokens`` tokens. A dense model reads its weights
@@ -208,7 +224,7 @@ class ModelSpec:
     def architecture(self) -> str:
         if self.kind == "head":
             return "Eagle3LlamaForCausalLM"
-        return ARCHITECTURES.get(self.tokenizer, "LlamaForCausalLM")
+        return self.config_architecture or ARCHITECTURES.get(self.tokenizer, "LlamaForCausalLM")
 
     @property
     def weight_gib(self) -> float:
@@ -218,7 +234,8 @@ class ModelSpec:
 def model_spec(repo: str, catalog: Catalog | None = None) -> ModelSpec | None:
     """The catalog model or head called ``repo`` (None when the catalog does not know it)."""
     cat = catalog or load_catalog()
-    x = _MODEL_EXTRAS.get(repo, {})
+    base = cat.models[repo].base_model if repo in cat.models else None
+    x = _MODEL_EXTRAS.get(repo) or _MODEL_EXTRAS.get(base or "", {})
     hidden = int(x.get("hidden", 0))
     experts, active_experts = int(x.get("moe_experts", 0)), int(x.get("moe_active", 0))
     expert_fraction = float(x.get("expert_byte_fraction", 0.0))
@@ -231,6 +248,8 @@ def model_spec(repo: str, catalog: Catalog | None = None) -> ModelSpec | None:
             layers=m.layers, kv_bytes_per_token=m.kv_bytes_per_token,
             max_context=m.max_context, tokenizer=m.tokenizer, hidden=hidden, moe_experts=experts,
             moe_active=active_experts, expert_byte_fraction=expert_fraction,
+            config_architecture=m.architecture, model_type=m.model_type,
+            base_model=m.base_model,
         )
     h = cat.heads.get(repo)
     if h is not None:

@@ -11,22 +11,27 @@ from types import FrameType
 from typing import Any
 
 from specdec.emulator.faults import Faults, parse_faults
+from specdec.emulator.hostpower import HostPower
 from specdec.emulator.logs import EngineLog
 from specdec.emulator.profiles import DeviceProfile, device_profile
 from specdec.emulator.setup import EngineSetup
 from specdec.errors import ConfigError, SpecdecError
 
 __all__ = [
+    "VERSION_ENV",
     "RunContext",
     "ServeConfig",
     "StartupError",
+    "emulated_version",
+    "engine_version",
     "env_float",
     "make_context",
     "resolve_device",
 ]
 
-VLLM_VERSION = "0.11.0"
-TRTLLM_VERSION = "1.2.0rc6"
+# The engine release to emulate. A lab image carries it in its environment, as the real image
+# carries its engine; without it, the release of the device's default catalog image.
+VERSION_ENV = "SPECDEC_EMU_ENGINE_VERSION"
 
 
 class StartupError(Exception):
@@ -59,6 +64,7 @@ class ServeConfig:
     spec_log: dict[str, Any] | None = None
     warnings: tuple[str, ...] = ()
     tp: int = 1
+    engine_version: str = ""
 
 
 @dataclass
@@ -71,6 +77,16 @@ class RunContext:
     log: EngineLog
     stop: threading.Event = field(default_factory=threading.Event)
     signum: int | None = None
+    engine: str | None = None  # "vllm" | "trtllm": whose bandwidth efficiency applies
+    power: HostPower | None = None  # the host's nvpmodel state (Jetsons)
+
+    def refresh_power(self) -> bool:
+        """Follow the host's power mode: True (and ``device`` updated) when it changed."""
+        if self.power is None or not self.power.poll():
+            return False
+        self.device = device_profile(self.device.id, engine=self.engine,
+                                     power_mode=self.power.mode)
+        return True
 
     def sleep(self, seconds: float) -> bool:
         """Sleep ``seconds`` (already scaled); True if a stop signal arrived meanwhile."""
@@ -105,11 +121,12 @@ def env_float(name: str, default: float, *, positive: bool = False) -> float:
     return v
 
 
-def resolve_device(device: str | None) -> DeviceProfile:
+def resolve_device(device: str | None, engine: str | None = None,
+                   power_mode: str | None = None) -> DeviceProfile:
     """Explicit device, else $SPECDEC_EMU_DEVICE, else identify this machine."""
     name = device or os.environ.get("SPECDEC_EMU_DEVICE", "").strip() or None
     if name:
-        return device_profile(name)
+        return device_profile(name, engine=engine, power_mode=power_mode)
     try:
         from specdec.identify import parse_identity, read_identity_root
     except ImportError:
@@ -120,10 +137,12 @@ def resolve_device(device: str | None) -> DeviceProfile:
     except SpecdecError as exc:
         raise ConfigError(f"RuntimeError: Failed to infer device type ({exc}); set "
                           "SPECDEC_EMU_DEVICE") from None
-    return device_profile(ident.device)
+    return device_profile(ident.device, engine=engine, power_mode=power_mode)
 
 
-def make_context(engine: str, device: str | None, time_scale: float | None) -> RunContext:
+def make_context(engine: str, device: str | None, time_scale: float | None,
+                 host_root: Path | str = "/") -> RunContext:
+    """The run context: device profile in the host's current power mode, time scale, faults."""
     scale = time_scale if time_scale is not None else env_float(
         "SPECDEC_EMU_TIME_SCALE", 1.0, positive=True)
     if scale <= 0:
@@ -135,5 +154,44 @@ def make_context(engine: str, device: str | None, time_scale: float | None) -> R
     except ValueError:
         raise ConfigError(f"SPECDEC_EMU_SEED={seed_raw!r} is not an integer") from None
     reserved = env_float("SPECDEC_EMU_RESERVED_GIB", 0.0)
-    return RunContext(device=resolve_device(device), time_scale=scale, faults=faults, seed=seed,
-                      reserved_gib=reserved, log=EngineLog(engine))
+    power = HostPower(host_root)
+    profile = resolve_device(device, engine, power.mode)
+    return RunContext(device=profile, time_scale=scale, faults=faults, seed=seed,
+                      reserved_gib=reserved, log=EngineLog(engine), engine=engine,
+                      power=power if power.mode is not None else None)
+
+
+def engine_version(engine: str, device: DeviceProfile) -> str:
+    """$SPECDEC_EMU_ENGINE_VERSION, else the device's default catalog image's release."""
+    from specdec.catalog import load_catalog
+    from specdec.engines.version import Version
+
+    raw = os.environ.get(VERSION_ENV, "").strip()
+    if raw:
+        try:
+            return str(Version.parse(raw))
+        except ValueError as exc:
+            raise ConfigError(f"{VERSION_ENV}: {exc}") from None
+    cat = load_catalog()
+    dev = cat.devices.get(device.id)
+    img = cat.default_image(dev, engine, "36.4" if dev.is_jetson else None) if dev else None
+    if img is None:  # an emulator-only device: the newest release the catalog knows
+        versions = [i.engine_version for i in cat.images.values() if i.engine == engine]
+        if not versions:
+            raise ConfigError(f"no {engine} release in the catalog; set {VERSION_ENV}")
+        return str(max(versions))
+    return str(img.engine_version)
+
+
+def emulated_version(engine: str) -> str:
+    """What ``--version`` prints: the release this emulator process emulates."""
+    from specdec.engines.version import Version
+
+    raw = os.environ.get(VERSION_ENV, "").strip()
+    try:
+        if raw:
+            return str(Version.parse(raw))
+        return engine_version(engine, resolve_device(None))
+    except (SpecdecError, ValueError) as exc:
+        return f"unknown ({exc})"
+

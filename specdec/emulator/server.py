@@ -21,7 +21,7 @@ from typing import Any
 from specdec.emulator.core import SeqRequest
 from specdec.emulator.engine import EngineService, RequestState
 from specdec.emulator.openai import ApiError, GenRequest, parse_generation, usage
-from specdec.emulator.runtime import TRTLLM_VERSION, VLLM_VERSION, RunContext, ServeConfig
+from specdec.emulator.runtime import RunContext, ServeConfig
 from specdec.emulator.startup import (
     EngineExit,
     bind_failure,
@@ -148,7 +148,7 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/health" or (path == "/ping" and not self.trt):
             self._send(200, b"", "application/json")
         elif path == "/version":
-            self._json(200, {"version": TRTLLM_VERSION if self.trt else VLLM_VERSION})
+            self._json(200, {"version": self.server.cfg.engine_version})
         elif path == "/v1/models":
             self._json(200, self._models())
         elif path == "/metrics":

@@ -97,7 +97,7 @@ class EngineSetup:
         d = self.drafter
         if d is None or d.kind != "head" or d.head_target is None:
             return True
-        return d.head_target == self.target.id
+        return d.head_target in (self.target.id, self.target.base_model)
 
     def _kv_scale(self) -> float:
         return 0.5 if self.kv_cache_dtype in FP8_KV else 1.0

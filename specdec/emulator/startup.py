@@ -14,7 +14,7 @@ from pathlib import Path
 
 from specdec.emulator import hf
 from specdec.emulator.memory import EngineFailure, MemoryReport, trtllm_memory, vllm_memory
-from specdec.emulator.runtime import TRTLLM_VERSION, VLLM_VERSION, RunContext, ServeConfig
+from specdec.emulator.runtime import RunContext, ServeConfig
 
 __all__ = ["EngineExit", "config_failure", "trtllm_startup", "vllm_startup"]
 
@@ -160,7 +160,7 @@ def _failure_delay(ctx: RunContext, times: dict[str, float], fail: EngineFailure
 def vllm_startup(cfg: ServeConfig, ctx: RunContext) -> MemoryReport:
     log = ctx.log
     setup = cfg.setup
-    log.info(f"vLLM API server version {VLLM_VERSION}", where="api_server.py:1839")
+    log.info(f"vLLM API server version {cfg.engine_version}", where="api_server.py:1839")
     log.info(f"non-default args: {cfg.non_default_args}", where="utils.py:233")
     for w in cfg.warnings:
         log.warning(w, where="speculative.py:212")
@@ -179,7 +179,8 @@ def vllm_startup(cfg: ServeConfig, ctx: RunContext) -> MemoryReport:
                 f"num_spec_tokens={setup.k})")
     log.info("Waiting for init message from front-end.", where="core.py:644", core=True)
     log.info(
-        f"Initializing a V1 LLM engine (v{VLLM_VERSION}) with config: model='{cfg.model_ref}', "
+        f"Initializing a V1 LLM engine (v{cfg.engine_version}) with config: "
+        f"model='{cfg.model_ref}', "
         f"speculative_config={spec}, tokenizer='{cfg.model_ref}', dtype=torch.bfloat16, "
         f"max_seq_len={setup.model_len}, device_config=cuda, kv_cache_dtype="
         f"{setup.kv_cache_dtype}, seed={setup.seed}, served_model_name="
@@ -251,7 +252,7 @@ def vllm_ready_lines(cfg: ServeConfig, ctx: RunContext, routes: list[tuple[str, 
 def trtllm_startup(cfg: ServeConfig, ctx: RunContext) -> MemoryReport:
     log = ctx.log
     setup = cfg.setup
-    log.raw(f"[TensorRT-LLM] TensorRT-LLM version: {TRTLLM_VERSION}")
+    log.raw(f"[TensorRT-LLM] TensorRT-LLM version: {cfg.engine_version}")
     log.info("Using LLM with PyTorch backend")
     for w in cfg.warnings:
         log.warning(w)

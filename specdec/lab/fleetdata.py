@@ -8,6 +8,9 @@ plus the lab's environment knobs.
 ``SPECDEC_LAB_FAULTS="lab-nano=crash_at_start,lab-spark=oom"``
     emulator faults per host (``SPECDEC_EMU_FAULT``); a host's several faults are written
     one after the other: ``lab-nx=slow_start:5,hang_after:3``.
+``SPECDEC_LAB_INSTANCE=NAME``
+    the lab instance (default ``demo``): its subnet gives the addresses, its directory the
+    SSH key, the stand-in HF token and the pinned images (`specdec.lab.instance`).
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from specdec.errors import ConfigError
 from specdec.lab.images import pinned_ref
-from specdec.lab.paths import KEY_FILE, STATE_DIR
+from specdec.lab.instance import Instance
 
 __all__ = [
     "DEFAULT_HOSTS",
@@ -58,6 +62,17 @@ def parse_faults(text: str | None, hosts: Sequence[str]) -> dict[str, str]:
     return {h: ",".join(f) for h, f in faults.items()}
 
 
+def _default_image(device_id: str, engine: str) -> str:
+    from specdec.catalog import load_catalog
+
+    cat = load_catalog()
+    dev = cat.device(device_id)
+    img = cat.default_image(dev, engine, "36.4.3" if dev.is_jetson else None)
+    if img is None:
+        raise ValueError(f"no catalog image for {device_id}/{engine}")
+    return img.ref
+
+
 def _count(env: Mapping[str, str], table_len: int) -> int:
     text = env.get("SPECDEC_LAB_HOSTS", "").strip()
     if not text:
@@ -72,21 +87,26 @@ def fleet(table: Sequence[tuple[str, dict[str, Any]]],
     """pyinfra host tuples for the table's first ``SPECDEC_LAB_HOSTS`` hosts.
 
     Each table row gives ``lab_device`` and the host's ``specdec_*`` choices; the n-th host
-    (from 1) gets address ``10.213.<n>.2``, the lab's SSH settings, the lab memlock ceiling, the
-    emulator image for its engine (docker runtime) and the emulator knobs in ``specdec_env``.
+    (from 1) gets address ``10.X.<n>.2`` in the instance's subnet (``10.213`` for ``demo``),
+    the instance's SSH settings, the lab memlock ceiling, the emulator image for its engine
+    (docker runtime) and the emulator knobs in ``specdec_env``.
     """
     env = os.environ if env is None else env
+    try:
+        inst = Instance.from_env(env)
+    except ConfigError as exc:
+        raise ValueError(str(exc)) from None
     rows = list(table)[: _count(env, len(table))]
     scale = env.get("SPECDEC_LAB_TIME_SCALE", "").strip() or DEFAULT_TIME_SCALE
     faults = parse_faults(env.get("SPECDEC_LAB_FAULTS"), [name for name, _ in table])
     hosts = []
     for n, (name, row) in enumerate(rows, start=1):
         data: dict[str, Any] = {
-            # Each host lives in its own network namespace behind a /30 veth (10.213.n.1 is
-            # this machine's side); its sshd accepts root with the lab key only.
-            "ssh_hostname": f"10.213.{n}.2",
+            # Each host lives in its own network namespace behind a /30 veth (10.X.n.1 is
+            # this machine's side); its sshd accepts root with the instance's key only.
+            "ssh_hostname": inst.host_address(n),
             "ssh_user": "root",
-            "ssh_key": str(KEY_FILE),
+            "ssh_key": str(inst.key_file),
             # Lab host keys are regenerated on every `lab up`: nothing to pin.
             "ssh_known_hosts_file": "/dev/null",
             "ssh_strict_host_key_checking": "no",
@@ -103,9 +123,13 @@ def fleet(table: Sequence[tuple[str, dict[str, Any]]],
             emu["SPECDEC_EMU_FAULT"] = fault
         data["specdec_env"] = {**emu, **row.get("specdec_env", {})}
         if data.get("specdec_runtime", "docker") == "docker":
-            data.setdefault("specdec_image", pinned_ref(data.get("specdec_engine", "vllm")))
+            # The lab's mirror of the catalog image (a row's `lab_image`, else the device's
+            # default), digest-pinned: the planner sees the real image's release and contents.
+            catalog_ref = row.get("lab_image") or _default_image(
+                device, data.get("specdec_engine", "vllm"))
+            data.setdefault("specdec_image", pinned_ref(catalog_ref, inst))
         if not env.get("HF_TOKEN", "").strip():
             # The emulated Hub wants *a* token for gated repos; `lab up` writes a stand-in.
-            data.setdefault("specdec_hf_token_file", str(STATE_DIR / "hf_token"))
+            data.setdefault("specdec_hf_token_file", str(inst.hf_token_file))
         hosts.append((name, data))
     return hosts

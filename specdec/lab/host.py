@@ -1,4 +1,5 @@
-"""One lab host: its network namespace, root (an overlay on the cached rootfs), files, boot."""
+"""One lab host: its network namespace, root (an overlay on the cached rootfs), files, boot.
+Its names and paths come from its lab instance (`specdec.lab.instance`)."""
 
 from __future__ import annotations
 
@@ -12,21 +13,23 @@ from pathlib import Path
 from specdec.catalog import load_catalog
 from specdec.lab.identity import device_files, meminfo
 from specdec.lab.images import INSTALL_DIR, emulator_files, wrapper_scripts
-from specdec.lab.paths import HOSTS_DIR, KEY_FILE, REGISTRY_DIR
+from specdec.lab.instance import Instance
+from specdec.lab.paths import NSPAWN_LOCK, NSPAWN_RUN, REGISTRY_DIR
 from specdec.lab.spec import LabHost
+from specdec.lab.state import BOOT_LOOP_NAME, shared_lock
 from specdec.lab.system import Proc, is_mounted, run
+from specdec.lab.teardown import NSPAWN_TMPFS
 
 __all__ = [
     "DAEMON_JSON",
     "REGISTRY_PORT",
     "boot",
     "create_netns",
-    "delete_netns",
+    "ensure_nspawn_run",
     "host_dir",
     "mount_root",
     "prepare_root",
     "start_registry",
-    "unmount_root",
 ]
 
 REGISTRY_PORT = 5000
@@ -41,10 +44,37 @@ DAEMON_JSON = {
     "storage-driver": "vfs",
     "runtimes": {"nvidia": {"path": "nvidia-container-runtime", "runtimeArgs": []}},
 }
+# On a Jetson, NVIDIA's container runtime (CSV mode) adds the host files and devices listed in
+# /etc/nvidia-container-runtime/host-files-for-container.d/ to the container's OCI spec. The lab
+# has no GPU to pass; what an engine's speed depends on is the host's power mode, so the shim
+# adds the host's /etc/nvpmodel.conf and /var/lib/nvpmodel (read-only) to the spec of each
+# container it creates, then runs runc: the engine emulator inside follows `nvpmodel -m` live.
+NVIDIA_RUNTIME = r"""#!/usr/bin/python3
+# specdec lab: no GPU here; mount the host's power-mode state, then behave as runc.
+import json, os, sys
+args = sys.argv[1:]
+if "create" in args:
+    for flag in ("--bundle", "-b"):
+        if flag in args[:-1]:
+            spec_path = os.path.join(args[args.index(flag) + 1], "config.json")
+            with open(spec_path) as f:
+                spec = json.load(f)
+            mounts = spec.setdefault("mounts", [])
+            for dest, src in (("/etc/nvpmodel.conf", os.path.realpath("/etc/nvpmodel.conf")),
+                              ("/var/lib/nvpmodel", "/var/lib/nvpmodel")):
+                if os.path.exists(src) and not any(m.get("destination") == dest for m in mounts):
+                    mounts.append({"destination": dest, "type": "bind", "source": src,
+                                   "options": ["rbind", "ro", "rprivate"]})
+            with open(spec_path + ".tmp", "w") as f:
+                json.dump(spec, f)
+            os.replace(spec_path + ".tmp", spec_path)
+            break
+os.execvp("runc", ["runc", *args])
+"""
 _SHIMS = {
-    # `--runtime nvidia`: what nvidia-container-runtime does minus the GPU: run runc.
-    "nvidia-container-runtime": "#!/bin/sh\n# specdec lab: no GPU here; behave as runc.\n"
-                                'exec runc "$@"\n',
+    # `--runtime nvidia`: what nvidia-container-runtime does minus the GPU: run runc, after
+    # mounting the host's power-mode state into the container (see NVIDIA_RUNTIME).
+    "nvidia-container-runtime": NVIDIA_RUNTIME,
     # `--gpus all`: dockerd enables its nvidia device driver when this hook is on PATH and
     # calls it as an OCI prestart hook; with no GPU there is nothing to inject.
     "nvidia-container-runtime-hook": "#!/bin/sh\n# specdec lab: no GPU to inject.\n"
@@ -74,7 +104,7 @@ http:
 
 
 def host_dir(h: LabHost) -> Path:
-    return HOSTS_DIR / h.name
+    return Instance(h.instance).host_dir(h.name)
 
 
 # -- network --------------------------------------------------------------------------------
@@ -97,13 +127,6 @@ def create_netns(h: LabHost) -> None:
     ]
     for argv in steps:
         run(argv, f"{h.name}: {' '.join(argv)}")
-
-
-def delete_netns(netns: str, veth: str) -> None:
-    if Path(f"/sys/class/net/{veth}").exists():
-        run(["ip", "link", "del", veth], f"ip link del {veth}", check=False)
-    if Path(f"/run/netns/{netns}").exists():
-        run(["ip", "netns", "del", netns], f"ip netns del {netns}", check=False)
 
 
 def start_registry(h: LabHost) -> Proc:
@@ -134,17 +157,10 @@ def mount_root(h: LabHost, lower: Path) -> Path:
         (d / sub).mkdir(parents=True)
     root = d / "root"
     root.mkdir(parents=True, exist_ok=True)
-    run(["mount", "-t", "overlay", f"specdec-lab-{h.name}", "-o",
+    run(["mount", "-t", "overlay", h.netns, "-o",
          f"lowerdir={lower},upperdir={d / 'upper'},workdir={d / 'work'}", str(root)],
         f"{h.name}: mounting its root overlay")
     return root
-
-
-def unmount_root(root: Path) -> None:
-    if is_mounted(root):
-        proc = run(["umount", str(root)], f"umount {root}", check=False)
-        if proc.returncode != 0:
-            run(["umount", "-l", str(root)], f"umount -l {root}", check=False)
 
 
 def _write(root: Path, rel: str, data: bytes | str, mode: int = 0o644) -> None:
@@ -166,7 +182,7 @@ def prepare_root(h: LabHost, root: Path) -> None:
                               "::1\tlocalhost ip6-localhost ip6-loopback\n")
     _write(root, "etc/machine-id",
            hashlib.sha256(f"specdec-lab:{h.name}".encode()).hexdigest()[:32] + "\n", 0o444)
-    pub = Path(str(KEY_FILE) + ".pub").read_text()
+    pub = Path(str(Instance(h.instance).key_file) + ".pub").read_text()
     (root / "root/.ssh").mkdir(mode=0o700, parents=True, exist_ok=True)
     _write(root, "root/.ssh/authorized_keys", pub, 0o600)
     for p in (root / "etc/ssh").glob("ssh_host_*"):
@@ -178,7 +194,7 @@ def prepare_root(h: LabHost, root: Path) -> None:
     for name, text in _SHIMS.items():
         _write(root, f"usr/local/bin/{name}", text, 0o755)
 
-    ident = device_files(device)
+    ident = device_files(device, INSTALL_DIR)
     firmware = d / "firmware"
     if firmware.exists():
         shutil.rmtree(firmware)
@@ -187,7 +203,14 @@ def prepare_root(h: LabHost, root: Path) -> None:
         if rel.startswith("firmware/"):
             _write(d, rel, data, 0o444)
         else:
-            _write(root, rel, data, 0o755 if rel.startswith("usr/local/bin/") else 0o644)
+            exe = rel.startswith(("usr/local/bin/", "usr/bin/", "usr/sbin/"))
+            _write(root, rel, data, 0o755 if exe else 0o644)
+    for rel, target in ident.links.items():
+        link = root / rel
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(target)
     # nspawn binds over /proc after switching root: that source is a path inside the host.
     _write(root, MEMINFO.lstrip("/"), meminfo(ident.memtotal_kb), 0o444)
 
@@ -195,11 +218,31 @@ def prepare_root(h: LabHost, root: Path) -> None:
     # `specdec identify` works on the host too.
     for rel, data in emulator_files(_package_parts()).items():
         _write(root, f"{INSTALL_DIR}/{rel}", data)
-    for name, text in wrapper_scripts().items():
+    versions = native_versions(h.device)
+    for name, text in wrapper_scripts(versions=versions).items():
         _write(root, f"usr/local/bin/{name}", text, 0o755)
+    if "trtllm" in versions:
+        # What `pip install tensorrt_llm` leaves (bookworm: Python 3.11), so its version reads
+        # as on a real host.
+        _write(root, f"usr/local/lib/python3.11/dist-packages/tensorrt_llm-{versions['trtllm']}"
+               ".dist-info/METADATA",
+               f"Metadata-Version: 2.1\nName: tensorrt_llm\nVersion: {versions['trtllm']}\n")
     _write(root, "usr/local/bin/specdec",
            "#!/bin/sh\n# specdec lab: the specdec CLI (identify works without extra modules)\n"
            f'PYTHONPATH=/{INSTALL_DIR} exec python3 -m specdec "$@"\n', 0o755)
+
+
+def native_versions(device_id: str) -> dict[str, str]:
+    """The engine releases a lab host has installed natively: those of the device's default
+    catalog images (a real host's native install has whatever its owner installed)."""
+    cat = load_catalog()
+    dev = cat.device(device_id)
+    out = {}
+    for engine in dev.engines:
+        img = cat.default_image(dev, engine, "36.4.3" if dev.is_jetson else None)
+        if img is not None:
+            out[engine] = str(img.engine_version)
+    return out
 
 
 def _package_parts() -> list[str]:
@@ -211,13 +254,25 @@ def _package_parts() -> list[str]:
 # -- boot -----------------------------------------------------------------------------------
 
 
+def ensure_nspawn_run() -> None:
+    """nspawn keeps mount propagation dirs in /run/systemd/nspawn; on a tmpfs it can clean
+    them up. One tmpfs serves every instance (`teardown.release_nspawn_run` unmounts it)."""
+    with shared_lock(NSPAWN_LOCK):
+        if not is_mounted(NSPAWN_RUN):
+            NSPAWN_RUN.mkdir(parents=True, exist_ok=True)
+            run(["mount", "-t", "tmpfs", "-o", "mode=0755", NSPAWN_TMPFS, str(NSPAWN_RUN)],
+                f"mounting a tmpfs on {NSPAWN_RUN}")
+
+
 def nspawn_argv(h: LabHost, root: Path) -> list[str]:
     d = host_dir(h)
     return [
         "systemd-nspawn",
         "--quiet",
         f"--directory={root}",
-        f"--machine={h.name}",
+        # Unique per instance (nspawn keys its runtime files by it); the hostname is the host's.
+        f"--machine={h.netns}",
+        f"--hostname={h.name}",
         "--boot",
         # No systemd on the control node to register with or to get a scope from.
         "--register=no",
@@ -253,7 +308,7 @@ def boot(h: LabHost, root: Path) -> Proc:
     env["SYSTEMD_NSPAWN_UNIFIED_HIERARCHY"] = "1"  # cgroup v2 inside: runc needs it
     with open(d / "console.log", "ab") as log:
         popen = subprocess.Popen(
-            ["/bin/sh", "-c", REBOOT_LOOP, "specdec-lab-boot", *nspawn_argv(h, root)],
+            ["/bin/sh", "-c", REBOOT_LOOP, BOOT_LOOP_NAME, *nspawn_argv(h, root)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
             start_new_session=True,
         )

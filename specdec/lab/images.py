@@ -1,11 +1,16 @@
 """Engine emulator images, built without Docker: an OCI image layout written by hand.
 
-Layer 1 is the `IMAGE_RECIPE` rootfs (python3 + PyYAML), layer 2 the emulator's part of the
-specdec package in /opt/specdec plus ``vllm``, ``trtllm-serve`` and ``hf`` on PATH. Both images
-(``specdec/vllm-emu``, ``specdec/trtllm-emu``) share the layers; only the default command
-differs. Layers are deterministic tars (sorted, fixed mtimes and owners), so the tag
-(`emulator_version`, a hash of the emulator sources) and the layer digests only change when
-the sources do. The layout is pushed with skopeo to the lab registry (`push`).
+One lab image per catalog image (`specdec/catalog/images.yaml`), pushed to the lab registry
+under the real repository path and tag (``localhost:5000/dustynv/vllm:0.9.2-r36.4-cu128-24.04``:
+a mirror, which the planner recognises as that catalog image). Each carries what the real image
+carries that the deploy depends on: its engine release (``SPECDEC_EMU_ENGINE_VERSION``, so the
+emulator refuses what that release refuses), its Hub cache variables (``HF_HOME``,
+``HUGGINGFACE_HUB_CACHE``, ``TRANSFORMERS_CACHE`` on jetson-containers images) and only the
+Hugging Face CLI it has (``hf`` or ``huggingface-cli``). Layers: the `IMAGE_RECIPE` rootfs
+(python3 + PyYAML), the emulator's part of the specdec package in /opt/specdec with ``vllm`` and
+``trtllm-serve`` on PATH, and one layer per Hub CLI. Layers are deterministic tars (sorted,
+fixed mtimes and owners), so digests only change when the sources do; the layout is pushed with
+skopeo (`push`).
 """
 
 from __future__ import annotations
@@ -25,42 +30,87 @@ from functools import cache
 from pathlib import Path
 
 from specdec.errors import LabError
-from specdec.lab.paths import CACHE_DIR, REGISTRY_DIR, STATE_FILE
+from specdec.lab.instance import Instance
+from specdec.lab.paths import CACHE_DIR, REGISTRY_DIR
+from specdec.lab.state import shared_lock
 
 __all__ = [
-    "IMAGE_NAMES",
     "REGISTRY",
+    "LabImage",
     "BuiltImages",
     "build_images",
     "digests_file",
     "emulator_files",
     "emulator_version",
     "image_ref",
+    "lab_images",
     "pinned_ref",
     "push",
     "wrapper_scripts",
 ]
 
 REGISTRY = "localhost:5000"
-IMAGE_NAMES = {"vllm": "specdec/vllm-emu", "trtllm": "specdec/trtllm-emu"}
 _CMD = {"vllm": ["vllm", "serve"], "trtllm": ["trtllm-serve"]}
+HUB_CLIS = ("hf", "huggingface-cli")
 _PKG = Path(__file__).resolve().parent.parent  # the specdec package
 # The engine emulator's closure inside the specdec package (pure Python + PyYAML).
-_EMU_PARTS = ("__init__.py", "errors.py", "catalog", "emulator")
+_EMU_PARTS = ("__init__.py", "errors.py", "hygiene.py", "power.py", "catalog", "engines",
+              "emulator")
 _EPOCH = 1735689600  # 2025-01-01: fixed mtime of every layer entry
 _CREATED = "2025-01-01T00:00:00Z"
 INSTALL_DIR = "opt/specdec"
 
 
-def wrapper_scripts(python_path: str = "/" + INSTALL_DIR) -> dict[str, str]:
-    """The commands the engines' users type, as thin wrappers around the emulator."""
+def wrapper_scripts(python_path: str = "/" + INSTALL_DIR,
+                    versions: dict[str, str] | None = None) -> dict[str, str]:
+    """The commands the engines' users type, as thin wrappers around the emulator.
+    ``versions`` (engine -> release) bakes the release into a native install's wrappers; an
+    image carries it in its environment instead."""
     env = f'PYTHONPATH={python_path}${{PYTHONPATH:+:$PYTHONPATH}}'
     head = "#!/bin/sh\n# specdec lab: engine emulator (see specdec/emulator)\n"
+
+    def pin(engine: str) -> str:
+        v = (versions or {}).get(engine)
+        return f"SPECDEC_EMU_ENGINE_VERSION={v} " if v else ""
+
     return {
-        "vllm": f'{head}{env} exec python3 -m specdec.emulator vllm "$@"\n',
-        "trtllm-serve": f'{head}{env} exec python3 -m specdec.emulator trtllm-serve "$@"\n',
+        "vllm": f'{head}{env} {pin("vllm")}exec python3 -m specdec.emulator vllm "$@"\n',
+        "trtllm-serve": f'{head}{env} {pin("trtllm")}exec python3 -m specdec.emulator '
+                        'trtllm-serve "$@"\n',
         "hf": f'{head}{env} exec python3 -m specdec.emulator.hf "$@"\n',
+        "huggingface-cli": f'{head}{env} exec python3 -m specdec.emulator.hf "$@"\n',
     }
+
+
+@dataclass(frozen=True)
+class LabImage:
+    """The lab's stand-in for one catalog image."""
+
+    catalog_ref: str
+    repo: str  # repository path in the lab registry (the real one, registry host dropped)
+    tag: str
+    engine: str
+    version: str
+    hub_cli: str
+    env: tuple[tuple[str, str], ...]
+
+    @property
+    def ref(self) -> str:
+        return f"{REGISTRY}/{self.repo}:{self.tag}"
+
+
+def lab_images() -> list[LabImage]:
+    """One lab image per catalog image."""
+    from specdec.catalog import load_catalog
+    from specdec.catalog.images import parse_image_ref
+
+    out = []
+    for img in load_catalog().images.values():
+        parsed = parse_image_ref(img.ref)
+        assert parsed is not None and parsed.tag  # the catalog checks this on load
+        out.append(LabImage(img.ref, parsed.path, parsed.tag, img.engine,
+                            str(img.engine_version), img.hub_cli, tuple(sorted(img.env.items()))))
+    return sorted(out, key=lambda i: i.catalog_ref)
 
 
 def emulator_files(parts: Iterable[str] = _EMU_PARTS) -> dict[str, bytes]:
@@ -87,26 +137,34 @@ def emulator_version() -> str:
     return "emu-" + h.hexdigest()[:12]
 
 
-def image_ref(engine: str) -> str:
-    """``localhost:5000/specdec/<engine>-emu:<version>`` (tag-pinned)."""
-    return f"{REGISTRY}/{IMAGE_NAMES[engine]}:{emulator_version()}"
+def image_ref(catalog_ref: str) -> str:
+    """The lab's mirror of a catalog image: ``localhost:5000/<path>:<tag>``."""
+    for img in lab_images():
+        if img.catalog_ref == catalog_ref:
+            return img.ref
+    raise LabError(f"{catalog_ref}: not a catalog image (see specdec/catalog/images.yaml)")
 
 
 def digests_file() -> Path:
     return CACHE_DIR / "images.json"
 
 
-def pinned_ref(engine: str) -> str:
-    """The image a lab host should run: while the lab is up, the one it pushed (the emulator
-    sources may have changed since); else `image_ref`, plus ``@sha256:…`` when built."""
+IMAGES_LOCK = CACHE_DIR / ".images.lock"  # the OCI layout, the registry storage, images.json
+
+
+def pinned_ref(catalog_ref: str, instance: Instance | None = None) -> str:
+    """The mirror of ``catalog_ref`` a host of lab ``instance`` should run, digest-pinned: while
+    the lab is up, the one it pushed (the emulator sources may have changed since); else
+    `image_ref`, plus ``@sha256:…`` when built."""
+    inst = instance or Instance.from_env()
+    ref = image_ref(catalog_ref)
     try:
-        state = json.loads(STATE_FILE.read_text())
-        served = state.get("images", {}).get(engine) if isinstance(state, dict) else None
-        if isinstance(served, str) and served:
+        state = json.loads(inst.state_file.read_text())
+        served = state.get("images", {}).get(catalog_ref) if isinstance(state, dict) else None
+        if isinstance(served, str) and served.startswith(ref + "@sha256:"):
             return served
     except (OSError, ValueError, AttributeError):
         pass
-    ref = image_ref(engine)
     try:
         known = json.loads(digests_file().read_text())
     except (OSError, ValueError):
@@ -219,8 +277,17 @@ def _put_json(blobs: Path, doc: object) -> tuple[str, int]:
 @dataclass(frozen=True)
 class BuiltImages:
     layout: Path  # OCI image layout directory
-    refs: dict[str, str]  # engine -> tag reference (localhost:5000/…:<version>)
-    digests: dict[str, str]  # engine -> manifest digest
+    images: tuple[LabImage, ...]
+    digests: dict[str, str]  # catalog ref -> manifest digest
+
+    @property
+    def refs(self) -> dict[str, str]:
+        """catalog ref -> lab ref (tag)."""
+        return {i.catalog_ref: i.ref for i in self.images}
+
+    def pinned(self) -> dict[str, str]:
+        """catalog ref -> lab ref@digest (what the inventory pins while the lab is up)."""
+        return {i.catalog_ref: f"{i.ref}@{self.digests[i.catalog_ref]}" for i in self.images}
 
 
 def _layer_cached(blobs: Path, key: str, write: object) -> _Blob:
@@ -237,7 +304,14 @@ def _layer_cached(blobs: Path, key: str, write: object) -> _Blob:
 
 
 def build_images(base_rootfs: Path, base_key: str) -> BuiltImages:
-    """Write (or reuse) the OCI layout holding both emulator images of this version."""
+    """Write (or reuse) the OCI layout holding both emulator images of this version (one
+    writer at a time: lab instances share the cache)."""
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    with shared_lock(IMAGES_LOCK):
+        return _build_images(base_rootfs, base_key)
+
+
+def _build_images(base_rootfs: Path, base_key: str) -> BuiltImages:
     version = emulator_version()
     layout = CACHE_DIR / "oci"
     blobs = layout / "blobs" / "sha256"
@@ -247,14 +321,20 @@ def build_images(base_rootfs: Path, base_key: str) -> BuiltImages:
     base = _layer_cached(blobs, f"base-{base_key}",
                          lambda fh: _rootfs_tar(base_rootfs, fh))
     app_files = {f"{INSTALL_DIR}/{p}": (d, 0o644) for p, d in emulator_files().items()}
-    for name, text in wrapper_scripts().items():
-        app_files[f"usr/local/bin/{name}"] = (text.encode(), 0o755)
+    wrappers = wrapper_scripts()
+    for name in ("vllm", "trtllm-serve"):
+        app_files[f"usr/local/bin/{name}"] = (wrappers[name].encode(), 0o755)
     app = _layer_cached(blobs, f"app-{version}", lambda fh: _files_tar(app_files, fh))
-
+    clis = {
+        cli: _layer_cached(blobs, f"cli-{cli}-{version}", lambda fh, c=cli: _files_tar(
+            {f"usr/local/bin/{c}": (wrappers[c].encode(), 0o755)}, fh))
+        for cli in HUB_CLIS
+    }
+    images = tuple(lab_images())
     manifests = []
-    refs: dict[str, str] = {}
     digests: dict[str, str] = {}
-    for engine, repo in IMAGE_NAMES.items():
+    for n, img in enumerate(images):
+        layers = (base, app, clis[img.hub_cli])
         config = {
             "architecture": "amd64",
             "os": "linux",
@@ -264,18 +344,22 @@ def build_images(base_rootfs: Path, base_key: str) -> BuiltImages:
                     "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                     "PYTHONDONTWRITEBYTECODE=1",
                     "PYTHONUNBUFFERED=1",
+                    *(f"{k}={v}" for k, v in img.env),
+                    f"SPECDEC_EMU_ENGINE_VERSION={img.version}",
                 ],
-                "Cmd": _CMD[engine],
+                "Cmd": _CMD[img.engine],
                 "WorkingDir": "/",
                 "Labels": {
-                    "org.opencontainers.image.title": f"{repo} (specdec lab engine emulator)",
+                    "org.opencontainers.image.title": f"{img.catalog_ref} (specdec lab engine "
+                                                      "emulator)",
                     "org.opencontainers.image.version": version,
                 },
             },
-            "rootfs": {"type": "layers", "diff_ids": [base.diff_id, app.diff_id]},
+            "rootfs": {"type": "layers", "diff_ids": [b.diff_id for b in layers]},
             "history": [
                 {"created": _CREATED, "created_by": "specdec lab: debootstrap python3 rootfs"},
                 {"created": _CREATED, "created_by": "specdec lab: engine emulator " + version},
+                {"created": _CREATED, "created_by": f"specdec lab: {img.hub_cli}"},
             ],
         }
         cfg_digest, cfg_size = _put_json(blobs, config)
@@ -286,21 +370,19 @@ def build_images(base_rootfs: Path, base_key: str) -> BuiltImages:
                        "digest": cfg_digest, "size": cfg_size},
             "layers": [
                 {"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip",
-                 "digest": b.digest, "size": b.size} for b in (base, app)
+                 "digest": b.digest, "size": b.size} for b in layers
             ],
         }
         m_digest, m_size = _put_json(blobs, manifest)
-        tag = f"{engine}-{version}"
         manifests.append({
             "mediaType": "application/vnd.oci.image.manifest.v1+json",
             "digest": m_digest, "size": m_size,
-            "annotations": {"org.opencontainers.image.ref.name": tag},
+            "annotations": {"org.opencontainers.image.ref.name": f"image-{n}"},
         })
-        refs[engine] = f"{REGISTRY}/{repo}:{version}"
-        digests[engine] = m_digest
+        digests[img.catalog_ref] = m_digest
     (layout / "index.json").write_text(json.dumps(
         {"schemaVersion": 2, "manifests": manifests}, sort_keys=True))
-    return BuiltImages(layout, refs, digests)
+    return BuiltImages(layout, images, digests)
 
 
 def _registry_has(repo: str, tag: str, digest: str) -> bool:
@@ -317,29 +399,33 @@ def push(built: BuiltImages, netns: str) -> None:
     the shared registry storage already has them), then record their digests."""
     if shutil.which("skopeo") is None:
         raise LabError("skopeo is not installed (apt-get install skopeo)")
-    version = emulator_version()
-    for engine, repo in IMAGE_NAMES.items():
-        if _registry_has(repo, version, built.digests[engine]):
+    with shared_lock(IMAGES_LOCK):
+        _push(built, netns)
+
+
+def _push(built: BuiltImages, netns: str) -> None:
+    for n, img in enumerate(built.images):
+        digest = built.digests[img.catalog_ref]
+        if _registry_has(img.repo, img.tag, digest):
             continue
         proc = subprocess.run(
             ["ip", "netns", "exec", netns, "skopeo", "copy", "--quiet",
              "--dest-tls-verify=false", "--preserve-digests",
-             f"oci:{built.layout}:{engine}-{version}",
-             f"docker://127.0.0.1:5000/{repo}:{version}"],
+             f"oci:{built.layout}:image-{n}", f"docker://127.0.0.1:5000/{img.repo}:{img.tag}"],
             capture_output=True, text=True, check=False, timeout=600,
         )
         if proc.returncode != 0:
             err = " ".join(proc.stderr.split())[-300:]
-            raise LabError(f"pushing {repo}:{version} to the lab registry failed: {err}")
-        if not _registry_has(repo, version, built.digests[engine]):
-            raise LabError(f"pushed {repo}:{version} but the registry does not hold "
-                           f"{built.digests[engine]}")
+            raise LabError(f"pushing {img.repo}:{img.tag} to the lab registry failed: {err}")
+        if not _registry_has(img.repo, img.tag, digest):
+            raise LabError(f"pushed {img.repo}:{img.tag} but the registry does not hold "
+                           f"{digest}")
     try:
         known = json.loads(digests_file().read_text())
         if not isinstance(known, dict):
             known = {}
     except (OSError, ValueError):
         known = {}
-    for engine in IMAGE_NAMES:
-        known[built.refs[engine]] = built.digests[engine]
+    for img in built.images:
+        known[img.ref] = built.digests[img.catalog_ref]
     digests_file().write_text(json.dumps(known, indent=1, sort_keys=True) + "\n")

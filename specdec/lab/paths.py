@@ -1,23 +1,18 @@
-"""Where the lab keeps things on the control node (never under /tmp: nspawn mounts its own)."""
+"""Where the lab keeps things on the control node (never under /tmp: nspawn mounts its own).
+
+Each lab instance has its own directory under `LAB_ROOT` (see `specdec.lab.instance`); the
+caches below are shared by every instance and written only under a lock.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = [
-    "CACHE_DIR",
-    "HOSTS_DIR",
-    "KEY_FILE",
-    "LOCK_FILE",
-    "REGISTRY_DIR",
-    "STATE_DIR",
-    "STATE_FILE",
-]
+__all__ = ["CACHE_DIR", "LAB_ROOT", "NSPAWN_LOCK", "NSPAWN_RUN", "REGISTRY_DIR"]
 
-STATE_DIR = Path("/var/lib/specdec-lab")
-STATE_FILE = STATE_DIR / "state.json"
-LOCK_FILE = STATE_DIR / "lock"
-HOSTS_DIR = STATE_DIR / "hosts"
-KEY_FILE = STATE_DIR / "id_ed25519"  # the lab's SSH key (public half: KEY_FILE + ".pub")
-CACHE_DIR = Path("/var/cache/specdec-lab")
+LAB_ROOT = Path("/var/lib/specdec-lab")  # <instance>/ below it
+CACHE_DIR = Path("/var/cache/specdec-lab")  # rootfs builds, OCI layout, .debs
 REGISTRY_DIR = CACHE_DIR / "registry"  # storage shared by every host's registry process
+# nspawn keeps mount propagation dirs here; the lab mounts a tmpfs on it (shared by instances).
+NSPAWN_RUN = Path("/run/systemd/nspawn")
+NSPAWN_LOCK = LAB_ROOT / "nspawn.lock"  # held while that tmpfs is mounted or unmounted

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from specdec.errors import LabError
 from specdec.lab.paths import CACHE_DIR
+from specdec.lab.system import mounts
 
 __all__ = ["HOST_RECIPE", "IMAGE_RECIPE", "Recipe", "cached_rootfs", "ensure_rootfs"]
 
@@ -147,9 +148,14 @@ def ensure_rootfs(recipe: Recipe) -> Path:
         (work / ".specdec-recipe.json").write_text(
             json.dumps(asdict(recipe), indent=1, sort_keys=True) + "\n"
         )
-        # Older builds of the same recipe name are stale now.
+        # Older builds of the same recipe name are stale now, unless a running lab (another
+        # instance, older sources) still has one as the lower layer of a host's root.
+        lowers = {low for m in mounts() if m.fstype == "overlay"
+                  for opt in m.options.split(",") if opt.startswith("lowerdir=")
+                  for low in opt.removeprefix("lowerdir=").split(":")}
         for old in CACHE_DIR.glob(f"rootfs-{recipe.name}-*"):
-            if old != final and old.is_dir() and not old.name.endswith(".building"):
+            if old != final and old.is_dir() and not old.name.endswith(".building") \
+                    and str(old) not in lowers:
                 shutil.rmtree(old, ignore_errors=True)
         work.rename(final)
         return final

@@ -2,8 +2,9 @@
 
 The lab reads the same inventory file pyinfra deploys to (`specdec.inventory.load_inventory`),
 so the two cannot drift. Per host it uses ``ssh_hostname`` (the host's address: the ``.2`` of a
-/30 whose ``.1`` is the control node's side), ``lab_device`` (else ``specdec_device``),
-``lab_fault``, ``specdec_port``. Lab-only keys are prefixed ``lab_``; pyinfra ignores them.
+/30 in the lab instance's subnet whose ``.1`` is the control node's side), ``lab_device`` (else
+``specdec_device``), ``lab_fault``, ``specdec_port``. Lab-only keys are prefixed ``lab_``;
+pyinfra ignores them.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from typing import Any
 
 from specdec.catalog import load_catalog
 from specdec.errors import LabError
+from specdec.lab.instance import Instance
 
-__all__ = ["LabHost", "lab_hosts", "parse_lab_hosts"]
+__all__ = ["HOST_NAME", "LabHost", "lab_hosts", "parse_lab_hosts"]
 
-_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,30}")
-LAB_NET = ipaddress.ip_network("10.213.0.0/16")
+HOST_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,30}")
 
 
 @dataclass(frozen=True)
@@ -33,14 +34,16 @@ class LabHost:
     fault: str | None
     engine: str
     runtime: str
+    instance: str  # the lab instance (specdec.lab.instance) the host belongs to
 
     @property
     def netns(self) -> str:
-        return f"specdec-lab-{self.name}"
+        """Its network namespace; also its nspawn machine name and its overlay's name."""
+        return Instance(self.instance).netns(self.name)
 
     @property
     def veth(self) -> str:
-        return f"sdlab{self.index}"  # control side; <= 15 characters
+        return Instance(self.instance).veth(self.index)  # control side
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -54,13 +57,17 @@ def _fail(host: str, key: str, value: Any, why: str) -> LabError:
     return LabError(f"{key}={value!r}: {why}", host=host)
 
 
-def parse_lab_hosts(hosts: list[tuple[str, dict[str, Any]]]) -> list[LabHost]:
-    """Validate the inventory hosts as lab hosts (device, address, uniqueness)."""
+def parse_lab_hosts(hosts: list[tuple[str, dict[str, Any]]],
+                    instance: Instance | None = None) -> list[LabHost]:
+    """Validate the inventory hosts as hosts of ``instance`` (default: from the environment):
+    device, address in the instance's subnet, uniqueness."""
+    inst = instance or Instance.from_env()
+    net = inst.subnet
     catalog = load_catalog()
     out: list[LabHost] = []
     seen_addr: dict[str, str] = {}
     for name, data in hosts:
-        if not _NAME.fullmatch(name):
+        if not HOST_NAME.fullmatch(name):
             raise _fail(name, "host", name, "lab host names are lowercase letters, digits and -")
         device = data.get("lab_device") or data.get("specdec_device")
         if device is None:
@@ -78,14 +85,15 @@ def parse_lab_hosts(hosts: list[tuple[str, dict[str, Any]]]) -> list[LabHost]:
         except ValueError:
             raise _fail(name, "ssh_hostname", addr_text, "a lab host needs an IPv4 address") \
                 from None
-        if addr.version != 4 or addr not in LAB_NET or int(addr) % 4 != 2:
+        if addr.version != 4 or addr not in net or int(addr) % 4 != 2:
             raise _fail(name, "ssh_hostname", addr_text,
-                        f"must be the .2 of a /30 in {LAB_NET} (e.g. 10.213.1.2)")
+                        f"must be the .2 of a /30 in {net}, the subnet of lab instance "
+                        f"{inst.name!r} (e.g. {inst.host_address(1)})")
         if str(addr) in seen_addr:
             raise _fail(name, "ssh_hostname", addr_text,
                         f"address collision with host {seen_addr[str(addr)]}")
         seen_addr[str(addr)] = name
-        index = (int(addr) - int(LAB_NET.network_address)) // 4
+        index = (int(addr) - int(net.network_address)) // 4
         port = data.get("specdec_port") or 8000
         fault = data.get("lab_fault")
         if fault is not None and (not isinstance(fault, str) or not fault.strip()):
@@ -94,12 +102,13 @@ def parse_lab_hosts(hosts: list[tuple[str, dict[str, Any]]]) -> list[LabHost]:
             name=name, device=str(device), address=str(addr),
             gateway=str(ipaddress.ip_address(int(addr) - 1)), index=index, port=int(port),
             fault=fault, engine=str(data.get("specdec_engine") or "vllm"),
-            runtime=str(data.get("specdec_runtime") or "docker"),
+            runtime=str(data.get("specdec_runtime") or "docker"), instance=inst.name,
         ))
     return out
 
 
-def lab_hosts(inventory: str, limit: str | None = None) -> list[LabHost]:
+def lab_hosts(inventory: str, limit: str | None = None,
+              instance: Instance | None = None) -> list[LabHost]:
     from specdec.inventory import load_inventory
 
-    return parse_lab_hosts(load_inventory(inventory, limit))
+    return parse_lab_hosts(load_inventory(inventory, limit), instance)

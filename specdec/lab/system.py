@@ -4,19 +4,26 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from specdec.errors import LabError
 
 __all__ = [
+    "Mount",
     "Proc",
+    "cmdline",
     "is_mounted",
+    "mount_at",
+    "mounts",
     "proc_alive",
     "run",
+    "start_time",
     "stop_process",
 ]
 
@@ -37,14 +44,23 @@ def run(argv: Sequence[str], what: str, *, timeout: float = 120, check: bool = T
     return proc
 
 
-def _start_time(pid: int) -> int | None:
+def start_time(pid: int) -> int | None:
+    """Field 22 of /proc/PID/stat (clock ticks after boot), or None when there is no PID."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    # Field 22 (starttime), counted after the parenthesised command name.
+    # Counted after the parenthesised command name (which may contain spaces and parens).
     fields = stat.rsplit(")", 1)[1].split()
     return int(fields[19])
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return raw.decode(errors="replace").split("\0")[:-1] if raw else []
 
 
 class Proc:
@@ -52,23 +68,19 @@ class Proc:
 
     def __init__(self, pid: int, start: int | None = None) -> None:
         self.pid = pid
-        self.start = start if start is not None else _start_time(pid)
+        self.start = start if start is not None else start_time(pid)
 
     def to_dict(self) -> dict[str, int | None]:
         return {"pid": self.pid, "start": self.start}
 
-    @classmethod
-    def from_dict(cls, d: dict[str, int | None] | None) -> Proc | None:
-        if not d or not d.get("pid"):
-            return None
-        return cls(int(d["pid"] or 0), d.get("start"))
-
 
 def proc_alive(p: Proc | None) -> bool:
-    if p is None:
+    """Whether ``p`` still runs: same PID *and* same start time (a process without a known
+    start time is never taken for alive)."""
+    if p is None or p.start is None:
         return False
-    now = _start_time(p.pid)
-    if now is None or (p.start is not None and now != p.start):
+    now = start_time(p.pid)
+    if now is None or now != p.start:
         return False
     try:
         state = Path(f"/proc/{p.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -110,14 +122,42 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
-def is_mounted(path: Path) -> bool:
-    target = str(path.resolve()) if path.exists() else str(path)
+class Mount(NamedTuple):
+    point: str
+    fstype: str
+    source: str
+    options: str  # the superblock options (overlay: lowerdir=…,upperdir=…)
+
+
+def _unescape(field: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def mounts() -> list[Mount]:
+    """This mount namespace's mounts, in mount order (/proc/self/mountinfo)."""
     try:
         lines = Path("/proc/self/mountinfo").read_text().splitlines()
     except OSError:
-        return False
+        return []
+    out = []
     for line in lines:
-        fields = line.split()
-        if len(fields) > 4 and fields[4].replace("\\040", " ") == target:
-            return True
-    return False
+        head, sep, tail = line.partition(" - ")
+        fields, rest = head.split(), tail.split()
+        if sep and len(fields) > 4 and len(rest) >= 2:
+            out.append(Mount(_unescape(fields[4]), rest[0], _unescape(rest[1]),
+                             rest[2] if len(rest) > 2 else ""))
+    return out
+
+
+def mount_at(path: Path) -> Mount | None:
+    """The mount on top at ``path`` (symlinks resolved), or None."""
+    target = str(path.resolve()) if path.exists() else str(path)
+    found = None
+    for m in mounts():
+        if m.point == target:
+            found = m
+    return found
+
+
+def is_mounted(path: Path) -> bool:
+    return mount_at(path) is not None

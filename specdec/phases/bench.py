@@ -137,6 +137,12 @@ class Bench:
             ctx.event(f"cached baseline of {rid} was measured with other bench settings; "
                       "measuring again")
             return None
+        scale = dict(ctx.spec.plan.env).get("SPECDEC_EMU_TIME_SCALE")
+        basis = (res.get("device_time") or {}).get("time_scale")
+        if (scale is None) != (basis is None) or (
+                basis is not None and float(basis) != float(str(scale))):
+            ctx.event(f"cached baseline of {rid} is in another time basis; measuring again")
+            return None
         res["_file"] = str(path)
         for c in ctx.levels:
             ctx.measure("bench", f"baseline.c{c}.throughput_tok_s",
@@ -177,4 +183,5 @@ class Bench:
                 lvl[key] = sum(vals) / len(vals) if vals else None
             out[k] = lvl
         out["spec_decode"] = summs[-1]["spec_decode"] if summs else None
+        out["device_time"] = results[-1].get("device_time") if results else None
         self.ctx.report[arm] = out

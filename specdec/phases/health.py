@@ -8,6 +8,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 
+from specdec.errors import one_line
 from specdec.phases.host import Ctx, VerifyFailure
 
 __all__ = ["journal_reason", "unit_failure", "wait_healthy"]
@@ -25,7 +26,8 @@ def journal_reason(lines: Sequence[str]) -> tuple[str, str | None]:
         line = next((ln for ln in reversed(text) if _ERRORISH.search(ln)), None)
     if line is None and text:
         line = text[-1]
-    return kind, (line[:200] if line else None)
+    # Redact before cutting: a token cut in half is no longer token-shaped.
+    return kind, (one_line(line)[:200] if line else None)
 
 
 def unit_failure(ctx: Ctx, label: str, st: Mapping[str, str]) -> VerifyFailure:

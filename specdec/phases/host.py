@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from specdec import guard, layout, release
+from specdec.errors import one_line, redact
 
 if TYPE_CHECKING:
     from specdec.verify import FileSpec, HostIO, VerifySpec
@@ -62,17 +63,18 @@ class Ctx:
 
     # -- recording ---------------------------------------------------------------------------
     def event(self, text: str) -> None:
-        self.report["events"].append({"time": now_iso(), "message": text})
+        self.report["events"].append({"time": now_iso(), "message": one_line(text)})
 
     def measure(self, phase: str, name: str, value: Any, threshold: Any = None,
                 ok: bool | None = None, unit: str | None = None, **extra: Any) -> None:
         m = {"phase": phase, "name": name, "value": value, "threshold": threshold,
              "unit": unit, "ok": ok, "time": now_iso()}
         m.update(extra)
-        self.report["measurements"].append(m)
+        self.report["measurements"].append(
+            {k: redact(v) if isinstance(v, str) else v for k, v in m.items()})
 
     def finish(self, outcome: str, phase: str, message: str) -> dict[str, Any]:
-        self.report.update(outcome=outcome, phase=phase, message=" ".join(message.split()),
+        self.report.update(outcome=outcome, phase=phase, message=" ".join(redact(message).split()),
                            finished_at=now_iso(), active_release=self.running)
         return self.report
 

@@ -9,14 +9,15 @@ plans the same release from the cache) and its release is rendered here.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 from specdec.bench.prompts import builtin_prompts
+from specdec.engines import vllm_facts
 from specdec.phases.bench import Bench
 from specdec.phases.gate import Arm
 from specdec.phases.host import Ctx, VerifyFailure
+from specdec.plan import speculating
 from specdec.plan_types import Plan
 from specdec.render import render
 from specdec.rounds import round_bench
@@ -36,14 +37,7 @@ class Tuned:
 
 def per_batch_supported(plan: Plan) -> bool:
     """Whether the plan's engine release has ``num_speculative_tokens_per_batch_size``."""
-    if plan.engine != "vllm":
-        return False
-    version = getattr(plan, "engine_version", None)
-    if not version:
-        return False
-    from specdec.engines import vllm_facts
-
-    return bool(vllm_facts(version).per_batch_size_k.value)
+    return plan.engine == "vllm" and bool(vllm_facts(plan.engine_version).per_batch_size_k.value)
 
 
 def release_files(plan: Plan) -> tuple[str, tuple[Any, ...]]:
@@ -56,8 +50,7 @@ def release_files(plan: Plan) -> tuple[str, tuple[Any, ...]]:
 
 
 def _point_plan(plan: Plan, cfg: Config) -> Plan:
-    return dataclasses.replace(plan, method=cfg.method, draft=cfg.draft,
-                               num_speculative_tokens=cfg.k, k_by_batch=cfg.k_by_batch)
+    return speculating(plan, cfg.method, cfg.draft, cfg.k, cfg.k_by_batch)
 
 
 def run_tune(ctx: Ctx, bench: Bench, base: Arm) -> tuple[Tuned, dict[str, Any]]:

@@ -77,7 +77,9 @@ def test_trtllm_iteration_stats(tmp_path: Path) -> None:
     opts = tmp_path / "extra.yaml"
     opts.write_text("enable_iter_perf_stats: true\nspeculative_config:\n  decoding_type: Eagle3\n"
                     f"  max_draft_len: 3\n  speculative_model_dir: {HEAD}\n")
-    with emulator("trtllm-serve", MODEL, ["--extra_llm_api_options", str(opts)], SPARK) as url:
+    # A release that takes decoding_type Eagle3 and a Hub id (PR #10124, #10099)
+    env = {**SPARK, "SPECDEC_EMU_ENGINE_VERSION": "1.3.0rc15"}
+    with emulator("trtllm-serve", MODEL, ["--extra_llm_api_options", str(opts)], env) as url:
         reset_truth(url)
         res = run_bench(BenchConfig(url=url, concurrency=(1, 4), requests=8, max_tokens=32,
                                 fill=False,

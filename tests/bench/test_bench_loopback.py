@@ -175,7 +175,8 @@ def test_cli_subprocess_unreachable(tmp_path: Path) -> None:
     assert p.stderr.count("\n") == 1 and "cannot connect" in p.stderr
     p = subprocess.run([sys.executable, "-m", "specdec.cli", "bench", "ftp://x",
                         "--concurrency", "1,x"], capture_output=True, text=True, timeout=60)
-    assert p.returncode == 1 and p.stderr.count("\n") == 1 and "--concurrency" in p.stderr
+    # bad input (ConfigError): exit 2
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--concurrency" in p.stderr
 
 
 def test_per_level_requests_and_prompt_offset() -> None:

@@ -15,12 +15,13 @@ from specdec.identify import parse_identity  # noqa: E402
 from tests.deploy.harness import World  # noqa: E402
 from tests.unit.test_identify import AGX64, SPARK  # noqa: E402
 
-TOKEN = "hf_MARKERtoken123"
+TOKEN = "hf_MARKERtoken123456789abcd"  # a valid token shape (specdec.hftoken)
 
 
 @pytest.fixture
 def agx_world() -> World:
-    return World(identity=parse_identity(AGX64), groups=["root"])
+    # vLLM on PATH too, as on a host set up for the native runtime (the docker runtime ignores it)
+    return World(identity=parse_identity(AGX64), groups=["root"], engines={"vllm": "0.19.0"})
 
 
 @pytest.fixture

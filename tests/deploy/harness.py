@@ -9,17 +9,25 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import io
 import json
+import re
 import runpy
+import shutil
+import sys
+import tempfile
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pyinfra.api import Config, Inventory, State
 from pyinfra.api.connect import connect_all
+from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.operations import run_ops
 from pyinfra.api.util import get_file_io
 from pyinfra.connectors.fake import FakeConnector
+from pyinfra.connectors.util import CommandOutput, OutputLine
 from pyinfra.context import ctx_host, ctx_state
 from pyinfra.facts import files as ffacts
 from pyinfra.facts import server as sfacts
@@ -31,10 +39,15 @@ from roles.docker_access import merged_daemon_json
 from roles.facts import DAEMON_JSON
 from roles.images import image_present  # noqa: F401  (import check)
 from roles.jetson_tuning import CLOCKS_MARKER
-from specdec import guard, layout, release
+from specdec import guard, layout, power, release
+from specdec.catalog import load_catalog
+from specdec.engines.trtllm import TIKTOKEN_FILES
+from specdec.lab.identity import device_files
+from specdec.lab.tegra import CLOCKS_STATE, Tegra
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploys" / "specdec.py"
+_LAB_CONFS = ROOT / "specdec" / "lab" / "nvpmodel"
 
 
 @dataclass
@@ -50,12 +63,82 @@ class World:
     running: dict[str, bool] = field(default_factory=dict)
     enabled: dict[str, bool] = field(default_factory=dict)
     which: set[str] = field(default_factory=lambda: {"useradd", "usermod", "groupadd"})
-    hf_cached: set[str] = field(default_factory=set)
+    hf_cached: set[str] = field(default_factory=set)  # repo, or "repo@local_dir"
+    engines: dict[str, str] = field(default_factory=dict)  # EngineVersions (native installs)
+    hashes: dict[str, str] = field(default_factory=dict)  # path -> sha256 of real file bodies
     images: dict[str, str] = field(default_factory=dict)
     releases: release.ReleaseState = field(default_factory=release.ReleaseState)
-    nvpmodel: str | None = None
+    jetson: str | None = None  # root of the host's Jetson files (`with_jetson`); None: none
+    boot_id: str = "boot-1"
     daemon_json_raw: bool = False  # keep daemon.json as given (not derived from files)
     facts_seen: list[str] = field(default_factory=list)
+    commands_answered: list[str] = field(default_factory=list)
+
+    # -- the Jetson tools (the lab's stand-ins, on a directory) --------------------------------
+    def with_jetson(self, device: str, mode_id: int | None = None,
+                    conf: str | None = None) -> World:
+        """Give the host ``device``'s nvpmodel.conf (or the lab copy named ``conf``) and tools,
+        in mode ``mode_id`` (None: the conf's boot default, after nvpmodel.service's run)."""
+        root = tempfile.mkdtemp(prefix="specdec-jetson-")
+        ident = device_files(load_catalog().device(device))
+        for rel, data in ident.files.items():
+            if rel.startswith(("etc/nvpmodel", "usr/lib/specdec-lab")):
+                (_p := _path(root, rel)).parent.mkdir(parents=True, exist_ok=True)
+                _p.write_bytes(data)
+        src = (_LAB_CONFS / conf) if conf else _path(root, ident.links["etc/nvpmodel.conf"])
+        _path(root, "etc/nvpmodel.conf").write_bytes(src.read_bytes())
+        self.jetson = root
+        self.which.add("jetson_clocks")
+        t = self.tegra()
+        if mode_id is not None:
+            t._store(t.conf.modes[mode_id])
+        else:
+            t.nvpmodel(["-f", "/etc/nvpmodel.conf"], io.StringIO(), io.StringIO())
+        return self
+
+    def tegra(self) -> Tegra:
+        assert self.jetson is not None
+        return Tegra(self.jetson, reboot=self.reboot)
+
+    def reboot(self) -> None:
+        """A boot: new boot id, /run emptied (clocks unpinned, markers gone)."""
+        self.boot_id = f"boot-{uuid.uuid4().hex[:8]}"
+        self.files.pop(CLOCKS_MARKER, None)
+        if self.jetson is not None:
+            _path(self.jetson, CLOCKS_STATE).unlink(missing_ok=True)
+
+    def power_state(self) -> power.PowerState | None:
+        if self.jetson is None:
+            return None
+        t = self.tegra()
+        q, c = io.StringIO(), io.StringIO()
+        t.nvpmodel(["-q"], io.StringIO(), q)
+        t.jetson_clocks(["--show"], c)
+        return power.state_from_files({
+            "conf": _path(self.jetson, "etc/nvpmodel.conf").read_text(),
+            "query": q.getvalue(), "clocks": c.getvalue()})
+
+    def respond(self, command: str) -> tuple[bool, list[str]] | None:
+        """What the host answers to a command of the tuning role (None: not modelled)."""
+        if self.jetson is None:
+            return None
+        self.commands_answered.append(command)
+        t = self.tegra()
+        out = io.StringIO()
+        if m := re.fullmatch(r"echo (\w+) \| nvpmodel -m (\d+)", command):
+            rc = t.nvpmodel(["-m", m.group(2)], io.StringIO(m.group(1) + "\n"), out)
+            return rc == 0, out.getvalue().splitlines()
+        if command == "nvpmodel -q":
+            t.nvpmodel(["-q"], io.StringIO(), out)
+            return True, out.getvalue().splitlines()
+        if m := re.search(r"sh -c 'sleep 1; nvpmodel -m (\d+) --force'", command):
+            t.nvpmodel(["-m", m.group(1), "--force"], io.StringIO(), out)
+            return True, []
+        if command.startswith("jetson_clocks && "):
+            t.jetson_clocks([], out)
+            self.put(CLOCKS_MARKER, "")
+            return True, []
+        return None
 
     def put(self, path: str, content: str, mode: str = "0644", user: str = "root",
             group: str = "root") -> None:
@@ -73,13 +156,18 @@ class World:
             f = self.files.get(DAEMON_JSON)
             return json.loads(f["content"]) if f else None
         if cls is rfacts.HfCached:
-            return kwargs["repo"] in self.hf_cached
+            key = kwargs["repo"] + (f"@{kwargs['local_dir']}" if kwargs.get("local_dir") else "")
+            return key in self.hf_cached
+        if cls is rfacts.EngineVersions:
+            return dict(self.engines)
         if cls is rfacts.ImageDigest:
             return self.images.get(kwargs["image"])
         if cls is rfacts.SpecdecReleases:
             return self.releases
-        if cls is rfacts.NvpmodelMode:
-            return self.nvpmodel
+        if cls is rfacts.JetsonPower:
+            return self.power_state()
+        if cls is rfacts.BootId:
+            return self.boot_id
         if cls is ffacts.File:
             if path in self.files:
                 f = self.files[path]
@@ -98,6 +186,8 @@ class World:
             algo = {ffacts.Sha1File: "sha1", ffacts.Sha256File: "sha256",
                     ffacts.Md5File: "md5"}[cls]
             f = self.files.get(path)
+            if f and algo == "sha256" and path in self.hashes:
+                return self.hashes[path]
             return hashlib.new(algo, f["content"].encode()).hexdigest() if f else None
         if cls is ffacts.FileContents:
             f = self.files.get(path)
@@ -145,7 +235,8 @@ def _record_put(self: FakeConnector, filename_or_io: Any, remote_filename: str,
 def run_deploy(monkeypatch: Any, world: World, data: dict[str, Any], *,
                name: str = "@fake/orin-1", execute: bool = True,
                verbose: bool = False, state_out: list[State] | None = None,
-               others: list[tuple[str, dict[str, Any]]] = ()) -> Result:
+               others: list[tuple[str, dict[str, Any]]] = (),
+               all_may_fail: bool = False) -> Result:
     """Prepare (and execute) deploys/specdec.py for one fake host modelled by ``world``."""
     import logging
 
@@ -166,6 +257,19 @@ def run_deploy(monkeypatch: Any, world: World, data: dict[str, Any], *,
         lambda self, cls, *a, **kw: world.fact(cls, *a, **kw),
     )
     monkeypatch.setattr(FakeConnector, "put_file", _record_put)
+    fake_lookup = FakeConnector._lookup_response
+
+    def lookup(self: FakeConnector, command: str) -> Any:
+        if command.endswith(">&2; exit 1"):  # roles.lock.fail_command: fails, as in a shell
+            return False, CommandOutput([OutputLine("stderr", command.split("'")[1])])
+        answer = world.respond(command)
+        if answer is None:
+            return fake_lookup(self, command)
+        ok, lines = answer
+        return ok, CommandOutput([OutputLine("stdout", ln) for ln in lines])
+
+    monkeypatch.setattr(FakeConnector, "_lookup_response", lookup)
+    monkeypatch.setattr(sys.modules["roles.jetson_tuning"], "REBOOT_DELAY_S", 0.0)
     fast = {"fake_delay": 0, "fake_delay_jitter": 0}
     inv = Inventory(([(name, {**fast, **data}), *((n, {**fast, **d}) for n, d in others)], {}))
     state = State(inventory=inv, config=Config(DIFF=verbose))
@@ -185,7 +289,11 @@ def run_deploy(monkeypatch: Any, world: World, data: dict[str, Any], *,
             with ctx_state.use(state), ctx_host.use(h):
                 runpy.run_path(str(DEPLOY), run_name="deploy")
         if execute:
-            run_ops(state)
+            try:
+                run_ops(state)
+            except PyinfraError as exc:  # every host failed: the result says which and why
+                if not all_may_fail or "No hosts remaining" not in str(exc):
+                    raise
     finally:
         logger.removeHandler(handler)
         logger.setLevel(old_level)
@@ -235,8 +343,23 @@ def converged(world: World, hp: HostPlan, token: str | None) -> World:
     for repo in (plan.model, plan.draft):
         if repo:
             w.hf_cached.add(repo)
-    if plan.jetson_tuning and w.nvpmodel is not None:
-        w.nvpmodel = "NV Power Mode: MAXN\n0"
+    if plan.draft and plan.draft_dir:
+        w.hf_cached.add(f"{plan.draft}@{plan.draft_dir}")
+    if plan.tiktoken_dir:
+        for name, digest in TIKTOKEN_FILES.items():
+            path = f"{plan.tiktoken_dir}/{name}"
+            w.put(path, "(encoding)")
+            w.hashes[path] = digest
+    if w.jetson is not None:  # a copy: the converged host must not share the first one's
+        root = tempfile.mkdtemp(prefix="specdec-jetson-")
+        shutil.copytree(w.jetson, root, dirs_exist_ok=True)
+        w.jetson = root
+        t = w.tegra()
+        if plan.jetson_tuning:
+            target = power.choose_target(t.conf)
+            if target is not None:
+                t._store(target)  # the fastest mode BY NAME, at the conf's own id
+            t.jetson_clocks([], io.StringIO())
     if "jetson_clocks" in w.which:
         w.put(CLOCKS_MARKER, "")
     for path in [*w.files, *w.links]:  # parents exist on a converged host
@@ -259,10 +382,15 @@ SPARK = {
 }
 
 
+def _path(root: str, rel: str) -> Path:
+    return Path(root) / rel.lstrip("/")
+
+
 def host_plan(world: World, data: dict[str, Any]) -> HostPlan:
     from roles.common import plan_host
 
-    return plan_host(HOST, data, world.identity)
+    native = data.get("specdec_runtime") == "native"
+    return plan_host(HOST, data, world.identity, dict(world.engines) if native else None)
 
 
 def identity_output(files: dict[str, str | None]) -> list[str]:

@@ -12,7 +12,7 @@ from roles.facts import (
     DockerDaemonConfig,
     HfCached,
     ImageDigest,
-    NvpmodelMode,
+    JetsonPower,
     SpecdecReleases,
     hf_repo_dir,
     identity_command,
@@ -82,16 +82,11 @@ def test_hf_cached():
     assert fact.default() is False
 
 
-def test_hf_cached_command_on_a_real_tree(tmp_path, monkeypatch):
-    monkeypatch.setattr("specdec.layout.HF_HOME", str(tmp_path))
+def test_hf_cached_uses_the_completion_record():
     cmd = HfCached().command(repo="org/name")
-    snap = tmp_path / "hub" / "models--org--name" / "snapshots" / "abc"
-    snap.mkdir(parents=True)
-    run = lambda: subprocess.run(["sh", "-c", cmd], capture_output=True, text=True,  # noqa: E731
-                                 check=True).stdout.split()
-    assert run() == ["no"]  # empty snapshot
-    (snap / "config.json").write_text("{}")
-    assert run() == ["yes"]
+    assert "/var/lib/specdec/hf/.specdec/complete/org--name" in cmd  # see tests/unit/test_prefetch
+    local = HfCached().command(repo="org/name", local_dir="/var/lib/specdec/hf/local/org--name")
+    assert "complete/org--name.local" in local
 
 
 def test_image_digest():
@@ -103,10 +98,30 @@ def test_image_digest():
     assert fact.process([]) is None
 
 
-def test_nvpmodel():
-    fact = NvpmodelMode()
-    assert fact.process(["NV Power Mode: MAXN", "0"]) == "NV Power Mode: MAXN\n0"
-    assert fact.default() is None
+def test_jetson_power_fact() -> None:
+    from pathlib import Path
+
+    from specdec.power import choose_target
+
+    conf = (Path(__file__).resolve().parents[2] / "specdec/lab/nvpmodel/"
+            "nvpmodel_p3767_0003_super.conf").read_text().splitlines()
+    fact = JetsonPower()
+    out = ["@@specdec-power conf", *conf, "@@specdec-power status", "pmode:0000 fmode:quiet",
+           "@@specdec-power query", "NVPM WARN: fan mode is not set!", "NV Power Mode: 15W",
+           "0", "@@specdec-power clocks",
+           "GPU MinFreq=306000000 MaxFreq=612000000 CurrentFreq=306000000",
+           "EMC MinFreq=204000000 MaxFreq=2133000000 CurrentFreq=2133000000 FreqOverride=0",
+           "NV Power Mode: 15W"]
+    st = fact.process(out)
+    assert st is not None and st.current == ("15W", 0)
+    target = choose_target(st.conf)
+    assert target is not None and (target.name, target.id) == ("MAXN_SUPER", 2)
+    assert st.clocks == {"gpu_max_mhz": 612.0, "gpu_cur_mhz": 306.0, "emc_max_mhz": 2133.0,
+                         "emc_cur_mhz": 2133.0, "mode": "15W"}
+    # no nvpmodel conf (a Spark, a PC): no power state
+    assert fact.process(["@@specdec-power conf", "@@specdec-power status",
+                         "@@specdec-power query", "@@specdec-power clocks"]) is None
+    assert "nvpmodel -q" in fact.command() and "jetson_clocks --show" in fact.command()
 
 
 def test_releases_fact_parses_state():

@@ -5,14 +5,23 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+from pyinfra.api.exceptions import PyinfraError
 
 from roles.common import DeployError, SecretIO
 from specdec import layout
+from tests.deploy import harness
 from tests.deploy.conftest import TOKEN
 from tests.deploy.harness import AGX, AGX_UNGATED, HOST, World, converged, run_deploy
 from tests.deploy.harness import host_plan as _hp
 
 PATH = layout.HF_TOKEN_FILE
+NEW = f"{layout.CONFIG_DIR}/.hf_token.new"  # uploaded here, then renamed over PATH
+
+
+def _writes_token(command: str) -> bool:
+    words = command.split()
+    return bool(words) and words[0] in ("install", "chmod", "chown", "cp", "mv", "rm", "tee",
+                                        "truncate") and PATH in words
 
 
 def _everything_shown(r, capfd) -> str:
@@ -29,11 +38,15 @@ def test_token_uploaded_but_never_shown(agx_world, monkeypatch, capfd, sudo):
     r = run_deploy(monkeypatch, agx_world, data, verbose=True)
     assert not r.failed
     uploads = dict(r.uploads)
-    assert uploads[PATH] == (TOKEN + "\n").encode()  # positive control: it *is* delivered
+    assert uploads[NEW] == (TOKEN + "\n").encode()  # positive control: it *is* delivered
     shown = _everything_shown(r, capfd)
     assert ">>> " in shown and "Will create" in shown  # the capture sees -vvv and --diff
     assert "MARKERtoken" not in shown
-    assert f"install -m 0600 -o root -g root /dev/null {PATH}" in shown
+    # created 0600 before any content, renamed over the old token only once complete
+    i_new = r.commands.index(f"install -m 0600 -o root -g root /dev/null {NEW}")
+    i_mv = r.commands.index(f"mv -f {NEW} {PATH}")
+    assert i_new < r.commands.index(f"chmod 0600 {NEW}") < i_mv
+    assert [c for c in r.commands if _writes_token(c)] == [f"mv -f {NEW} {PATH}"]
     # with sudo the upload's temp file is created 0600 by the login user first
     assert any("umask 077" in c for c in r.commands) is sudo
 
@@ -50,8 +63,9 @@ def test_changed_token_is_uploaded(agx_world, monkeypatch):
     world = converged(agx_world, _hp(agx_world, AGX), "hf_OLDtokenOLDtokenOLD99")
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     r = run_deploy(monkeypatch, world, AGX)
-    assert [p for p, _ in r.uploads] == [PATH]
-    assert hashlib.sha256(dict(r.uploads)[PATH]).hexdigest() == hashlib.sha256(
+    assert [p for p, _ in r.uploads] == [NEW]
+    assert f"mv -f {NEW} {PATH}" in r.commands
+    assert hashlib.sha256(dict(r.uploads)[NEW]).hexdigest() == hashlib.sha256(
         (TOKEN + "\n").encode()).hexdigest()
 
 
@@ -69,7 +83,28 @@ def test_token_file_on_control_node_wins(agx_world, monkeypatch, tmp_path):
     f = tmp_path / "token"
     f.write_text(TOKEN + "\n")
     r = run_deploy(monkeypatch, agx_world, {**AGX, "specdec_hf_token_file": str(f)})
-    assert dict(r.uploads)[PATH] == (TOKEN + "\n").encode()
+    assert dict(r.uploads)[NEW] == (TOKEN + "\n").encode()
+
+
+def test_failed_upload_keeps_the_old_token(agx_world, monkeypatch):
+    world = converged(agx_world, _hp(agx_world, AGX), "hf_OLDtokenOLDtokenOLD99")
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    states: list = []
+
+    record = harness._record_put
+
+    def broken_put(self, filename_or_io, remote_filename, *args, **kwargs):
+        record(self, filename_or_io, remote_filename)
+        return False  # the SFTP write failed half-way
+
+    monkeypatch.setattr(harness, "_record_put", broken_put)
+    with pytest.raises(PyinfraError, match="No hosts remaining"):
+        run_deploy(monkeypatch, world, AGX, state_out=states)
+    h = states[0].inventory.get_host(HOST)
+    commands = list(h.connector.executed_commands)
+    assert [p for p, _ in h._uploads] == [NEW]
+    # nothing touched the old token: no rename, no truncation
+    assert not [c for c in commands if _writes_token(c)]
 
 
 def test_unreadable_token_file_is_one_line(agx_world, monkeypatch, tmp_path):

@@ -40,15 +40,16 @@ def make_releases(state_dir: Path, ids: list[str]) -> None:
 def test_activate_is_atomic_switch(state_dir):
     make_releases(state_dir, ["aaa", "bbb"])
     assert release.activate("aaa") == (
-        f"ln -sfn releases/aaa {state_dir}/current.tmp && "
-        f"mv -T {state_dir}/current.tmp {state_dir}/current"
+        f"flock -w 120 {state_dir}/.guard.lock sh -c 'ln -sfn releases/aaa "
+        f"{state_dir}/current.activate.tmp && "
+        f"mv -T {state_dir}/current.activate.tmp {state_dir}/current'"
     )
     sh(release.activate("aaa"))
     assert os.readlink(state_dir / "current") == "releases/aaa"
     sh(release.activate("bbb"))  # replaces the link, not a link inside the old target
     assert os.readlink(state_dir / "current") == "releases/bbb"
     assert not (state_dir / "releases" / "aaa" / "bbb").exists()
-    assert not (state_dir / "current.tmp").exists()
+    assert not (state_dir / "current.activate.tmp").exists()
     sh(release.mark_last_good("aaa"))
     assert os.readlink(state_dir / "last-good") == "releases/aaa"
 

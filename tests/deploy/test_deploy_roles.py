@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import json
+import re
+import shlex
 
 import pytest
 
@@ -12,6 +14,7 @@ from roles.common import DeployError
 from roles.facts import DAEMON_JSON
 from roles.jetson_tuning import CLOCKS_MARKER, TUNING_JSON
 from specdec import guard, layout, release
+from specdec.identify import parse_identity
 from specdec.render import LIMITS_PATH
 from tests.deploy.conftest import TOKEN
 from tests.deploy.harness import (
@@ -25,6 +28,7 @@ from tests.deploy.harness import (
     run_deploy,
 )
 from tests.deploy.harness import host_plan as _hp
+from tests.unit.test_identify import NANO8
 
 
 @pytest.mark.parametrize(
@@ -34,8 +38,8 @@ from tests.deploy.harness import host_plan as _hp
 )
 def test_second_run_sends_nothing(request, monkeypatch, world_name, data):
     world: World = request.getfixturevalue(world_name)
-    world.nvpmodel = "NV Power Mode: 15W\n1"
-    world.which.add("jetson_clocks")
+    if world.identity.device != "dgx-spark":  # an AGX Orin left in a 15W mode
+        world.with_jetson(world.identity.device, mode_id=1)
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     first = run_deploy(monkeypatch, world, data)
     assert first.commands, "the first run must change something"
@@ -55,10 +59,11 @@ def test_first_run_agx_docker(agx_world, monkeypatch):
     cmds = r.commands
     assert any(c.startswith("useradd") and "-G docker" in c and "-r" in c for c in cmds)
     assert f"docker pull {hp.plan.image}" in cmds
-    downloads = [c for c in cmds if "hf download" in c or " download " in c]
+    downloads = [c for c in cmds if c.startswith("docker run --rm --network host")]
     assert len(downloads) == 2  # target + EAGLE-3 head
-    assert all("--entrypoint hf" in c and "HF_TOKEN_PATH=/run/secrets/hf_token" in c
-               for c in downloads)
+    assert all("--entrypoint sh" in c and "HF_TOKEN_PATH=/run/secrets/hf_token" in c
+               and "command -v hf" in c and f"complete/{repo.replace('/', '--')}" in c
+               for c, repo in zip(downloads, (hp.plan.model, hp.plan.draft), strict=True))
     assert release.activate(rid) in cmds
     assert "systemctl daemon-reload" in cmds
     # order: files of the release, then the link, then the switch, then the (re)start
@@ -80,7 +85,7 @@ def test_native_runtime_has_no_docker(agx_world, monkeypatch):
     r = run_deploy(monkeypatch, agx_world, AGX_NATIVE)
     assert not any("docker" in c for c in r.commands)
     assert DAEMON_JSON not in dict(r.uploads)
-    downloads = [c for c in r.commands if "hf download" in c]
+    downloads = [c for c in r.commands if "command -v hf" in c]
     assert downloads and all("HF_TOKEN_PATH=/etc/specdec/hf_token" in c for c in downloads)
 
 
@@ -232,31 +237,101 @@ def test_digest_pinned_image_pulled_only_when_absent(agx_world, monkeypatch):
 
 
 # -- jetson tuning -----------------------------------------------------------------------------
+NANO = {"specdec_device": "orin-nano-8gb", "specdec_model": "Qwen/Qwen3-0.6B"}
+SWITCH = re.compile(r"^echo no \| nvpmodel -m (\d+)$")
 
 
-def test_jetson_tuning_sets_maxn_and_clocks(agx_world, monkeypatch):
+def _nano_world() -> World:
+    return World(identity=parse_identity(NANO8), groups=["root"])
+
+
+def _tuning_commands(r) -> list[str]:
+    return [c for c in r.commands if "nvpmodel" in c or "jetson_clocks" in c or TUNING_JSON in c]
+
+
+def test_nano_mode_zero_is_15w_and_the_role_sets_maxn_super_by_name(monkeypatch):
+    # JetPack 6.2 on an Orin Nano: id 0 is 15W, MAXN_SUPER is id 2. `nvpmodel -m 0` would
+    # leave the board at 68 GB/s; the role must look the name up in the host's conf.
     monkeypatch.setenv("HF_TOKEN", TOKEN)
-    hp = _hp(agx_world, AGX)
-    world = converged(agx_world, hp, TOKEN)
-    world.nvpmodel = "NV Power Mode: MODE_30W\n2"
-    world.which.add("jetson_clocks")
+    world = converged(_nano_world(), _hp(_nano_world(), NANO), TOKEN)
+    world.with_jetson("orin-nano-8gb", mode_id=0)
     world.files.pop(CLOCKS_MARKER, None)
+    assert world.power_state().current == ("15W", 0)
+    r = run_deploy(monkeypatch, world, NANO)
+    assert not r.failed, r.output
+    cmds = _tuning_commands(r)
+    assert [m.group(1) for c in cmds if (m := SWITCH.match(c))] == ["2"]
+    assert "nvpmodel -q" in cmds
+    assert not any("--force" in c for c in cmds)  # 15W -> MAXN_SUPER is a live switch
+    assert cmds[-1] == f"jetson_clocks && mkdir -p /run/specdec && touch {CLOCKS_MARKER}"
+    assert world.power_state().current == ("MAXN_SUPER", 2)
+    assert world.power_state().clocks["gpu_cur_mhz"] == 1020.0  # pinned at the new mode's max
+    record = json.loads(shlex.split(next(c for c in cmds if TUNING_JSON in c))[-3])
+    assert record["power_mode"] == "MAXN_SUPER" and record["power_mode_id"] == 2
+    assert record["previous"] == ["15W", 0] and record["bandwidth_gbs"] == 102.4
+    assert record["rebooted"] is False
+    # ... and the next run finds nothing to do.
+    again = run_deploy(monkeypatch, world, NANO)
+    assert again.commands == [] and not again.failed
+
+
+def test_agx_maxn_needs_a_reboot_and_the_role_reboots_and_checks(agx_world, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    world = converged(agx_world, _hp(agx_world, AGX), TOKEN)
+    world.with_jetson("agx-orin-64gb")  # boot default: MODE_30W (id 2), another TPC mask
+    assert world.power_state().current == ("MODE_30W", 2)
+    boot = world.boot_id
     r = run_deploy(monkeypatch, world, AGX)
-    assert r.commands == [
-        f"printf '%s\\n' '{{\"previous_nvpmodel\": \"NV Power Mode: MODE_30W\"}}' > {TUNING_JSON}",
-        "nvpmodel -m 0 </dev/null",
-        f"jetson_clocks && mkdir -p /run/specdec && touch {CLOCKS_MARKER}",
-    ]
+    assert not r.failed, r.output
+    cmds = _tuning_commands(r)
+    assert cmds[0] == "echo no | nvpmodel -m 0"  # MAXN: id 0 in nvpmodel_p3701_0000.conf
+    assert cmds[1] == "nvpmodel -q"  # still MODE_30W: the prompt was declined
+    assert "nohup setsid sh -c 'sleep 1; nvpmodel -m 0 --force'" in cmds[2]
+    assert cmds[3] == "nvpmodel -q"
+    assert world.boot_id != boot  # the host did reboot
+    assert world.power_state().current == ("MAXN", 0)
+    record = json.loads(shlex.split(next(c for c in cmds if TUNING_JSON in c))[-3])
+    assert record["rebooted"] is True and record["previous"] == ["MODE_30W", 2]
+    assert cmds[-1].startswith("jetson_clocks && ")  # /run was emptied by the reboot
+    again = run_deploy(monkeypatch, world, AGX)
+    assert again.commands == [] and not again.failed
+
+
+def test_a_mode_that_does_not_hold_fails_the_host_in_one_line(agx_world, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    world = converged(agx_world, _hp(agx_world, AGX), TOKEN)
+    world.with_jetson("agx-orin-64gb")
+    answer = world.respond
+
+    def no_switch(command: str):  # the board reboots but comes back in its old mode
+        if "--force" in command:
+            world.reboot()
+            return True, []
+        return answer(command)
+
+    monkeypatch.setattr(world, "respond", no_switch)
+    r = run_deploy(monkeypatch, world, AGX, all_may_fail=True)
+    assert r.failed
+    assert "after the reboot nvpmodel reports MODE_30W (id 2), not MAXN (id 0)" in r.output
+    assert not any(TUNING_JSON in c for c in r.commands)
+
+
+def test_pre_super_nano_without_maxn_is_left_alone(monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    world = _nano_world().with_jetson("orin-nano-8gb", conf="nvpmodel_p3767_0003.conf")
+    world = converged(world, _hp(world, NANO), TOKEN)  # 15W / 7W only: nothing faster
+    r = run_deploy(monkeypatch, world, NANO)
+    assert r.commands == [] and not r.failed
+    assert "has no MAXN_SUPER or MAXN mode (modes: 15W, 7W); left at 15W (id 0)" in r.output
 
 
 def test_jetson_tuning_absent_tools_skip_cleanly(agx_world, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     world = converged(agx_world, _hp(agx_world, AGX), TOKEN)
-    world.nvpmodel = None
     world.which.discard("jetson_clocks")
     r = run_deploy(monkeypatch, world, AGX)
     assert r.commands == [] and not r.failed
-    assert "nvpmodel is not installed" in r.output
+    assert "no /etc/nvpmodel.conf" in r.output
     assert "jetson_clocks is not installed" in r.output
 
 
@@ -264,12 +339,12 @@ def test_jetson_tuning_opt_out(agx_world, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     data = {**AGX, "specdec_jetson_tuning": False}
     world = converged(agx_world, _hp(agx_world, data), TOKEN)
-    world.nvpmodel = "NV Power Mode: MODE_30W\n2"
-    world.which.add("jetson_clocks")
+    world.with_jetson("agx-orin-64gb")
     world.files.pop(CLOCKS_MARKER, None)
     r = run_deploy(monkeypatch, world, data)
     assert r.commands == []
-    assert "NvpmodelMode" not in world.facts_seen
+    assert "JetsonPower" not in world.facts_seen
+    assert world.power_state().current == ("MODE_30W", 2)
 
 
 # -- model prefetch ----------------------------------------------------------------------------
@@ -283,7 +358,7 @@ def test_cached_models_are_not_downloaded(agx_world, monkeypatch):
     world.hf_cached.discard(hp.plan.draft)
     r = run_deploy(monkeypatch, world, AGX)
     assert len(r.commands) == 2
-    assert r.commands[0].endswith(f"download {hp.plan.draft}")
+    assert f" sh {hp.plan.draft} >/dev/null" in r.commands[0]
     assert r.commands[1] == f"chown -R specdec:specdec {layout.HF_HOME}"
 
 
@@ -331,3 +406,20 @@ def test_activation_off_last_good_arms_the_guard_first(monkeypatch, agx_world):
     assert r.commands[0] == guard.arm_command(rid, guard.deadline_for(hp.plan.health_timeout_s))
     assert r.commands[1] == release.activate(rid)
     assert r.commands.index("systemctl restart specdec-engine.service") > 1
+
+
+def test_native_plans_with_the_installed_release(agx_world, monkeypatch):
+    """Natively the engine release is what the host has: vLLM 0.9.2 cannot run EAGLE-3 for a
+    Qwen3 target, so the plan falls back; with nothing installed the deploy stops first."""
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    data = {**AGX_NATIVE, "specdec_model": "Qwen/Qwen3-8B"}
+    agx_world.engines = {"vllm": "0.9.2"}
+    hp = _hp(agx_world, data)
+    assert (hp.plan.engine_version, hp.plan.method) == ("0.9.2", "draft_model")
+    assert any("Eagle3 is only supported for Llama models" in n for n in hp.plan.notes)
+    agx_world.engines = {}
+    world = copy.deepcopy(agx_world)
+    with pytest.raises(DeployError) as err:
+        run_deploy(monkeypatch, world, data)
+    assert str(err.value) == (f"{HOST}: specdec_runtime='native': vllm is not installed on the "
+                              "host (nothing on PATH answers --version)")

@@ -30,15 +30,19 @@ ACQUIRED = {**FAILS, "deploy.lock 2>/dev/null": "@@specdec-lock acquired"}
 
 @dataclass
 class LiveWorld(World):
-    """A world whose release pointers read differently once pyinfra executes (after serve)."""
+    """A world whose release pointers read differently once pyinfra executes past the lock
+    (whose re-check is the first read while executing, before serve changes anything)."""
 
     after: release.ReleaseState | None = None
     states: list[State] = field(default_factory=list)
+    executing_reads: int = 0
 
     def fact(self, cls: type, *args: Any, **kwargs: Any) -> Any:
         if (cls is rfacts.SpecdecReleases and self.after is not None and self.states
                 and self.states[0].is_executing):
-            return self.after
+            self.executing_reads += 1
+            if self.executing_reads > 1:
+                return self.after
         return super().fact(cls, *args, **kwargs)
 
 
@@ -96,8 +100,8 @@ def test_keep_after_serve_with_lock_around(agx_world, monkeypatch, on):
     use_host(monkeypatch, fake)
     r = deploy(monkeypatch, world, AGX)
     assert not r.failed, r.output
-    assert "mkdir /var/lib/specdec/deploy.lock" in r.commands[0]
-    assert "rm -rf /var/lib/specdec/deploy.lock" in r.commands[-1]
+    assert "mv -T /var/lib/specdec/deploy.lock.new." in r.commands[0]
+    assert "rm -rf /var/lib/specdec/deploy.lock.released." in r.commands[-1]
     rep = report(on)
     assert rep["outcome"] == "kept" and rep["run_id"] == "t1"
     assert fake.last_good == c
@@ -125,8 +129,8 @@ def test_failed_verification_fails_the_host_and_releases_the_lock(agx_world, mon
     assert fake.current == OLD
     rep = report(on)
     assert rep["outcome"] == "rolled_back"
-    i_unlock = next(i for i, x in enumerate(r.commands) if "rm -rf /var/lib/specdec/deploy.lock"
-                    in x)
+    i_unlock = next(i for i, x in enumerate(r.commands)
+                    if "rm -rf /var/lib/specdec/deploy.lock.released." in x)
     assert "specdec: @fake/orin-1: rolled_back: unit:" in r.commands[i_unlock + 1]
     assert r.commands[i_unlock + 1].endswith("exit 1")
     for p in on.rglob("*"):
@@ -223,7 +227,8 @@ def test_fake_connector_skips_lock_and_verify_by_default(agx_world, monkeypatch)
 
 
 @pytest.mark.parametrize(("current", "expected"), [
-    ("bbb", ["ln -sfn releases/aaa", "rm -f /var/lib/specdec/pending", "systemctl daemon-reload",
+    ("bbb", ["flock -w 120 /var/lib/specdec/.guard.lock sh -c 'ln -sfn releases/aaa",
+             "rm -f /var/lib/specdec/pending", "systemctl daemon-reload",
              "systemctl restart specdec-engine.service"]),
     ("aaa", []),
 ])
@@ -274,3 +279,43 @@ def test_any_failed_operation_releases_the_lock(agx_world, monkeypatch, on):
     i_pull = next(i for i, c in enumerate(r.commands) if c.startswith("docker pull"))
     assert "rm -rf /var/lib/specdec/deploy.lock" in r.commands[i_pull + 1]
     assert len(r.commands) == i_pull + 2  # nothing else ran on the failed host
+
+
+@dataclass
+class MovedWorld(LiveWorld):
+    """Another rollout switched the host between prepare and the lock."""
+
+    def fact(self, cls: type, *args: Any, **kwargs: Any) -> Any:
+        if cls is rfacts.SpecdecReleases and self.states and self.states[0].is_executing:
+            return self.after
+        return super().fact(cls, *args, **kwargs)
+
+
+def test_release_state_moved_before_the_lock_fails_before_any_change(agx_world, monkeypatch,
+                                                                     on):
+    hp = _hp(agx_world, AGX)
+    c = hp.rendered.release_id
+    world = MovedWorld(**{**agx_world.__dict__,
+                          "releases": release.ReleaseState(OLD, OLD, (OLD,)),
+                          "after": release.ReleaseState("0th3r0th3r00", OLD,
+                                                        ("0th3r0th3r00", OLD))})
+    use_host(monkeypatch, FakeHost(None, None, (), {}))
+    r = deploy_failing(monkeypatch, world, AGX)
+    # the lock, its release, the one-line failure: nothing else, and not serve's activation
+    assert len(r.commands) == 3, r.commands
+    assert "deploy.lock.new." in r.commands[0] and "deploy.lock.released." in r.commands[1]
+    assert ("the release state changed after this deploy planned (current 0ld0ld0ld0ld -> "
+            "0th3r0th3r00, last-good 0ld0ld0ld0ld -> 0ld0ld0ld0ld)") in r.commands[2]
+    assert not any(f"releases/{c}" in x for x in r.commands)
+    rep = report(on)
+    assert rep["outcome"] == "failed" and rep["phase"] == "lock"
+
+
+def test_unchanged_release_state_passes_the_recheck():
+    from roles.lock import moved
+
+    st = release.ReleaseState("a", "b", ("a", "b"), {"a": {"outcome": "kept"}})
+    assert moved(st, release.ReleaseState("a", "b", ("b", "a"), {"a": {"outcome": "kept"}})) \
+        is None
+    assert moved(st, release.ReleaseState("a", "b", ("a", "b", "c"), st.decisions)) == (
+        "the releases or their recorded decisions changed")

@@ -7,11 +7,15 @@
 
     def test_after_deploy(deployed):    # deployed: the first deploy's PyinfraRun (run once)
 
-The lab needs root and systemd-nspawn; without them the tests fail (never skip silently).
-Knobs for the whole session come from the environment as for `inventories/lab.py`
-(SPECDEC_LAB_HOSTS, SPECDEC_LAB_TIME_SCALE); per-run ones (SPECDEC_LAB_FAULTS, bench knobs)
-go to `LabFleet.pyinfra(env=...)`. Session teardown runs `specdec lab down` and fails the
-session if any namespace, veth, mount or process of the lab remains.
+The tests boot their own lab instance, ``test`` (`specdec.lab.instance`: its own state,
+names, subnet 10.214.0.0/16 and teardown), so they run beside a lab that is already up (the
+``demo`` instance of ``make demo``) and never touch it. The lab needs root and
+systemd-nspawn; without them the tests fail (never skip silently). Knobs for the whole session
+come from the environment as for `inventories/lab.py` (SPECDEC_LAB_HOSTS,
+SPECDEC_LAB_TIME_SCALE); per-run ones (SPECDEC_LAB_FAULTS, bench knobs) go to
+`LabFleet.pyinfra(env=...)`. Session teardown runs `specdec lab down` and fails the session if
+any namespace, veth, mount or process of the test instance remains, or if another instance
+that was up lost anything.
 """
 
 from __future__ import annotations
@@ -36,8 +40,11 @@ INVENTORY = "inventories/lab.py"
 DEPLOY = "deploys/specdec.py"
 
 from specdec.lab.fleet import ssh_argv  # noqa: E402
-from specdec.lab.paths import STATE_FILE  # noqa: E402
+from specdec.lab.instance import ENV, Instance  # noqa: E402
 from specdec.lab.spec import LabHost, lab_hosts  # noqa: E402
+from specdec.lab.teardown import NSPAWN_TMPFS  # noqa: E402
+
+INSTANCE = Instance("test")  # the tests' own lab, beside any other
 
 _OP = re.compile(r"^--> Starting operation: (.*?)\s*$")
 _RESULT = re.compile(r"^\s+\[([\w.-]+)\]\s+(Success|No changes|Skipped|Error.*)\s*$")
@@ -95,7 +102,7 @@ class LabFleet:
 
     def ssh(self, name: str, command: str, *, check: bool = True,
             timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(ssh_argv(self.host(name).address, command), capture_output=True,
+        proc = subprocess.run(ssh_argv(self.host(name), command), capture_output=True,
                               text=True, timeout=timeout, check=False)
         if check and proc.returncode != 0:
             raise AssertionError(f"{name}: {command!r} failed ({proc.returncode}): "
@@ -124,7 +131,7 @@ class LabFleet:
     def host_path(self, name: str, path: str) -> Path:
         """A file of a lab host, seen from the control node (its root is a local mount): for
         watching a host while it is cut off."""
-        state = json.loads(STATE_FILE.read_text())
+        state = json.loads(INSTANCE.state_file.read_text())
         return Path(state["hosts"][name]["root"]) / path.lstrip("/")
 
     def status(self) -> list[dict[str, object]]:
@@ -133,17 +140,21 @@ class LabFleet:
         return json.loads(proc.stdout)
 
 
-def leftovers() -> list[str]:
-    """Anything of a lab on this machine: namespaces, veths, mounts, processes, state."""
+def leftovers(inst: Instance = INSTANCE) -> list[str]:
+    """Anything of lab instance ``inst`` on this machine: namespaces, veths, mounts, processes,
+    state; and the lab's shared nspawn tmpfs when no other lab is up."""
     found: list[str] = []
     netns = Path("/run/netns")
     if netns.is_dir():
-        found += [f"netns {p.name}" for p in netns.iterdir() if p.name.startswith("specdec-lab-")]
+        found += [f"netns {p.name}" for p in netns.iterdir() if p.name.startswith(inst.prefix)]
     found += [f"link {p.name}" for p in Path("/sys/class/net").iterdir()
-              if p.name.startswith("sdlab")]
+              if inst.is_veth(p.name.removesuffix("h"))]
+    own = str(inst.dir) + "/"
+    others = bool(inst.others_up() or inst.legacy_state())
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         fields = line.split()
-        if "specdec-lab" in line and len(fields) > 4:
+        if len(fields) > 4 and (fields[4].startswith(own) or inst.prefix in line or (
+                NSPAWN_TMPFS in line and not others)):
             found.append(f"mount {fields[4]}")
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -152,12 +163,34 @@ def leftovers() -> list[str]:
             cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if ("systemd-nspawn" in cmd and "specdec-lab" in cmd) or (
-                "docker-registry" in cmd and "specdec-lab" in cmd):
+        if ("systemd-nspawn" in cmd or "docker-registry" in cmd) and (
+                own in cmd or inst.prefix in cmd):
             found.append(f"process {proc.name}: {cmd[:80]}")
-    if STATE_FILE.exists():
-        found.append(f"state file {STATE_FILE}")
+    if inst.state_file.exists():
+        found.append(f"state file {inst.state_file}")
     return found
+
+
+def _others_up() -> dict[str, list[str]]:
+    """The other lab instances that are up, with their namespaces."""
+    out: dict[str, list[str]] = {}
+    for other in INSTANCE.others_up():
+        ns = Path("/run/netns")
+        out[other.name] = sorted(p.name for p in ns.iterdir()
+                                 if p.name.startswith(other.prefix)) if ns.is_dir() else []
+    return out
+
+
+def _untouched(before: dict[str, list[str]]) -> list[str]:
+    """What the other instances that were up before the session lost (an instance taken down
+    by its own owner meanwhile, state file and all, is not counted)."""
+    lost: list[str] = []
+    for name, namespaces in before.items():
+        other = Instance(name)
+        if not other.state_file.exists():
+            continue
+        lost += [f"{name}: netns {n}" for n in namespaces if not Path("/run/netns", n).exists()]
+    return lost
 
 
 def _marker_token() -> str:
@@ -167,17 +200,20 @@ def _marker_token() -> str:
 
 @pytest.fixture(scope="session")
 def lab() -> Iterator[LabFleet]:
-    """``specdec lab up inventories/lab.py`` for the session; ``lab down`` afterwards, always."""
+    """``specdec lab up inventories/lab.py`` as instance ``test`` for the session; ``lab down``
+    of that instance afterwards, always."""
     if os.geteuid() != 0:
         pytest.fail("the lab end-to-end tests need root (systemd-nspawn, network namespaces)")
     for tool in ("systemd-nspawn", "pyinfra"):
         if shutil.which(tool) is None:
             pytest.fail(f"the lab end-to-end tests need {tool} ('make setup' installs it)")
-    if STATE_FILE.exists():
-        pytest.fail(f"a lab is already up ({STATE_FILE}); run 'specdec lab down "
-                    f"{INVENTORY}' first")
+    if INSTANCE.state_file.exists():
+        pytest.fail(f"the tests' lab instance is already up ({INSTANCE.state_file}): another "
+                    f"test session runs, or one was killed; 'specdec lab down --instance "
+                    f"{INSTANCE.name}' removes it")
+    others = _others_up()
     token = _marker_token()
-    env = {**os.environ, "HF_TOKEN": token, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "HF_TOKEN": token, "PYTHONUNBUFFERED": "1", ENV: INSTANCE.name}
     env.pop("SPECDEC_LAB_FAULTS", None)
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "specdec", "lab", "up", INVENTORY], cwd=ROOT,
@@ -186,14 +222,11 @@ def lab() -> Iterator[LabFleet]:
     try:
         if proc.returncode != 0:
             pytest.fail(f"specdec lab up failed: {proc.stderr.strip()[-600:]}")
-        cwd = os.getcwd()
-        os.chdir(ROOT)
-        try:
-            hosts = lab_hosts(INVENTORY)
-        finally:
-            os.chdir(cwd)
+        hosts = _load_hosts()
         fleet = LabFleet(INVENTORY, hosts, token, up_seconds, env)
-        sys.stderr.write(f"\n[lab] up in {up_seconds:.1f}s: {', '.join(h.name for h in hosts)}\n")
+        sys.stderr.write(f"\n[lab] instance {INSTANCE.name} up in {up_seconds:.1f}s: "
+                         f"{', '.join(h.name for h in hosts)}"
+                         f"{' (beside ' + ', '.join(others) + ')' if others else ''}\n")
         yield fleet
         for run in fleet.runs:
             sys.stderr.write(f"[lab] {' '.join(run.argv[1:])}: rc={run.rc} "
@@ -202,10 +235,26 @@ def lab() -> Iterator[LabFleet]:
         down = subprocess.run([sys.executable, "-m", "specdec", "lab", "down", INVENTORY],
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
                               check=False)
-        left = leftovers()
-        if down.returncode != 0 or left:
+        left, lost = leftovers(), _untouched(others)
+        if down.returncode != 0 or left or lost:
             pytest.fail(f"lab down: rc={down.returncode} {down.stderr.strip()[-300:]}; "
-                        f"left behind: {left}")
+                        f"left behind: {left}; removed from other instances: {lost}")
+
+
+def _load_hosts() -> list[LabHost]:
+    """The inventory's hosts as the test instance's (the inventory reads the instance from
+    the environment, in a child interpreter)."""
+    cwd, saved = os.getcwd(), os.environ.get(ENV)
+    os.chdir(ROOT)
+    os.environ[ENV] = INSTANCE.name
+    try:
+        return lab_hosts(INVENTORY, instance=INSTANCE)
+    finally:
+        os.chdir(cwd)
+        if saved is None:
+            os.environ.pop(ENV, None)
+        else:
+            os.environ[ENV] = saved
 
 
 @pytest.fixture(scope="session")

@@ -69,15 +69,22 @@ def test_deploy_converges_every_host(lab: LabFleet, deployed: PyinfraRun) -> Non
         assert _models(h.address, h.port) == [plan.get("served_model_name") or plan["model"]]
         containers = lab.ssh(h.name, "docker ps --format '{{.Names}} {{.Image}}'").stdout
         if plan["runtime"] == "docker":
-            # A real pull from the lab registry, pinned as the plan says.
-            assert f"{SERVICE_NAME} localhost:5000/specdec/" in containers, containers
+            # A real pull from the lab registry (its mirror of the catalog image), pinned as
+            # the plan says; the engine runs the release the image carries.
+            assert plan["image"].startswith("localhost:5000/") and "@sha256:" in plan["image"]
+            assert f"{SERVICE_NAME} {plan['image'].split('@')[0]}" in containers, containers
             digest = lab.ssh(h.name, "cat /etc/specdec/image.digest").stdout.strip()
-            assert digest.startswith("localhost:5000/specdec/") and "@sha256:" in digest
+            assert digest.startswith("localhost:5000/") and "@sha256:" in digest
+            version = json.loads(urllib.request.urlopen(
+                f"http://{h.address}:{h.port}/version", timeout=10).read())["version"]
+            assert version == plan["engine_version"], (h.name, version)
         else:
             assert SERVICE_NAME not in containers
             pids = lab.ssh(h.name, f"systemctl show -p MainPID --value {SERVICE_NAME}").stdout
             cmd = lab.ssh(h.name, f"tr '\\0' ' ' < /proc/{pids.strip()}/cmdline").stdout
             assert "specdec.emulator" in cmd and plan["engine"] in cmd.replace("-serve", ""), cmd
+            # natively, the release the host has installed (read by the deploy)
+            assert any(n.endswith("(installed on the host)") for n in plan["notes"]), plan["notes"]
     assert runtimes == {"docker", "native"}, "the fleet must exercise both runtimes"
 
 
@@ -174,3 +181,22 @@ def test_gate_keeps_eagle3_on_agx_and_disables_the_nx_draft(lab: LabFleet,
         nx = _decision(lab, "lab-nx", cand)
         assert nx is not None and nx["outcome"] == "disabled" and nx["active"] == current, nx
         assert _models(lab.host("lab-nx").address, lab.host("lab-nx").port)
+
+
+def test_weights_are_in_the_host_cache_with_completion_records(lab: LabFleet,
+                                                               deployed: PyinfraRun) -> None:
+    """Every Hub cache variable the image sets points at the host cache (the 0.9.2 image sets
+    three to /data/models/huggingface and has only huggingface-cli), and every snapshot the
+    engine reads offline has a completion record."""
+    assert deployed.rc == 0, deployed.summary()
+    for h in lab.hosts:
+        plan = json.loads(lab.ssh(h.name, f"cat {RELEASES_DIR}/$(basename $(readlink "
+                                          "/var/lib/specdec/current))/plan.json").stdout)
+        for repo in (plan["model"], plan["draft"]):
+            if not repo:
+                continue
+            rec = lab.ssh(h.name, f"cat /var/lib/specdec/hf/.specdec/complete/"
+                                  f"{repo.replace('/', '--')}").stdout.splitlines()
+            assert len(rec) > 2, (h.name, repo, rec)
+        if plan.get("draft_dir"):  # TensorRT-LLM before PR #10099: a local directory
+            lab.ssh(h.name, f"test -f {plan['draft_dir']}/config.json")

@@ -78,12 +78,16 @@ def _assert_restored(lab: LabFleet, host: str, release: str) -> None:
 
 
 def _no_token(lab: LabFleet, *texts: str, run_dir: Path | None = None) -> None:
+    """Neither the session's token nor anything token-shaped, errors included."""
+    from specdec.errors import TOKEN_SHAPED
+
     for t in texts:
-        assert lab.hf_token not in t
+        assert lab.hf_token not in t and TOKEN_SHAPED.search(t) is None
     if run_dir is not None:
         for p in run_dir.rglob("*"):
             if p.is_file():
-                assert lab.hf_token not in p.read_text(errors="replace"), p
+                text = p.read_text(errors="replace")
+                assert lab.hf_token not in text and TOKEN_SHAPED.search(text) is None, p
 
 
 def test_first_deploy_keeps_where_it_pays_and_disables_where_it_does_not(

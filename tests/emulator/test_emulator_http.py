@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -20,6 +19,8 @@ from typing import Any
 
 import httpx
 import pytest
+
+from tests.hostfiles import engine_yaml_on_host
 
 LLAMA8 = "meta-llama/Llama-3.1-8B-Instruct"
 HEAD8 = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
@@ -144,7 +145,7 @@ def test_vllm_simple_endpoints(vllm: Emu) -> None:
     assert httpx.get(b + "/health").status_code == 200
     assert httpx.get(b + "/ping").status_code == 200
     assert httpx.post(b + "/ping").status_code == 200
-    assert httpx.get(b + "/version").json() == {"version": "0.11.0"}
+    assert httpx.get(b + "/version").json() == {"version": "0.19.0"}  # AGX's default image
     models = httpx.get(b + "/v1/models").json()
     assert [m["id"] for m in models["data"]] == ["llama8b"]
     assert models["data"][0]["max_model_len"] == 8192 and models["data"][0]["root"] == LLAMA8
@@ -309,12 +310,14 @@ def test_vllm_api_key_guards_v1_only(tmp_path: Path) -> None:
 
 # -- trtllm-serve ----------------------------------------------------------------------------------
 def test_trtllm_serve(tmp_path: Path) -> None:
-    yaml_path = tmp_path / "engine.yaml"
-    shutil.copy(GOLDEN / "dgx-spark-trtllm-docker" / "engine.yaml", yaml_path)
+    golden = GOLDEN / "dgx-spark-trtllm-docker"
+    plan = json.loads((golden / "plan.json").read_text())
+    yaml_path, env = engine_yaml_on_host(golden, plan, tmp_path)
     emu = Emu(tmp_path, ["trtllm-serve", "openai/gpt-oss-120b", "--backend", "pytorch",
                          "--max_batch_size", "16", "--max_seq_len", "16384",
                          "--kv_cache_free_gpu_memory_fraction", "0.7",
-                         "--extra_llm_api_options", str(yaml_path)], device="dgx-spark")
+                         "--extra_llm_api_options", str(yaml_path)], device="dgx-spark",
+              env={**env, "SPECDEC_EMU_ENGINE_VERSION": plan["engine_version"]})
     try:
         emu.wait_ready()
         b = emu.base

@@ -37,9 +37,10 @@ def test_devices_consistent() -> None:
         for mid in dev.module_ids:
             assert mid not in module_ids
             module_ids.add(mid)
-        for per_release in dev.images.values():
-            for image in per_release.values():
-                check_image("catalog", dev.id, image)  # every catalog image is pinned
+        for engine in dev.engines:
+            img = cat.default_image(dev, engine, "36.4.3" if dev.platform == "l4t" else None)
+            assert img is not None, (dev.id, engine)  # every device has a default per engine
+            check_image("catalog", dev.id, img.ref)  # every catalog image is pinned
         if dev.platform == "l4t":
             assert dev.engines == ("vllm",)  # no trtllm-serve on Orin
             assert dev.module_ids
@@ -69,3 +70,33 @@ def test_bad_catalog(tmp_path: Path) -> None:
         parse_catalog(bad, models)
     with pytest.raises(ConfigError, match="unknown device 'x'"):
         load_catalog().device("x")
+
+
+def test_quantized_checkpoints_are_smaller_than_their_base_and_reuse_its_head() -> None:
+    cat = load_catalog()
+    quantized = [m for m in cat.models.values() if m.base_model]
+    assert {m.quantization for m in quantized} >= {"w4a16", "fp8", "nvfp4"}
+    for m in quantized:
+        base = cat.models[m.base_model]
+        assert m.weight_gib < base.weight_gib and m.tokenizer == base.tokenizer, m.id
+        assert m.decode_bytes <= m.weight_bytes, m.id
+        assert m.heads == base.heads or not base.heads, m.id  # the bf16 head is reused
+
+
+def test_quantized_target_plans_with_its_base_models_eagle3_head() -> None:
+    from specdec.plan import make_plan
+
+    plan = make_plan("h", {"specdec_device": "agx-orin-64gb",
+                           "specdec_model": "RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w4a16"},
+                     None)
+    assert (plan.method, plan.draft) == ("eagle3", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B")
+    fp8 = make_plan("h", {"specdec_device": "agx-orin-32gb",
+                          "specdec_model": "Qwen/Qwen3-8B-FP8"}, None)  # W8A16 on Orin
+    assert fp8.model == "Qwen/Qwen3-8B-FP8"
+
+
+def test_weight_formats_per_platform() -> None:
+    q = load_catalog().quantizations
+    assert set(q["nvfp4"].platforms) == {"sbsa"} and set(q["mxfp4"].platforms) == {"sbsa"}
+    assert set(q["fp8"].platforms) == {"l4t", "sbsa"}
+    assert set(q["w4a16"].platforms) == {"l4t", "sbsa"}

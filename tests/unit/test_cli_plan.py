@@ -19,7 +19,10 @@ INVENTORIES = sorted((ROOT / "inventories").glob("*.py"))
 
 
 def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, HF_TOKEN="hf_MARKERtoken123")
+    # PYTHONPATH: this checkout's specdec, also when cwd is elsewhere (not an installed one).
+    env = dict(os.environ, HF_TOKEN="hf_MARKERtoken123",
+               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH"))
+                                          if p))
     return subprocess.run([sys.executable, "-m", "specdec", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, check=False, timeout=120)
 
@@ -82,7 +85,10 @@ def _bad_inventory(tmp_path: Path, host_data: str) -> Path:
     ("host_data", "fragments"),
     [
         ("{'specdec_device': 'orin-nano-8gb', 'specdec_model': "
-         "'nvidia/Llama-3.3-70B-Instruct-FP4'}", ["bad-1", "specdec_model=", "exceed 7.44 GiB"]),
+         "'meta-llama/Llama-3.1-8B-Instruct'}", ["bad-1", "specdec_model=", "exceed 7.44 GiB"]),
+        ("{'specdec_device': 'orin-nano-8gb', 'specdec_model': "
+         "'nvidia/Llama-3.3-70B-Instruct-FP4'}", ["bad-1", "nvfp4 weights do not run on "
+                                                  "orin-nano-8gb"]),
         ("{'specdec_device': 'orin-nano-8gb', 'specdec_model': 'Qwen/Qwen3-0.6B', "
          "'specdec_metod': 'ngram'}", ["bad-1", "specdec_metod", "did you mean specdec_method"]),
         ("{'specdec_device': 'jetson-tx2', 'specdec_model': 'Qwen/Qwen3-0.6B'}",
@@ -94,10 +100,10 @@ def _bad_inventory(tmp_path: Path, host_data: str) -> Path:
          "'specdec_image': 'nvcr.io/nvidia/vllm'}", ["bad-1", "specdec_image=", "not pinned"]),
     ],
 )
-def test_bad_input_one_line_exit_1(tmp_path: Path, host_data: str, fragments: list[str]) -> None:
+def test_bad_input_one_line_exit_2(tmp_path: Path, host_data: str, fragments: list[str]) -> None:
     inv = _bad_inventory(tmp_path, host_data)
     out = run("plan", str(inv), cwd=tmp_path)
-    assert out.returncode == 1
+    assert out.returncode == 2  # bad input
     assert out.stdout == ""
     assert out.stderr.count("\n") == 1, out.stderr
     assert out.stderr.startswith("specdec: error: ")
@@ -108,15 +114,15 @@ def test_bad_input_one_line_exit_1(tmp_path: Path, host_data: str, fragments: li
 
 def test_missing_and_broken_inventory(tmp_path: Path) -> None:
     out = run("plan", str(tmp_path / "nope.py"))
-    assert out.returncode == 1 and "no such file" in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == 2 and "no such file" in out.stderr and "Traceback" not in out.stderr
     broken = tmp_path / "broken.py"
     broken.write_text("hosts = [('a', {})\n")
     out = run("plan", str(broken), cwd=tmp_path)
-    assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
     out = run("plan", "inventories/jetsons.py", "--limit", "nothing-here")
-    assert out.returncode == 1 and "--limit='nothing-here'" in out.stderr
+    assert out.returncode == 2 and "--limit='nothing-here'" in out.stderr
     out = run("render", "inventories/jetsons.py", "--host", "ghost", "--out", str(tmp_path))
-    assert out.returncode == 1 and "--host='ghost'" in out.stderr
+    assert out.returncode == 2 and "--host='ghost'" in out.stderr
 
 
 def test_load_inventory_applies_group_data(monkeypatch: pytest.MonkeyPatch) -> None:

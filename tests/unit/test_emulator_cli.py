@@ -20,14 +20,19 @@ AGX = device_profile("agx-orin-64gb")
 SPARK = device_profile("dgx-spark")
 
 
-def vllm_cfg(*flags: str, model: str = LLAMA8):
+VLLM = "0.19.0"  # the Jetson default image's release (per release: test_emulator_versions)
+TRT = "1.3.0rc15"  # the first TensorRT-LLM release with decoding_type Eagle3 and Hub-id drafts
+
+
+def vllm_cfg(*flags: str, model: str = LLAMA8, version: str = VLLM):
     args = cli_vllm.parse_argv(["serve", model, *flags])
-    return cli_vllm.config_from_args(args, seed=0, device_id=AGX.id, device=AGX)
+    return cli_vllm.config_from_args(args, seed=0, device_id=AGX.id, device=AGX,
+                                     version=version)
 
 
-def spec_error(spec: dict[str, object], model: str = LLAMA8) -> str:
+def spec_error(spec: dict[str, object], model: str = LLAMA8, version: str = VLLM) -> str:
     with pytest.raises(StartupError) as info:
-        vllm_cfg("--speculative-config", json.dumps(spec), model=model)
+        vllm_cfg("--speculative-config", json.dumps(spec), model=model, version=version)
     return info.value.root
 
 
@@ -65,9 +70,15 @@ def test_trtllm_usage_error_is_click_style(capsys: pytest.CaptureFixture[str]) -
     assert "Usage: trtllm-serve" in err and "Error: No such option: --bogus" in err
 
 
-def test_vllm_version(capsys: pytest.CaptureFixture[str]) -> None:
+def test_vllm_version(capsys: pytest.CaptureFixture[str],
+                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECDEC_EMU_ENGINE_VERSION", "0.9.2")
     assert run(["vllm", "--version"]) == 0
-    assert capsys.readouterr().out.strip() == "0.11.0"
+    assert capsys.readouterr().out.strip() == "0.9.2"
+    monkeypatch.delenv("SPECDEC_EMU_ENGINE_VERSION")
+    monkeypatch.setenv("SPECDEC_EMU_DEVICE", "agx-orin-64gb")
+    assert run(["vllm", "--version"]) == 0  # the device's default catalog image's release
+    assert capsys.readouterr().out.strip() == VLLM
 
 
 def test_vllm_underscore_flags_are_accepted() -> None:
@@ -106,8 +117,9 @@ def test_spec_draft_tp() -> None:
 
 
 def test_spec_unknown_method() -> None:
-    assert spec_error({"method": "lookahead", "num_speculative_tokens": 3}) == (
-        "NotImplementedError: Unsupported speculative method: 'lookahead'")
+    msg = spec_error({"method": "lookahead", "num_speculative_tokens": 3})
+    assert "1 validation error for SpeculativeConfig\nmethod\n  Input should be 'ngram'" in msg
+    assert "[type=literal_error, input_value='lookahead', input_type=str]" in msg
 
 
 def test_spec_vocab_mismatch() -> None:
@@ -144,22 +156,22 @@ def test_vllm_max_model_len_above_model() -> None:
 
 
 # -- trtllm-serve speculative_config ---------------------------------------------------------------
-def trt_cfg(tmp_path: Path, yaml_text: str, model: str = "openai/gpt-oss-120b"):
+def trt_cfg(tmp_path: Path, yaml_text: str, model: str = LLAMA8, version: str = TRT):
     p = tmp_path / "extra.yaml"
     p.write_text(yaml_text)
     args = cli_trtllm.parse_argv(["serve", model, "--extra_llm_api_options", str(p)])
-    return cli_trtllm.config_from_args(args, seed=0, device=SPARK)
+    return cli_trtllm.config_from_args(args, seed=0, device=SPARK, version=version)
 
 
 @pytest.mark.parametrize(("yaml_text", "message"), [
     ("speculative_config: {decoding_type: Bogus, max_draft_len: 3}",
      "Invalid decoding type: Bogus"),
-    ("speculative_config: {decoding_type: Eagle3, speculative_model_dir: "
-     "nvidia/gpt-oss-120b-Eagle3-long-context}", "max_draft_len is required for Eagle"),
+    (f"speculative_config: {{decoding_type: Eagle3, speculative_model_dir: {HEAD8}}}",
+     "max_draft_len is required for Eagle"),
     ("speculative_config: {decoding_type: Eagle, max_draft_len: 3}",
-     "Draft model must be provided for EAGLE"),
-    ("speculative_config: {decoding_type: Eagle3, max_draft_len: 3, speculative_model_dir: "
-     "nvidia/gpt-oss-120b-Eagle3-long-context, tree_depth: 2}", "Extra inputs are not permitted"),
+     "Path to EAGLE3 weights must be specified."),
+    (f"speculative_config: {{decoding_type: Eagle3, max_draft_len: 3, speculative_model_dir: "
+     f"{HEAD8}, tree_depth: 2}}", "Extra inputs are not permitted"),
     ("kv_cache_config: {free_gpu_memory_fraction: 1.5}", "free_gpu_memory_fraction"),
     ("foo: 1", "Extra inputs are not permitted"),
     ("speculative_config: [1, 2]", "valid dictionary"),
@@ -173,12 +185,12 @@ def test_trtllm_spec_validation(tmp_path: Path, yaml_text: str, message: str) ->
 def test_trtllm_missing_yaml(tmp_path: Path) -> None:
     args = cli_trtllm.parse_argv([LLAMA8, "--extra_llm_api_options", str(tmp_path / "no.yaml")])
     with pytest.raises(StartupError, match="No such file or directory"):
-        cli_trtllm.config_from_args(args, seed=0, device=SPARK)
+        cli_trtllm.config_from_args(args, seed=0, device=SPARK, version=TRT)
 
 
 def test_trtllm_spec_ok(tmp_path: Path) -> None:
     cfg = trt_cfg(tmp_path, "speculative_config: {decoding_type: Eagle3, max_draft_len: 4, "
-                            "speculative_model_dir: nvidia/gpt-oss-120b-Eagle3-long-context, "
+                            f"speculative_model_dir: {HEAD8}, "
                             "max_concurrency: 8}\ndisable_overlap_scheduler: true\n")
     assert (cfg.setup.method, cfg.setup.k, cfg.setup.max_concurrency) == ("eagle3", 4, 8)
     assert not cfg.setup.overlap_scheduler
@@ -188,7 +200,7 @@ def test_trtllm_spec_ok(tmp_path: Path) -> None:
 def test_trtllm_on_orin_is_unsupported() -> None:
     args = cli_trtllm.parse_argv([LLAMA8])
     with pytest.raises(StartupError, match="Unsupported SM version 87"):
-        cli_trtllm.config_from_args(args, seed=0, device=AGX)
+        cli_trtllm.config_from_args(args, seed=0, device=AGX, version=TRT)
 
 
 # -- knobs and faults ------------------------------------------------------------------------------

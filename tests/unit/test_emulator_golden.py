@@ -12,43 +12,48 @@ from specdec.emulator import cli_trtllm, cli_vllm, engine_of
 from specdec.emulator.memory import trtllm_memory, vllm_memory
 from specdec.emulator.profiles import device_profile
 from specdec.emulator.runtime import StartupError
+from tests.hostfiles import engine_yaml_on_host
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 DIRS = sorted(p for p in GOLDEN.iterdir() if (p / "specdec-engine.service").is_file())
 
 
-def engine_argv(unit: str, golden: Path) -> list[str]:
+def engine_argv(unit: str, engine_yaml: Path) -> list[str]:
     """The ``vllm serve ...`` / ``trtllm-serve ...`` tail of ExecStart (docker prefix stripped),
-    with the engine.yaml path pointed at the golden copy."""
+    with the engine.yaml path pointed at ``engine_yaml``."""
     line = next(x for x in unit.splitlines() if x.startswith("ExecStart="))
     words = shlex.split(line[len("ExecStart="):])
     start = next(i for i, w in enumerate(words) if engine_of(w) is not None
                  and (w.endswith("trtllm-serve") or words[i + 1:i + 2] == ["serve"]))
     argv = words[start:]
-    return [str(golden / "engine.yaml") if a.endswith("engine.yaml") else a for a in argv]
-
-
-def test_golden_dirs_exist() -> None:
-    assert len(DIRS) >= 5
-    engines = {json.loads((d / "plan.json").read_text())["engine"] for d in DIRS}
-    assert engines == {"vllm", "trtllm"}
+    return [str(engine_yaml) if a.endswith("engine.yaml") else a for a in argv]
 
 
 @pytest.mark.parametrize("golden", DIRS, ids=[d.name for d in DIRS])
-def test_golden_command_line_is_accepted(golden: Path) -> None:
+def test_golden_command_line_is_accepted(golden: Path, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan's engine release (emulated) accepts the rendered command line and YAML."""
     plan = json.loads((golden / "plan.json").read_text())
-    argv = engine_argv((golden / "specdec-engine.service").read_text(), golden)
+    yaml_path = golden / "engine.yaml"
+    if yaml_path.is_file():
+        yaml_path, env = engine_yaml_on_host(golden, plan, tmp_path)
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+    argv = engine_argv((golden / "specdec-engine.service").read_text(), yaml_path)
     assert engine_of(argv[0]) == plan["engine"]
     dev = device_profile(plan["device"])
+    version = plan["engine_version"]
     if plan["engine"] == "vllm":
         args = cli_vllm.parse_argv(argv[1:])
-        cfg = cli_vllm.config_from_args(args, seed=0, device_id=dev.id, device=dev)
+        cfg = cli_vllm.config_from_args(args, seed=0, device_id=dev.id, device=dev,
+                                        version=version)
         assert cfg.gpu_memory_utilization == plan["gpu_memory_utilization"]
     else:
         assert (golden / "engine.yaml").is_file()
         args = cli_trtllm.parse_argv(argv[1:])
-        cfg = cli_trtllm.config_from_args(args, seed=0, device=dev)
+        cfg = cli_trtllm.config_from_args(args, seed=0, device=dev, version=version)
         assert cfg.iter_perf_stats
+    assert cfg.engine_version == version
     assert cfg.setup.target.id == plan["model"]
     assert cfg.port == plan["port"]
     assert cfg.setup.max_num_seqs == plan["max_num_seqs"]

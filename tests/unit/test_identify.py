@@ -78,6 +78,9 @@ def test_agx_orin_64() -> None:
         memory_gib=61.4,
         arch="aarch64",
         gpu_name=None,
+        module_name="NVIDIA Jetson AGX Orin (64GB ram)",
+        jetpack="6.2",
+        bandwidth_gbs=204.8,  # no nvpmodel.conf in this fixture: the device's peak
     )
 
 
@@ -206,13 +209,88 @@ def test_cli_identify_unsupported(tmp_path: Path) -> None:
 
 
 def test_unknown_module_of_known_family() -> None:
-    industrial = jetson(
-        "NVIDIA Jetson AGX Orin Industrial",
-        "nvidia,p3737-0000+p3701-0008\0nvidia,p3701-0008\0nvidia,tegra234\0",
+    unknown = jetson(
+        "NVIDIA Jetson AGX Orin Developer Kit",
+        "nvidia,p3737-0000+p3701-0099\0nvidia,p3701-0099\0nvidia,tegra234\0",
         64_000_000,
     )
-    with pytest.raises(IdentifyError, match="unsupported Jetson module p3701-0008"):
-        parse_identity(industrial)
+    with pytest.raises(IdentifyError, match="unsupported Jetson module p3701-0099") as exc:
+        parse_identity(unknown)
+    assert "\n" not in str(exc.value)
+
+
+# Every Orin module part number NVIDIA ships (jetson_stats MODULE_NAME_TABLE plus the AGX Orin
+# Industrial module and the SD-card NX SKU of upstream Linux's tegra.yaml), as its device tree
+# shows it on the carrier it ships on, with a MemTotal of its size.
+ALL_MODULES = {
+    "p3701-0000": ("p3737-0000", "NVIDIA Jetson AGX Orin Developer Kit", 30_536 * 1024,
+                   "agx-orin-32gb"),
+    "p3701-0004": ("p3737-0000", "NVIDIA Jetson AGX Orin Developer Kit", 30_536 * 1024,
+                   "agx-orin-32gb"),
+    "p3701-0005": ("p3737-0000", "NVIDIA Jetson AGX Orin Developer Kit", 62_801 * 1024,
+                   "agx-orin-64gb"),
+    "p3701-0008": ("p3737-0000", "NVIDIA Jetson AGX Orin Developer Kit", 62_801 * 1024,
+                   "agx-orin-64gb"),
+    "p3701-0002": ("p3740-0002", "NVIDIA IGX Orin Development Kit", 62_801 * 1024,
+                   "agx-orin-64gb"),
+    "p3767-0000": ("p3768-0000", "NVIDIA Jetson Orin NX Engineering Reference Developer Kit",
+                   15_655_268, "orin-nx-16gb"),
+    "p3767-0002": ("p3768-0000", "NVIDIA Jetson Orin NX Engineering Reference Developer Kit",
+                   15_655_268, "orin-nx-16gb"),
+    "p3767-0001": ("p3768-0000", "NVIDIA Jetson Orin NX Engineering Reference Developer Kit",
+                   7_620 * 1024, "orin-nx-8gb"),
+    "p3767-0003": ("p3768-0000", "NVIDIA Jetson Orin Nano Engineering Reference Developer Kit",
+                   7_620 * 1024, "orin-nano-8gb"),
+    "p3767-0005": ("p3768-0000", "NVIDIA Jetson Orin Nano Engineering Reference Developer Kit",
+                   7_620 * 1024, "orin-nano-8gb"),
+    "p3767-0004": ("p3768-0000", "NVIDIA Jetson Orin Nano Engineering Reference Developer Kit",
+                   3_602 * 1024, "orin-nano-4gb"),
+}
+
+
+@pytest.mark.parametrize("module", sorted(ALL_MODULES))
+def test_every_orin_module_is_identified(module: str) -> None:
+    carrier, model, mem_kb, device = ALL_MODULES[module]
+    files = jetson(model, f"nvidia,{carrier}+{module}\0nvidia,{module}\0nvidia,tegra234\0",
+                   mem_kb)
+    ident = parse_identity(files)
+    assert (ident.device, ident.module_id) == (device, module)
+    assert ident.module_name and "Orin" in ident.module_name
+    assert ident.jetpack == "6.2"
+
+
+def test_module_table_covers_jetson_stats() -> None:
+    from specdec.catalog import load_catalog
+
+    # jetson_stats MODULE_NAME_TABLE (rbonghi/jetson_stats @ f41d5cad), the Orin entries.
+    jetson_stats = {"p3767-0005", "p3767-0004", "p3767-0003", "p3767-0001", "p3767-0000",
+                    "p3701-0005", "p3701-0004", "p3701-0002", "p3701-0000"}
+    table = load_catalog().modules
+    assert jetson_stats <= set(table)
+    assert set(ALL_MODULES) == set(table)
+
+
+def _conf(name: str) -> str:
+    return (Path(__file__).resolve().parents[2] / "specdec/lab/nvpmodel" / name).read_text()
+
+
+def test_power_mode_is_read_from_the_conf_not_assumed() -> None:
+    nano = dict(NANO8, **{"etc/nvpmodel.conf": _conf("nvpmodel_p3767_0003_super.conf"),
+                          "var/lib/nvpmodel/status": "pmode:0000 fmode:quiet\n"})
+    ident = parse_identity(nano)
+    assert (ident.power_mode, ident.power_mode_id, ident.bandwidth_gbs) == ("15W", 0, 68.3)
+    nano["var/lib/nvpmodel/status"] = "pmode:0002 fmode:quiet\n"
+    ident = parse_identity(nano)
+    assert (ident.power_mode, ident.power_mode_id, ident.bandwidth_gbs) == (
+        "MAXN_SUPER", 2, 102.4)
+    # No status file yet: the conf's boot default (PM_CONFIG DEFAULT=1: 25W).
+    nano["var/lib/nvpmodel/status"] = None
+    assert parse_identity(nano).power_mode == "25W"
+    agx = dict(AGX64, **{"etc/nvpmodel.conf": _conf("nvpmodel_p3701_0000.conf"),
+                         "var/lib/nvpmodel/status": "pmode:0001 fmode:quiet\n"})
+    ident = parse_identity(agx)
+    assert (ident.power_mode, ident.bandwidth_gbs) == ("MODE_15W", 136.5)
+    assert "power mode MODE_15W (id 1)" in ident.describe()
 
 
 def test_thor_unsupported() -> None:

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from specdec.catalog import load_catalog
-from specdec.errors import LabError
+from specdec.errors import ConfigError, LabError
 from specdec.identify import parse_identity
-from specdec.lab import fleet, images
+from specdec.lab import fleet, images, paths
 from specdec.lab.fleetdata import LAB_MEMLOCK, parse_faults
 from specdec.lab.fleetdata import fleet as fleet_data
 from specdec.lab.identity import device_files, meminfo
+from specdec.lab.instance import ENV, Instance
 from specdec.lab.spec import LabHost, parse_lab_hosts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,6 +29,11 @@ TABLE = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _default_instance(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV, raising=False)
+
+
 def _host(name: str = "h", **data: object) -> tuple[str, dict[str, object]]:
     return name, {"lab_device": "agx-orin-64gb", "ssh_hostname": "10.213.1.2", **data}
 
@@ -36,8 +42,40 @@ def test_parse_lab_hosts_derives_addresses_and_names() -> None:
     (h,) = parse_lab_hosts([_host("lab-x", ssh_hostname="10.213.7.2", specdec_port=8001)])
     assert (h.address, h.gateway, h.port, h.device) == ("10.213.7.2", "10.213.7.1", 8001,
                                                         "agx-orin-64gb")
-    assert h.netns == "specdec-lab-lab-x" and len(h.veth) <= 15
+    assert (h.instance, h.netns, h.veth) == ("demo", "specdec-lab-demo-lab-x", "sdldemo448")
     assert LabHost.from_dict(h.to_dict()) == h
+
+
+def test_instances_have_their_own_names_subnets_and_files() -> None:
+    demo, test = Instance("demo"), Instance.from_env({ENV: "test"})
+    assert Instance.from_env({}) == demo
+    assert (str(demo.subnet), str(test.subnet)) == ("10.213.0.0/16", "10.214.0.0/16")
+    assert test.host_address(3) == "10.214.3.2"
+    assert test.state_file == Path("/var/lib/specdec-lab/test/state.json")
+    assert test.key_file.parent == test.dir != demo.dir
+    # Interface names: at most 14 characters (the peer's temporary name adds one), and no
+    # instance's name can be read as another's (letters, then the index).
+    longest = Instance("abcdef")
+    assert len(longest.veth(16383)) == 14 and longest.is_veth("sdlabcdef64")
+    assert not demo.is_veth("sdldemox64") and not demo.is_veth("eth0")
+    assert str(Instance("ci").subnet).startswith("10.") and Instance("ci").subnet not in (
+        demo.subnet, test.subnet)
+    (h,) = parse_lab_hosts([_host("lab-x", ssh_hostname="10.214.1.2")], test)
+    assert (h.netns, h.veth) == ("specdec-lab-test-lab-x", "sdltest64")
+
+
+@pytest.mark.parametrize("name", ["", "Demo", "demo1", "toolong", "de-mo", "../x"])
+def test_bad_instance_names_are_refused_in_one_line(name: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        Instance.from_env({ENV: name}) if name else Instance(name)
+    assert str(exc.value) == (f"{ENV}={name!r}: a lab instance name is 1 to 6 lowercase "
+                              "letters (e.g. demo, test)")
+
+
+def test_an_address_outside_the_instance_subnet_is_refused() -> None:
+    with pytest.raises(LabError, match=r"lab-x: ssh_hostname='10.213.1.2': must be the .2 of a "
+                                       r"/30 in 10.214.0.0/16, the subnet of lab instance 'test'"):
+        parse_lab_hosts([_host("lab-x")], Instance("test"))
 
 
 @pytest.mark.parametrize(("data", "message"), [
@@ -87,11 +125,25 @@ def test_fleet_data_carries_lab_settings() -> None:
     assert b["specdec_env"]["SPECDEC_EMU_FAULT"] == "crash_at_start"
     assert b["lab_fault"] == "crash_at_start"
     assert "specdec_image" not in b  # native runtime
-    assert "/specdec/vllm-emu:" in a["specdec_image"]
-    assert "/specdec/trtllm-emu:" in c["specdec_image"]
-    assert a["specdec_hf_token_file"].endswith("/hf_token")
+    # mirrors of the devices' default catalog images, in the lab registry
+    assert a["specdec_image"].startswith(
+        "localhost:5000/nvidia-ai-iot/vllm:0.19.0-r36.4.tegra-aarch64-cu126-22.04")
+    assert c["specdec_image"].startswith("localhost:5000/nvidia/tensorrt-llm/release:1.2.1")
+    assert a["specdec_hf_token_file"] == "/var/lib/specdec-lab/demo/hf_token"
+    assert a["ssh_key"] == "/var/lib/specdec-lab/demo/id_ed25519"
     with_token = dict(fleet_data(TABLE, {"HF_TOKEN": "x"}))
     assert "specdec_hf_token_file" not in with_token["lab-a"]
+
+
+def test_fleet_data_follows_the_instance() -> None:
+    hosts = dict(fleet_data(TABLE, {ENV: "test"}))
+    assert [h["ssh_hostname"] for h in hosts.values()] == ["10.214.1.2", "10.214.2.2",
+                                                            "10.214.3.2"]
+    assert hosts["lab-a"]["ssh_key"] == "/var/lib/specdec-lab/test/id_ed25519"
+    assert hosts["lab-a"]["specdec_hf_token_file"] == "/var/lib/specdec-lab/test/hf_token"
+    assert parse_lab_hosts(list(hosts.items()), Instance("test"))[2].veth == "sdltest192"
+    with pytest.raises(ValueError, match=f"{ENV}='Test': a lab instance name"):
+        fleet_data(TABLE, {ENV: "Test"})
 
 
 def test_fleet_data_host_count() -> None:
@@ -113,7 +165,14 @@ def test_identity_files_identify_as_the_device(device_id: str) -> None:
         files[key] = data.decode()
     if made.gpu_name:
         files["nvidia-smi.txt"] = f"{made.gpu_name}, [N/A], 580.95.05\n"
-    assert parse_identity(files).device == device_id
+    if "etc/nvpmodel.conf" in made.links:  # /etc/nvpmodel.conf -> the module's NVIDIA conf
+        files["etc/nvpmodel.conf"] = made.files[made.links["etc/nvpmodel.conf"][1:]].decode()
+    ident = parse_identity(files)
+    assert ident.device == device_id
+    # a Jetson host boots in its conf's default mode (no status file yet): Nano 25W, NX 40W,
+    # AGX MODE_30W; the Spark has no nvpmodel
+    expected = {"orin-nano": "25W", "orin-nx": "40W", "agx-orin": "MODE_30W"}
+    assert ident.power_mode == expected.get(device.family)
 
 
 def test_image_version_and_wrappers_are_stable() -> None:
@@ -123,8 +182,23 @@ def test_image_version_and_wrappers_are_stable() -> None:
     assert "specdec/emulator/__init__.py" in paths and "specdec/catalog/devices.yaml" in paths
     assert not any("/lab/" in p for p in paths)
     wrappers = images.wrapper_scripts()
-    assert set(wrappers) == {"vllm", "trtllm-serve", "hf"}
+    assert set(wrappers) == {"vllm", "trtllm-serve", "hf", "huggingface-cli"}
     assert all('"$@"' in w for w in wrappers.values())
+    native = images.wrapper_scripts(versions={"vllm": "0.9.2"})
+    assert "SPECDEC_EMU_ENGINE_VERSION=0.9.2 exec" in native["vllm"]
+
+
+def test_lab_images_mirror_the_catalog() -> None:
+    from specdec.catalog import load_catalog
+
+    cat = load_catalog()
+    labs = {i.catalog_ref: i for i in images.lab_images()}
+    assert set(labs) == set(cat.images)
+    old = labs["dustynv/vllm:0.9.2-r36.4-cu128-24.04"]
+    assert old.ref == "localhost:5000/dustynv/vllm:0.9.2-r36.4-cu128-24.04"
+    assert (old.version, old.hub_cli) == ("0.9.2", "huggingface-cli")
+    assert ("HUGGINGFACE_HUB_CACHE", "/data/models/huggingface") in old.env
+    assert cat.image_for(old.ref) is cat.images[old.catalog_ref]  # the planner sees a mirror
 
 
 def test_emulator_files_tar_is_deterministic(tmp_path: Path) -> None:
@@ -141,7 +215,7 @@ def test_lab_engine_rejects_unknown_device() -> None:
     proc = subprocess.run([sys.executable, "-m", "specdec", "lab", "engine", "--device", "tx2",
                            "--", "vllm", "serve", "Qwen/Qwen3-0.6B"], cwd=ROOT,
                           capture_output=True, text=True, check=False, timeout=60)
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # bad input (ConfigError)
     assert proc.stderr.strip() == (
         "specdec: error: --device='tx2': unknown device; known: " +
         ", ".join(sorted(load_catalog().devices)))
@@ -165,13 +239,13 @@ def test_preflight_names_a_missing_prerequisite(monkeypatch: pytest.MonkeyPatch)
                         lambda tool: None if tool == "systemd-nspawn" else "/usr/bin/" + tool)
     with pytest.raises(LabError, match=r"systemd-nspawn is not installed \(apt-get install "
                                        r"systemd-container\)"):
-        fleet._preflight([])
+        fleet._preflight(Instance("demo"), [])
 
 
 def test_status_json_shape_when_down(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(fleet, "load_state", lambda: None)
-    monkeypatch.setattr(fleet, "lab_hosts", lambda inv, limit=None: parse_lab_hosts(
-        [_host("lab-x")]))
+    monkeypatch.setattr(fleet, "load_state", lambda inst: None)
+    monkeypatch.setattr(fleet, "lab_hosts", lambda inv, limit=None, inst=None: parse_lab_hosts(
+        [_host("lab-x")], inst))
     assert fleet.status("inventories/lab.py") == [{
         "host": "lab-x", "device": "agx-orin-64gb", "address": "10.213.1.2",
         "reachable": False, "service_active": False, "serving": False}]
@@ -217,9 +291,22 @@ def test_boot_loop_passes_sigterm_to_nspawn_and_ends(tmp_path: Path) -> None:
 
 def test_net_and_reboot_refuse_without_a_lab(monkeypatch: pytest.MonkeyPatch,
                                              tmp_path: Path) -> None:
-    monkeypatch.setattr(fleet, "STATE_FILE", tmp_path / "state.json")
-    with pytest.raises(LabError, match="no lab is up"):
+    monkeypatch.setattr(paths, "LAB_ROOT", tmp_path)
+    with pytest.raises(LabError, match="lab instance 'demo' is not up"):
         fleet.set_link("lab-agx", False)
-    (tmp_path / "state.json").write_text(json.dumps({"hosts": {"lab-agx": {}}}))
-    with pytest.raises(LabError, match="'lab-nano' is not in the lab that is up; hosts: lab-agx"):
+    (tmp_path / "demo").mkdir()
+    (tmp_path / "demo" / "state.json").write_text(json.dumps({"hosts": {"lab-agx": {}}}))
+    with pytest.raises(LabError, match="'lab-nano' is not in lab instance 'demo'; hosts: "
+                                       "lab-agx"):
         fleet.reboot("lab-nano")
+    with pytest.raises(LabError, match="lab instance 'test' is not up"):
+        fleet.reboot("lab-agx", instance=Instance("test"))  # demo's host, not test's
+
+
+def test_lab_commands_refuse_a_bad_instance_in_one_line() -> None:
+    for argv in (["down", "--instance", "Demo1"], ["net", "lab-agx", "down", "--instance", "x-y"]):
+        proc = subprocess.run([sys.executable, "-m", "specdec", "lab", *argv], cwd=ROOT,
+                              capture_output=True, text=True, check=False, timeout=60)
+        assert proc.returncode == 2  # bad input
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and "a lab instance name is 1 to 6 lowercase letters" in lines[0]

@@ -38,7 +38,7 @@ def test_agx_defaults_to_eagle3() -> None:
     assert p.max_num_seqs == dev.max_num_seqs
     assert p.port == 8000
     assert p.served_model_name == L8
-    assert p.image == dev.images["vllm"]["r36"]
+    assert p.image == load_catalog().default_image(dev, "vllm", "36.4.3").ref
     assert p.fit.fits
     assert any("eagle3" in n for n in p.notes)
 
@@ -78,9 +78,13 @@ def test_eagle3_not_advised_on_nano_picks_ngram() -> None:
 
 def test_spark_trtllm_image_and_methods() -> None:
     p = make_plan("s", data(device="dgx-spark", engine="trtllm", model="openai/gpt-oss-120b"))
-    assert p.method == "eagle3" and p.image == "nvcr.io/nvidia/tensorrt-llm/release:1.2.0rc6"
-    assert p.num_speculative_tokens == 5
-    assert p.trtllm_decoding_type == "Eagle3"
+    # GA before release candidates: 1.2.1, which spells EAGLE-3 "Eagle" (before PR #10124) and
+    # needs the head as a local directory (before PR #10099).
+    assert p.method == "eagle3" and p.image == "nvcr.io/nvidia/tensorrt-llm/release:1.2.1"
+    assert (p.engine_version, p.num_speculative_tokens) == ("1.2.1", 5)
+    assert p.decoding_type == "Eagle"
+    assert p.draft_dir == "/var/lib/specdec/hf/local/nvidia--gpt-oss-120b-Eagle3-long-context"
+    assert p.tiktoken_dir == "/var/lib/specdec/hf/tiktoken"
     p2 = make_plan("s", data(device="dgx-spark", engine="trtllm",
                              model="nvidia/Llama-3.3-70B-Instruct-FP4"))
     assert (p2.method, p2.draft) == ("draft_model", "nvidia/Llama-3.1-8B-Instruct-FP4")
@@ -114,7 +118,7 @@ def test_user_image_must_be_pinned() -> None:
 
 
 def test_l4t_release_selects_image_key() -> None:
-    with pytest.raises(PlanError, match="no vllm image for r35"):
+    with pytest.raises(PlanError, match="no vllm image for agx-orin-64gb on L4T 35.6.0"):
         make_plan("o", data(model=L8), ident("agx-orin-64gb", l4t="35.6.0"))
 
 
@@ -206,12 +210,16 @@ def test_data_from_hostdata_like_object() -> None:
         ({"device": "agx-orin-64gb", "model": "Qwen/Qwen3-8B",
           "draft": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}, ConfigError,
          ["specdec_draft=", "tokenizer llama3"]),
-        ({"device": "orin-nano-8gb", "model": "nvidia/Llama-3.3-70B-Instruct-FP4"}, PlanError,
-         ["specdec_model='nvidia/Llama-3.3-70B-Instruct-FP4'", "model weights 39.50 GiB",
+        ({"device": "orin-nano-8gb", "model": "Qwen/Qwen3-8B"}, PlanError,
+         ["specdec_model='Qwen/Qwen3-8B'", "model weights 15.26 GiB",
           "exceed 7.44 GiB x 0.45"]),
-        ({"device": "orin-nano-8gb", "model": "nvidia/Llama-3.3-70B-Instruct-FP4",
+        ({"device": "orin-nano-8gb", "model": "Qwen/Qwen3-8B",
           "method": "draft_model"}, PlanError, ["specdec_method='draft_model'",
-                                                "+ draft 5.66 GiB", "exceed 7.44 GiB x 0.45"]),
+                                                "+ draft 1.12 GiB", "exceed 7.44 GiB x 0.45"]),
+        # NVFP4 needs Blackwell: refused on an Orin before any fit.
+        ({"device": "agx-orin-64gb", "model": "nvidia/Llama-3.3-70B-Instruct-FP4"}, PlanError,
+         ["specdec_model='nvidia/Llama-3.3-70B-Instruct-FP4'",
+          "nvfp4 weights do not run on agx-orin-64gb", "runs on: sbsa"]),
         ({"device": "orin-nano-8gb", "model": L1, "max_model_len": 131072}, PlanError,
          ["specdec_max_model_len=131072", "To serve at least one request with max_model_len "
           "(131072)", "larger than the available KV cache memory"]),
@@ -222,7 +230,8 @@ def test_data_from_hostdata_like_object() -> None:
         ({"device": "dgx-spark", "engine": "trtllm", "model": L8, "method": "medusa",
           "draft": HEAD8}, ConfigError, ["specdec_draft="]),
         ({"device": "dgx-spark", "engine": "trtllm", "model": L8, "method": "suffix"},
-         PlanError, ["specdec_method='suffix'", "not supported by trtllm"]),
+         PlanError, ["specdec_method='suffix'", "TensorRT-LLM 1.2.1 cannot run suffix",
+                     "no release in the capability table can"]),
         ({"device": "agx-orin-64gb", "model": L8, "metod": "ngram"}, ConfigError,
          ["unknown key specdec_metod='ngram'; did you mean specdec_method?"]),
         ({"device": "agx-orin-64gb", "model": L8, "runtime": "podman"}, ConfigError,
@@ -253,7 +262,8 @@ def test_public_api_signatures() -> None:
 
     from specdec import identify, inventory, render
 
-    assert list(inspect.signature(make_plan).parameters) == ["host", "data", "identity", "catalog"]
+    assert list(inspect.signature(make_plan).parameters) == ["host", "data", "identity", "catalog",
+                                                             "installed"]
     assert list(inspect.signature(baseline).parameters) == ["plan", "catalog"]
     assert list(inspect.signature(render.render).parameters) == ["plan"]
     assert list(inspect.signature(inventory.load_inventory).parameters) == ["path", "limit"]

@@ -52,6 +52,22 @@ CASES: dict[str, dict[str, Any]] = {
         "specdec_device": "dgx-spark", "specdec_engine": "trtllm", "specdec_runtime": "native",
         "specdec_model": "nvidia/Llama-3.3-70B-Instruct-FP4",
     },
+    # Pinned engine versions: what each release can run decides the method and the spelling.
+    # vLLM 0.9.2 refuses EAGLE-3 for Qwen3 targets: the draft model instead (on its V0 engine).
+    "agx-orin-64gb-vllm-0.9.2-docker": {
+        "specdec_device": "agx-orin-64gb", "specdec_model": "Qwen/Qwen3-8B",
+        "specdec_image": "dustynv/vllm:0.9.2-r36.4-cu128-24.04",
+    },
+    # vLLM 0.11.0 (NGC 25.11) refuses draft models: n-gram after EAGLE-3 (Qwen3-4B has no head).
+    "dgx-spark-vllm-0.11.0-docker": {
+        "specdec_device": "dgx-spark", "specdec_model": "Qwen/Qwen3-4B",
+        "specdec_image": "nvcr.io/nvidia/vllm:25.11-py3",
+    },
+    # TensorRT-LLM from 1.3.0rc15 spells EAGLE-3 "Eagle3" and downloads a Hub id itself.
+    "dgx-spark-trtllm-1.3.0rc15-docker": {
+        "specdec_device": "dgx-spark", "specdec_engine": "trtllm", "specdec_model": L8,
+        "specdec_image": "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc15",
+    },
 }
 
 
@@ -86,7 +102,9 @@ def test_golden(case: str) -> None:
 def test_case_names_match_plans() -> None:
     for case in CASES:
         p = plan_for(case)
-        assert case == f"{p.device}-{p.engine}-{p.runtime}"
+        pinned = "specdec_image" in CASES[case]  # those name their engine release too
+        name = f"{p.device}-{p.engine}-{p.engine_version + '-' if pinned else ''}{p.runtime}"
+        assert case == name
 
 
 def test_deterministic() -> None:
@@ -143,6 +161,9 @@ def test_vllm_docker_unit() -> None:
     docker, cmd = argv[:i], argv[i + 1:]
     assert docker[:5] == ["/usr/bin/docker", "run", "--rm", "--name", "specdec-engine"]
     assert "--runtime" in docker and "--gpus" not in docker
+    # jetson-containers run.sh on Tegra: --runtime nvidia --network host --shm-size=8g
+    assert docker[5:10] == ["--runtime", "nvidia", "--network", "host", "--shm-size=8g"]
+    assert "--ipc=host" not in docker
     assert "memlock=-1" in docker and "stack=67108864" in docker
     assert "/etc/specdec/hf_token:/run/secrets/hf_token:ro" in docker
     assert "HF_TOKEN_PATH=/run/secrets/hf_token" in docker
@@ -187,9 +208,10 @@ def test_trtllm_yaml() -> None:
     r = render(plan)
     rdir = layout.release_dir(r.release_id)
     doc = yaml.safe_load(r.by_path[f"{rdir}/engine.yaml"].content)
+    # TensorRT-LLM 1.2.1 (before PR #10099) loads the draft from a local directory
     assert doc["speculative_config"] == {
         "decoding_type": "DraftTarget", "max_draft_len": plan.num_speculative_tokens,
-        "speculative_model_dir": "nvidia/Llama-3.1-8B-Instruct-FP4",
+        "speculative_model_dir": "/var/lib/specdec/hf/local/nvidia--Llama-3.1-8B-Instruct-FP4",
     }
     assert doc["disable_overlap_scheduler"] is True
     assert doc["enable_iter_perf_stats"] is True
@@ -206,7 +228,7 @@ def test_trtllm_yaml() -> None:
     assert dargv[dargv.index("--extra_llm_api_options") + 1] == "/etc/specdec/engine.yaml"
     eagle = yaml.safe_load(docker.by_path[
         f"{layout.release_dir(docker.release_id)}/engine.yaml"].content)
-    assert eagle["speculative_config"]["decoding_type"] == "Eagle3"
+    assert eagle["speculative_config"]["decoding_type"] == "Eagle"  # 1.2.1: before PR #10124
     assert eagle["disable_overlap_scheduler"] is False
 
 

@@ -33,7 +33,8 @@ def host_report(host: str, outcome: str, base=(20.0, 50.0, 100.0), cand=(28.0, 3
             "num_speculative_tokens": 3, "outcome": outcome, "phase": "done",
             "message": message, "baseline": arm(base), "candidate": arm(cand),
             "acceptance": {"length": 2.1, "per_position": list(per_pos)},
-            "roofline": {"candidate_pct": 61.0}, "measurements": []}
+            "roofline": {"baseline_pct": 71.0, "speculative_pct": 61.0},
+            "power": {"power_mode": "MAXN", "power_mode_id": 0}, "measurements": []}
 
 
 def test_figures():
@@ -57,6 +58,8 @@ def test_summary_table():
     row = next(ln for ln in lines if ln.startswith("| a |"))
     assert "+40.0%" in row and "-30.0%" in row and "+5.0%" in row and "2.10" in row
     assert "a\\|b" in md  # a pipe in a reason does not break the table
+    assert "| MAXN |" in row and "| 71% | 61% |" in row
+    assert "Roofline: decode tok/s = 1000 / TPOT p50" in md
     assert next(ln for ln in lines if ln.startswith("| c |")).count("| - |") >= 3
 
 
@@ -117,7 +120,19 @@ def test_cli_report(tmp_path, capsys):
     assert main(["report", "--reports", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("# specdec rollout run7") and "| a |" in out
-    assert main(["report", "zzz", "--reports", str(tmp_path)]) == 1
+    assert main(["report", "zzz", "--reports", str(tmp_path)]) == 2  # bad input
     err = capsys.readouterr().err
     assert "unknown run id" in err and len(err.strip().splitlines()) == 1
     json.loads((tmp_path / "run7" / "a.json").read_text())
+
+
+def test_emulated_hosts_are_labelled_device_time():
+    rep = host_report("lab-agx", "kept")
+    for arm in ("baseline", "candidate"):
+        rep[arm]["device_time"] = {"emulated": True, "time_scale": 0.1}
+    md = summary_markdown([rep, host_report("real", "kept")], "r")
+    assert "| lab-agx | agx-orin-64gb (emulated) |" in md
+    assert "| real | agx-orin-64gb |" in md
+    assert "device time (the engine emulator ran at time scale 0.1" in md
+    html = index_html([rep], "r")
+    assert "agx-orin-64gb (emulated)" in html and "decode % of bw limit" in html

@@ -172,14 +172,14 @@ def test_cli_unwritable_reports(tmp_path, capsys):
     blocker.write_text("")
     rc = main(["rollout", "inventories/jetsons.py", "--reports", str(blocker / "sub")])
     err = capsys.readouterr().err
-    assert rc == 1 and "not writable" in err and len(err.strip().splitlines()) == 1
+    assert rc == 2 and "not writable" in err and len(err.strip().splitlines()) == 1
 
 
 def test_cli_used_run_id_refused(tmp_path, capsys):
     root = tmp_path / "r"
     write_host_report(root / "old", skipped_report("a", "old", "x"))
     rc = main(["rollout", "inventories/jetsons.py", "--reports", str(root), "--run-id", "old"])
-    assert rc == 1 and "already used" in capsys.readouterr().err
+    assert rc == 2 and "already used" in capsys.readouterr().err
 
 
 def test_cli_rollout_end_to_end_with_fake_pyinfra(tmp_path, capsys, monkeypatch):

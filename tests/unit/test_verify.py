@@ -94,20 +94,20 @@ class FakeHost:
     # HostIO
     def run(self, command: str, timeout: float | None = None) -> tuple[bool, list[str]]:
         self.commands.append(command)
-        if command.startswith("flock ") and self.guard_reverted:
+        if command.startswith("flock ") and "last-good" in command and self.guard_reverted:
             return False, [f"current is releases/{self.current}, not {self.guard_reverted}: "
                            f"deadline: reverted {self.guard_reverted} to last-good"]
         if m := re.search(r"release=(\S+) deadline=(\d+)s", command):
             self.guard.append(("arm", m.group(1), int(m.group(2))))
         if "rm -f pending" in command or "rm -f /var/lib/specdec/pending" in command:
             self.guard.append(("disarm",))
-        if m := re.search(r"ln -sfn releases/(\S+) \S+/current\.tmp", command):
+        if m := re.search(r"ln -sfn releases/(\S+) \S+/current\.activate\.tmp", command):
             if m.group(1) not in self.releases:
                 return False, []
             self.current = m.group(1)
             self.restarts = 0
             self.stopped = False
-        if m := re.search(r"ln -sfn releases/(\S+) \S+/last-good\.tmp", command):
+        if m := re.search(r"ln -sfn releases/(\S+) \S+/last-good\.\w+\.tmp", command):
             self.last_good = m.group(1)
         if "base64 -d" in command:
             path = re.findall(r"mv -f \S+ (\S+)$", command)[0]
@@ -194,12 +194,17 @@ def test_paying_config_is_kept(tmp_path):
     assert host.benched == [C, B]  # candidate first, then one switch to the baseline
     assert rep["acceptance"]["length"] == 2.4
     assert rep["acceptance"]["per_position"] == [0.7, 0.45, 0.25]
-    assert rep["roofline"]["tokens_per_s"] == pytest.approx(25.6)
-    assert rep["roofline"]["candidate_pct"] == pytest.approx(100 * 40 / 25.6)
+    # limit: 204.8 GB/s / 8 GB = 25.6 tok/s; baseline decode 1000/50 ms = 20 tok/s; the
+    # speculative decode 1000/35 ms against 2.4 (acceptance length) x the limit.
+    roof = rep["roofline"]
+    assert roof["limit_tok_s"] == pytest.approx(25.6)
+    assert roof["baseline_pct"] == pytest.approx(100 * 20 / 25.6, abs=0.05)
+    assert roof["speculative_pct"] == pytest.approx(100 * (1000 / 35) / (2.4 * 25.6), abs=0.05)
+    assert roof["speculative_pct"] <= 100 and "acceptance length" in roof["how"]
     assert host.offsets == [0, 0]
     names = {m["name"] for m in rep["measurements"]}
     assert {"memlock", "hf_token_in_argv", "throughput_gain_c1", "no_regression_c8",
-            "acceptance_length", "candidate.roofline_pct"} <= names
+            "acceptance_length", "roofline.baseline_pct", "roofline.speculative_pct"} <= names
     assert all(m["time"] for m in rep["measurements"])
     # the baseline's figures are cached for the next run
     assert json.loads((tmp_path / "cache" / f"{B}.json").read_text()) == PLAIN
@@ -494,7 +499,37 @@ def test_cached_baseline_with_other_bench_settings_is_not_reused(tmp_path):
 def test_roofline_accounts_for_the_emulator_time_scale(tmp_path):
     host = FakeHost(C, OLD, (C, OLD), {C: Behaviour(bench=FAST), B: Behaviour(bench=PLAIN)})
     rep = run(host, spec(tmp_path, roofline=Roofline(204.8, 8 * 10**9, time_scale=0.1)))
-    assert rep["roofline"]["baseline_pct"] == pytest.approx(100 * 20 * 0.1 / 25.6)
+    assert rep["roofline"]["baseline_pct"] == pytest.approx(100 * 20 * 0.1 / 25.6, abs=0.05)
+    # results already in device time (labelled by the bench) are not scaled again
+    label = {"device_time": {"emulated": True, "time_scale": 0.1}}
+    host = FakeHost(C, OLD, (C, OLD), {C: Behaviour(bench={**FAST, **label}),
+                                       B: Behaviour(bench={**PLAIN, **label})})
+    rep = run(host, spec(tmp_path / "2", roofline=Roofline(204.8, 8 * 10**9, time_scale=0.1)))
+    assert rep["roofline"]["baseline_pct"] == pytest.approx(100 * 20 / 25.6, abs=0.05)
+    assert rep["baseline"]["device_time"]["time_scale"] == 0.1
+
+
+def test_a_cached_baseline_of_another_time_basis_is_measured_again(tmp_path):
+    host = FakeHost(C, OLD, (C, OLD), {C: Behaviour(bench=FAST), B: Behaviour(bench=PLAIN)})
+    (tmp_path / "cache").mkdir()
+    emulated = {**PLAIN, "config": {"requests": 32, "max_tokens": 128},
+                "device_time": {"emulated": True, "time_scale": 0.1}}
+    (tmp_path / "cache" / f"{B}.json").write_text(json.dumps(emulated))
+    rep = run(host, spec(tmp_path))  # a real device's plan: no emulator time scale
+    assert host.benched == [C, B]
+    assert rep["baseline"]["cached"] is False
+    assert any("another time basis" in e["message"] for e in rep["events"])
+
+
+def test_power_mode_and_clocks_are_in_the_report(tmp_path):
+    power = {"power_mode": "MAXN", "power_mode_id": 0, "clocks": {"gpu_max_mhz": 1300.5},
+             "bandwidth_gbs": 204.8, "bandwidth_source": "catalog power_modes.MAXN"}
+    host = FakeHost(C, OLD, (C, OLD), {C: Behaviour(bench=FAST), B: Behaviour(bench=PLAIN)})
+    roof = Roofline(204.8, 8 * 10**9, bandwidth_source=power["bandwidth_source"], power=power)
+    rep = run(host, spec(tmp_path, roofline=roof))
+    assert rep["power"] == power
+    assert rep["roofline"]["power_mode"] == "MAXN"
+    assert rep["roofline"]["bandwidth_source"] == "catalog power_modes.MAXN"
 
 
 # -- the host's guard ------------------------------------------------------------------------
@@ -509,8 +544,8 @@ def test_guard_is_armed_for_each_phase_and_disarmed_by_the_commit(tmp_path):
     assert [g[1] for g in arms] == [C, C, B, B, C]
     assert arms[0][2] == 60 + 30 and arms[1][2] == 600 + 150  # health / bench + margin
     assert not host.armed and host.last_good == C
-    commit = next(c for c in host.commands if c.startswith("flock "))
-    assert "/var/lib/specdec/last-good.tmp" in commit and f"not {C}" in commit
+    commit = next(c for c in host.commands if c.startswith("flock ") and "last-good" in c)
+    assert "/var/lib/specdec/last-good.commit.tmp" in commit and f"not {C}" in commit
 
 
 def test_guard_is_not_armed_when_running_last_good(tmp_path):

@@ -87,11 +87,11 @@ class LoopbackHost:
         self.proc = None
 
     def run(self, command: str, timeout: float | None = None) -> tuple[bool, list[str]]:
-        if m := re.search(r"ln -sfn releases/(\S+) \S+/current\.tmp", command):
+        if m := re.search(r"ln -sfn releases/(\S+) \S+/current\.activate\.tmp", command):
             if m.group(1) not in self.argv:
                 return False, []
             self.current = m.group(1)
-        if m := re.search(r"ln -sfn releases/(\S+) \S+/last-good\.tmp", command):
+        if m := re.search(r"ln -sfn releases/(\S+) \S+/last-good\.\w+\.tmp", command):
             self.last_good = m.group(1)
         if "systemctl restart" in command:
             self.start()

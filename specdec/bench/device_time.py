@@ -1,0 +1,74 @@
+"""Benchmark figures in device time when the server is the lab's engine emulator.
+
+The emulator runs ``time_scale`` wall seconds per emulated second (the lab's default 0.1: ten
+times faster than the device). A person reading a lab result wants what the device would show,
+so `apply` asks the server for its time scale (``GET /lab/truth``: only the emulator answers;
+vLLM and trtllm-serve say 404) and converts the result: every duration (``*_ms``,
+``*_ms_p50``, ``duration``, ``start_s``/``end_s``) is divided by the time scale, every rate
+(tokens or requests per second) multiplied by it, and the result is labelled
+``"device_time": {"emulated": true, "time_scale": X}``. Ratios between two results (what the
+gate decides on) do not change. A real engine's result is returned untouched.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+__all__ = ["RATE_KEYS", "apply", "probe_time_scale", "to_device_time"]
+
+RATE_KEYS = frozenset({"request_throughput", "output_throughput", "steady_output_throughput",
+                       "throughput_tok_s"})
+_SECONDS_KEYS = frozenset({"duration", "start_s", "end_s"})
+
+
+def probe_time_scale(url: str, timeout: float = 5.0) -> float | None:
+    """The emulator's time scale, or None for a real engine (no ``/lab/truth``)."""
+    try:
+        r = httpx.get(url.rstrip("/") + "/lab/truth", timeout=timeout)
+        doc = r.json() if r.status_code == 200 else None
+    except (httpx.HTTPError, ValueError):
+        return None
+    scale = doc.get("time_scale") if isinstance(doc, dict) else None
+    if isinstance(scale, int | float) and not isinstance(scale, bool) and scale > 0:
+        return float(scale)
+    return None
+
+
+def _convert(value: Any, scale: float) -> Any:
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                if k.endswith("_ms") or "_ms_" in k or k in _SECONDS_KEYS:  # tpot_ms_p50
+                    v = v / scale
+                elif k in RATE_KEYS:
+                    v = v * scale
+            else:
+                v = _convert(v, scale)
+            out[k] = v
+        return out
+    if isinstance(value, list):
+        return [_convert(v, scale) for v in value]
+    return value
+
+
+def to_device_time(result: dict[str, Any], time_scale: float) -> dict[str, Any]:
+    """``result`` (a `specdec bench` JSON) with wall figures turned into device figures."""
+    if result.get("device_time"):
+        return result  # already converted
+    out: dict[str, Any] = _convert(result, time_scale)
+    out["device_time"] = {
+        "emulated": True,
+        "time_scale": time_scale,
+        "note": "emulated engine: durations / time_scale and rates x time_scale, i.e. what the "
+                "device would show",
+    }
+    return out
+
+
+def apply(url: str, result: dict[str, Any]) -> dict[str, Any]:
+    """Device-time figures when ``url`` is the engine emulator, else ``result`` as is."""
+    scale = probe_time_scale(url)
+    return result if scale is None else to_device_time(result, scale)

@@ -1,0 +1,162 @@
+"""What each TensorRT-LLM release accepts in trtllm-serve's ``--extra_llm_api_options`` YAML.
+
+TensorRT-LLM on PyPI is a download stub, so these are schema facts copied from the source
+(NVIDIA/TensorRT-LLM ``tensorrt_llm/llmapi/llm_args.py`` of the 1.2 development line, before
+v1.2.0rc6 = 9ba14263, 2025-12-18) and from NVIDIA's DGX Spark playbooks, which ran the exact NGC
+tags. Two PRs opened the day rc6 was cut change what a release accepts; neither is in rc6, and the
+first release verified to have them is 1.3.0rc15 (its docs use ``Eagle3DecodingConfig`` and a Hub id
+in ``speculative_model``), so every release before 1.3.0rc15 is treated as without them:
+
+* PR #10124 adds ``decoding_type: Eagle3`` (``Eagle`` stays valid and, on the PyTorch backend,
+  means EAGLE-3; NVIDIA's playbook still uses ``Eagle`` on 1.3.0rc12).
+* PR #10099 lets ``speculative_model`` (alias ``speculative_model_dir``) be a Hub id; before it the
+  PyTorch backend needs a local directory (the playbook downloads with ``--local-dir``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specdec.engines.ranges import Fact, FactTable
+from specdec.engines.version import Version
+
+__all__ = [
+    "CUDA_GRAPH_KEYS",
+    "KV_CACHE_KEYS",
+    "SPEC_KEYS",
+    "TIKTOKEN_FILES",
+    "TOP_KEYS",
+    "TrtllmFacts",
+    "trtllm_facts",
+]
+
+F = Fact
+PR_10124 = "1.3.0rc15"  # first release verified to carry PR #10124 and PR #10099
+_ARGS = "tensorrt_llm/llmapi/llm_args.py (1.2 line, before v1.2.0rc6)"
+
+# decoding_type spellings: DecodingBaseConfig.from_dict's table (exact, case-sensitive).
+DECODING_TYPES: FactTable[dict[str, str]] = FactTable("decoding_type", (
+    F({"eagle3": "Eagle", "eagle": "Eagle", "draft_model": "DraftTarget", "ngram": "NGram",
+       "mtp": "MTP"},
+      f"{_ARGS} DecodingBaseConfig.from_dict: MTP, Medusa, Eagle, Lookahead, NGram, "
+      "DraftTarget, SaveState, UserProvided, AUTO ('Eagle' is EAGLE-3 on the PyTorch backend)",
+      until=PR_10124, error="ValueError: Invalid decoding type: {decoding_type}"),
+    F({"eagle3": "Eagle3", "eagle": "Eagle", "draft_model": "DraftTarget", "ngram": "NGram",
+       "mtp": "MTP"},
+      "PR #10124 (Eagle3DecodingConfig); TensorRT-LLM 1.3.0rc15 docs "
+      "examples/llm_speculative_decoding", since=PR_10124,
+      error="ValueError: Invalid decoding type: {decoding_type}"),
+))
+ACCEPTED_DECODING_TYPES: FactTable[tuple[str, ...]] = FactTable("accepted decoding_type", (
+    F(("MTP", "Medusa", "Eagle", "Lookahead", "NGram", "DraftTarget", "SaveState",
+       "UserProvided", "AUTO"), f"{_ARGS} DecodingBaseConfig.from_dict", until=PR_10124),
+    F(("MTP", "Medusa", "Eagle", "Eagle3", "Lookahead", "NGram", "DraftTarget", "SaveState",
+       "UserProvided", "AUTO"), "PR #10124", since=PR_10124),
+))
+# Whether the draft/head must be a local directory (PyTorch backend).
+HEAD_LOCAL_DIR: FactTable[bool] = FactTable("speculative_model_dir local", (
+    F(True, "PR #10099: 'for the PyTorch / AutoDeploy backends, the draft model for speculative "
+      "decoding needs to be provided as a local path'; NVIDIA dgx-spark-playbooks "
+      "nvidia/speculative-decoding/README.md downloads with --local-dir on 1.2.0rc6",
+      until=PR_10124),
+    F(False, "PR #10099 (Hub id accepted, downloaded by the PyTorch backend)", since=PR_10124),
+))
+
+# -- the YAML schema (every level is a StrictBaseModel: extra='forbid') ------------------------
+TOP_KEYS = frozenset({
+    # BaseLlmArgs
+    "model", "tokenizer", "tokenizer_mode", "skip_tokenizer_init", "trust_remote_code",
+    "tensor_parallel_size", "dtype", "revision", "tokenizer_revision", "pipeline_parallel_size",
+    "context_parallel_size", "gpus_per_node", "moe_cluster_parallel_size",
+    "moe_tensor_parallel_size", "moe_expert_parallel_size", "enable_attention_dp",
+    "enable_lm_head_tp_in_adp", "cp_config", "load_format",
+    "fail_fast_on_attention_window_too_large", "enable_lora", "lora_config", "kv_cache_config",
+    "enable_chunked_prefill", "guided_decoding_backend", "batched_logits_processor",
+    "iter_stats_max_iterations", "request_stats_max_iterations", "peft_cache_config",
+    "scheduler_config", "cache_transceiver_config", "sparse_attention_config",
+    "speculative_config", "max_batch_size", "max_input_len", "max_seq_len", "max_beam_width",
+    "max_num_tokens", "gather_generation_logits", "num_postprocess_workers",
+    "postprocess_tokenizer_dir", "reasoning_parser", "decoding_config", "mpi_session",
+    "backend", "return_perf_metrics", "orchestrator_type",
+    # TorchLlmArgs
+    "build_config", "garbage_collection_gen0_threshold", "cuda_graph_config",
+    "attention_dp_config", "disable_overlap_scheduler", "moe_config", "attn_backend",
+    "sampler_type", "enable_iter_perf_stats", "enable_iter_req_stats", "print_iter_log",
+    "perf_metrics_max_requests", "batch_wait_timeout_ms", "batch_wait_timeout_iters",
+    "batch_wait_max_tokens_ratio", "torch_compile_config", "enable_autotuner",
+    "enable_layerwise_nvtx_marker", "enable_min_latency", "stream_interval",
+    "force_dynamic_quantization", "allreduce_strategy", "checkpoint_loader",
+    "checkpoint_format", "kv_connector_config", "mm_encoder_only", "ray_worker_extension_cls",
+})
+KV_CACHE_KEYS = frozenset({
+    "enable_block_reuse", "max_tokens", "max_attention_window", "sink_token_length",
+    "free_gpu_memory_fraction", "host_cache_size", "onboard_blocks", "cross_kv_cache_fraction",
+    "secondary_offload_min_priority", "event_buffer_max_size",
+    "attention_dp_events_gather_period_ms", "enable_partial_reuse", "copy_on_partial_reuse",
+    "use_uvm", "max_gpu_total_bytes", "dtype", "mamba_ssm_cache_dtype", "tokens_per_block",
+})
+CUDA_GRAPH_KEYS = frozenset({"batch_sizes", "max_batch_size", "enable_padding"})
+_SPEC_BASE = frozenset({"decoding_type", "max_draft_len", "max_total_draft_tokens",
+                        "speculative_model_dir", "max_concurrency", "load_format",
+                        "acceptance_window", "acceptance_length_threshold"})
+SPEC_KEYS: dict[str, frozenset[str]] = {
+    "Eagle": _SPEC_BASE | {"eagle_choices", "greedy_sampling", "posterior_threshold",
+                           "use_dynamic_tree", "dynamic_tree_max_topK", "num_eagle_layers",
+                           "max_non_leaves_per_layer", "eagle3_one_model",
+                           "eagle3_layers_to_capture"},
+    "DraftTarget": _SPEC_BASE,
+    "NGram": _SPEC_BASE | {"max_matching_ngram_size", "is_keep_all", "is_use_oldest",
+                           "is_public_pool"},
+    "MTP": _SPEC_BASE | {"num_nextn_predict_layers", "use_relaxed_acceptance_for_thinking",
+                         "relaxed_topk", "relaxed_delta", "use_mtp_vanilla",
+                         "mtp_eagle_one_model"},
+}
+SPEC_KEYS["Eagle3"] = SPEC_KEYS["Eagle"]
+# After PR #10099 the field is `speculative_model` with `speculative_model_dir` as its alias.
+SPEC_KEYS_AFTER_10099 = frozenset({"speculative_model"})
+EXTRA_FORBIDDEN = ("pydantic_core._pydantic_core.ValidationError: 1 validation error for "
+                   "{model}\n{key}\n  Extra inputs are not permitted [type=extra_forbidden, "
+                   "input_value={value!r}, input_type={type}]")
+# openai/harmony v0.0.4 src/tiktoken_ext/public_encodings.rs: with TIKTOKEN_ENCODINGS_BASE set,
+# <dir>/<file> is read and its sha256 checked; without it the file is downloaded from
+# openaipublic (fails offline). gpt-oss needs o200k_base only; NVIDIA's playbook fetches both.
+TIKTOKEN_FILES = {
+    "o200k_base.tiktoken": "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d",
+    "cl100k_base.tiktoken": "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7",
+}
+TIKTOKEN_URL = "https://openaipublic.blob.core.windows.net/encodings/"
+TIKTOKEN_OFFLINE_ERROR = ("error downloading or loading vocab file: failed to download "
+                          f"{TIKTOKEN_URL}o200k_base.tiktoken")
+
+
+@dataclass(frozen=True)
+class TrtllmFacts:
+    version: Version
+    decoding: Fact[dict[str, str]]
+    accepted: Fact[tuple[str, ...]]
+    head_local_dir: Fact[bool]
+
+    def decoding_type(self, method: str) -> str | None:
+        return self.decoding.value.get(method)
+
+    @property
+    def decoding_source(self) -> str:
+        return self.decoding.source
+
+    def spec_keys(self, decoding_type: str) -> frozenset[str]:
+        keys = SPEC_KEYS.get(decoding_type, _SPEC_BASE)
+        return keys | SPEC_KEYS_AFTER_10099 if not self.head_local_dir.value else keys
+
+
+def trtllm_facts(version: Version | str) -> TrtllmFacts:
+    v = version if isinstance(version, Version) else Version.parse(version)
+    dec, acc, local = DECODING_TYPES.at(v), ACCEPTED_DECODING_TYPES.at(v), HEAD_LOCAL_DIR.at(v)
+    assert dec is not None and acc is not None and local is not None
+    return TrtllmFacts(version=v, decoding=dec, accepted=acc, head_local_dir=local)
+
+
+def boundaries() -> list[Version]:
+    out: set[Version] = set()
+    for table in (DECODING_TYPES, ACCEPTED_DECODING_TYPES, HEAD_LOCAL_DIR):
+        out.update(table.boundaries())
+    return sorted(out)

@@ -1,0 +1,329 @@
+"""What each vLLM release accepts for speculative decoding.
+
+Every fact was read from that release's own wheel on PyPI (``pip download vllm==X --no-deps``;
+``X path:line`` is a file inside that wheel) or from the PR named beside it. Between two releases
+that were read, a change is dated at the first release it was seen in (0.17.1 means: absent in
+0.16.0, present in 0.17.1), so an unread release in between is judged by the older behaviour.
+`make contract` checks these facts against the real releases the catalog pins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from specdec.engines.ranges import Fact, FactTable
+from specdec.engines.version import Version
+
+__all__ = [
+    "EAGLE3_ARCHITECTURES",
+    "EAGLE3_MODEL_TYPES",
+    "METHOD_STATES",
+    "VllmFacts",
+    "method_literal",
+    "spec_keys",
+    "vllm_facts",
+]
+
+F = Fact
+
+# -- SpeculativeConfig keys (user-facing fields; the engine fills the *_config ones) -------------
+# 0.9.2 vllm/config.py:2446-2518 (class SpeculativeConfig), then the changes by release, as
+# listed by an AST dump of each wheel's SpeculativeConfig.
+_KEYS_0_9_2 = frozenset({
+    "num_speculative_tokens", "model", "method", "acceptance_method",
+    "draft_tensor_parallel_size", "disable_logprobs", "quantization", "max_model_len",
+    "revision", "code_revision", "disable_mqa_scorer", "disable_by_batch_size",
+    "prompt_lookup_max", "prompt_lookup_min", "posterior_threshold", "posterior_alpha",
+    "speculative_token_tree",
+})
+_KEY_CHANGES: tuple[tuple[str, frozenset[str], frozenset[str], str], ...] = (
+    ("0.10.0", frozenset(), frozenset({"acceptance_method", "disable_mqa_scorer",
+                                       "posterior_threshold", "posterior_alpha"}),
+     "0.10.0 vllm/config.py SpeculativeConfig (V0-only fields gone with V0)"),
+    ("0.11.0", frozenset({"enforce_eager", "disable_padded_drafter_batch"}), frozenset(),
+     "0.11.0 vllm/config/speculative.py:44,90"),
+    ("0.11.1", frozenset({"suffix_decoding_max_tree_depth", "suffix_decoding_max_cached_requests",
+                          "suffix_decoding_max_spec_factor", "suffix_decoding_min_token_prob"}),
+     frozenset({"disable_logprobs"}), "0.11.1 vllm/config/speculative.py"),
+    ("0.15.0", frozenset({"tensor_parallel_size"}), frozenset(),
+     "0.15.0 vllm/config/speculative.py:637 (a field only to refuse it by name)"),
+    ("0.16.0", frozenset({"parallel_drafting"}), frozenset(),
+     "0.16.0 vllm/config/speculative.py"),
+    ("0.17.1", frozenset({"use_local_argmax_reduction", "draft_load_config"}),
+     frozenset({"disable_by_batch_size"}),
+     "0.17.1 vllm/config/speculative.py; PR #35060 removes disable_by_batch_size"),
+    ("0.18.1", frozenset({"rejection_sample_method"}), frozenset(),
+     "0.18.1 vllm/config/speculative.py"),
+    ("0.19.1", frozenset({"moe_backend", "synthetic_acceptance_rate"}), frozenset(),
+     "0.19.1 vllm/config/speculative.py"),
+    ("0.20.2", frozenset({"synthetic_acceptance_rates", "synthetic_acceptance_length"}),
+     frozenset({"synthetic_acceptance_rate"}), "0.20.2 vllm/config/speculative.py"),
+    ("0.21.0", frozenset({"attention_backend", "draft_sample_method"}),
+     frozenset({"speculative_token_tree"}), "0.21.0 vllm/config/speculative.py"),
+    ("0.24.0", frozenset({"num_speculative_tokens_per_batch_size"}), frozenset(),
+     "0.24.0 vllm/config/speculative.py:161-167; PR #32374 (dynamic SD)"),
+    ("0.25.1", frozenset({"use_heterogeneous_vocab"}), frozenset(),
+     "0.25.1 vllm/config/speculative.py"),
+    ("0.26.0", frozenset({"kv_cache_dtype"}), frozenset(), "0.26.0 vllm/config/speculative.py"),
+    ("0.28.0", frozenset({"enable_adaptive_verification", "dspark_draft_topk"}), frozenset(),
+     "0.28.0 vllm/config/speculative.py"),
+    ("0.29.0", frozenset({"index_share_for_mtp_iteration"}), frozenset(),
+     "0.29.0 vllm/config/speculative.py"),
+    ("0.30.0", frozenset({"disable_eagle_block_drop"}), frozenset(),
+     "0.30.0 vllm/config/speculative.py"),
+    ("0.33.0", frozenset({"disable_lookahead_block_hashes", "draft_lm_head_quantization",
+                          "xpress_topc", "fly_window_size", "fly_entropy_threshold",
+                          "fly_entropy_top_k"}), frozenset(),
+     "0.33.0 vllm/config/speculative.py"),
+)
+
+
+# The `method` Literal: 0.9.2 vllm/config.py:2434, then changes by release (the *_mtp spellings
+# are accepted and rewritten to "mtp" from 0.11.0).
+_METHODS_0_9_2 = ("ngram", "eagle", "eagle3", "medusa", "mlp_speculator", "draft_model",
+                  "deepseek_mtp")
+_METHOD_CHANGES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("0.10.2", ("ernie_mtp", "qwen3_next_mtp"), ()),
+    ("0.11.0", ("mimo_mtp", "longcat_flash_mtp", "mtp"), ()),
+    ("0.11.1", ("suffix", "glm4_moe_mtp", "pangu_ultra_moe_mtp"), ()),
+    ("0.14.1", ("exaone_moe_mtp",), ()),
+    ("0.15.0", ("glm4_moe_lite_mtp",), ()),
+    ("0.15.1", ("step3p5_mtp",), ()),
+    ("0.16.0", ("glm_ocr_mtp",), ()),
+    ("0.17.1", ("extract_hidden_states", "nemotron_h_mtp", "qwen3_5_mtp"), ()),
+    ("0.18.1", ("ngram_gpu",), ()),
+    ("0.20.2", ("exaone4_5_mtp", "hy_v3_mtp", "dflash"), ()),
+    ("0.21.0", ("mimo_v2_mtp", "gemma4_mtp"), ()),
+    ("0.22.1", ("custom_class",), ()),
+    ("0.24.0", ("minimax_m3_mtp",), ()),
+    ("0.25.1", ("bailing_hybrid_mtp", "dspark"), ()),
+    ("0.26.0", ("inkling_mtp",), ()),
+    ("0.27.1", ("kimi_k3_mtp",), ()),
+    ("0.28.0", ("dots3_note_mtp", "bailing_hybrid_v3_mtp"), ()),
+    ("0.29.0", ("qwen4_exp_mtp", "hy_v4_mtp"), ()),
+    ("0.30.0", ("glm5_next_mtp",), ()),
+    ("0.33.0", ("step5_mtp",), ("medusa", "mlp_speculator")),
+)
+
+
+def method_literal(v: Version) -> tuple[str, ...]:
+    """The values release ``v``'s SpeculativeConfig.method accepts, in the Literal's order."""
+    out = list(_METHODS_0_9_2)
+    for since, added, removed in _METHOD_CHANGES:
+        if v >= Version.parse(since):
+            out = [m for m in out if m not in removed] + [m for m in added if m not in out]
+    return tuple(out)
+
+
+def spec_keys(v: Version) -> frozenset[str]:
+    """The ``--speculative-config`` keys release ``v``'s SpeculativeConfig has."""
+    keys = set(_KEYS_0_9_2)
+    for since, added, removed, _src in _KEY_CHANGES:
+        if v >= Version.parse(since):
+            keys |= added
+            keys -= removed
+    return frozenset(keys)
+
+
+UNKNOWN_KEYS: FactTable[str] = FactTable("unknown speculative-config keys", (
+    F("ignore", "0.9.2 vllm/config.py:27,2440 (pydantic dataclass, default extra='ignore'); "
+      "same through 0.15.1", until="0.16.0"),
+    F("reject", "0.16.0 vllm/config/utils.py:55 ConfigDict(extra='forbid'); PR #31541",
+      since="0.16.0",
+      error="pydantic_core._pydantic_core.ValidationError: 1 validation error for "
+            "SpeculativeConfig\n{key}\n  Unexpected keyword argument "
+            "[type=unexpected_keyword_argument, input_value={value!r}, "
+            "input_type={type}]"),
+))
+
+# -- methods: ok | v0 (runs, on the V0 engine) | refused | absent (not in the Literal) --------
+_DRAFT_0_10 = ("NotImplementedError: Speculative decoding with draft model is not supported "
+               "yet. Please consider using other speculative decoding methods such as ngram, "
+               "medusa, eagle, or deepseek_mtp.")
+METHOD_STATES: dict[str, FactTable[str]] = {
+    "ngram": FactTable("ngram", (
+        F("ok", "0.9.2 vllm/v1/worker/gpu_model_runner.py:179 NgramProposer; every release"),)),
+    "eagle": FactTable("eagle", (
+        F("ok", "0.9.2 vllm/config.py:2924 use_eagle(); every release"),)),
+    "eagle3": FactTable("eagle3", (
+        F("ok", "0.9.2 vllm/config.py:2924 use_eagle(); targets: EAGLE3_* tables"),)),
+    "draft_model": FactTable("draft_model", (
+        F("v0", "0.9.2 vllm/engine/arg_utils.py:1422-1444: not a V1 method, so the engine "
+          "falls back to V0 (vllm/spec_decode/) with a warning", until="0.10.0",
+          error="Speculative Decoding is not supported by the V1 Engine. Falling back to V0. "),
+        F("refused", "0.10.0 vllm/config.py:2851-2856 (V0 removed)", since="0.10.0",
+          until="0.11.0", error=_DRAFT_0_10),
+        F("refused", "0.11.0 vllm/config/speculative.py:348-353; same in 0.14.1:388-393",
+          since="0.11.0", until="0.15.0",
+          error=_DRAFT_0_10.replace("or deepseek_mtp.", "or mtp.")),
+        F("ok", "0.15.0 vllm/v1/spec_decode/draft_model.py; PR #24322 (draft models in V1)",
+          since="0.15.0"),
+    )),
+    "mtp": FactTable("mtp", (
+        F("absent", "0.9.2 vllm/config.py:2434 Literal: deepseek_mtp only", until="0.11.0"),
+        F("ok", "0.11.0 vllm/config/speculative.py:32 Literal adds 'mtp'", since="0.11.0"),
+    )),
+    "medusa": FactTable("medusa", (
+        F("ok", "0.9.2 vllm/v1/spec_decode/medusa.py", until="0.33.0"),
+        F("absent", "0.33.0 vllm/config/speculative.py:74 (removed from the Literal)",
+          since="0.33.0"),
+    )),
+    "mlp_speculator": FactTable("mlp_speculator", (
+        F("v0", "0.9.2 vllm/engine/arg_utils.py:1422-1444 (V0 fallback)", until="0.10.0"),
+        F("refused", "0.10.0 vllm/v1/worker/gpu_model_runner.py:192-194", since="0.10.0",
+          until="0.33.0",
+          error="ValueError: Unknown speculative decoding method: mlp_speculator"),
+        F("absent", "0.33.0 vllm/config/speculative.py:74", since="0.33.0"),
+    )),
+    "suffix": FactTable("suffix", (
+        F("absent", "0.9.2-0.11.0 Literal has no 'suffix'", until="0.11.1"),
+        F("refused", "0.11.1 vllm/config/speculative.py:465-467 (needs Arctic Inference, which "
+          "no catalog image carries)", since="0.11.1",
+          error="ImportError: Arctic Inference is required for suffix decoding. Install via "
+                "`pip install arctic-inference==0.0.9`."),
+    )),
+    "ngram_gpu": FactTable("ngram_gpu", (
+        F("absent", "Literal before 0.18.1 has no 'ngram_gpu'", until="0.18.1"),
+        F("ok", "0.18.1 vllm/config/speculative.py Literal", since="0.18.1"),
+    )),
+    "dflash": FactTable("dflash", (
+        F("absent", "Literal before 0.20.2 has no 'dflash'", until="0.20.2"),
+        F("ok", "0.20.2 vllm/config/speculative.py Literal", since="0.20.2"),
+    )),
+}
+
+# -- EAGLE-3 targets: two gates ----------------------------------------------------------------
+# (a) SpeculativeConfig._verify_args: a substring of the target's hf_text_config.model_type must
+#     be listed (None: no such check). Raised inside a pydantic model_validator, so the user sees
+#     it wrapped as "Value error, ...".
+_E3_MSG = ("Eagle3 is only supported for {allowed} models. "
+           "Got self.target_model_config.hf_text_config.model_type={model_type!r}")
+EAGLE3_MODEL_TYPES: FactTable[tuple[str, ...] | None] = FactTable("eagle3 target model types", (
+    F(("llama",), "0.9.2 vllm/config.py:2906-2910; 0.10.0 vllm/config.py:3027-3031",
+      until="0.10.1.1",
+      error="Eagle3 is only supported for Llama models. "
+            "Got self.target_model_config.hf_text_config.model_type={model_type!r}"),
+    F(("llama", "qwen"), "0.10.1.1 vllm/config/__init__.py:2347-2354; PR #22333",
+      since="0.10.1.1", until="0.11.0", error=_E3_MSG),
+    F(("llama", "qwen", "minicpm", "gpt_oss"), "0.11.0 vllm/config/speculative.py:540-547",
+      since="0.11.0", until="0.16.0", error=_E3_MSG),
+    F(("llama", "qwen", "minicpm", "gpt_oss", "hunyuan_vl", "hunyuan_v1_dense", "afmoe"),
+      "0.16.0 vllm/config/speculative.py:689-707", since="0.16.0", until="0.17.1",
+      error=_E3_MSG),
+    F(("llama", "qwen", "minicpm", "gpt_oss", "hunyuan_vl", "hunyuan_v1_dense", "afmoe",
+       "nemotron_h"), "0.17.1 vllm/config/speculative.py:768-788", since="0.17.1",
+      until="0.18.1", error=_E3_MSG.replace("Eagle3", "{method}")),
+    F(("llama", "qwen", "minicpm", "gpt_oss", "hunyuan_vl", "hunyuan_v1_dense", "afmoe",
+       "nemotron_h", "deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25"),
+      "0.18.1 vllm/config/speculative.py:780-803", since="0.18.1", until="0.19.1",
+      error=_E3_MSG.replace("Eagle3", "{method}")),
+    F(("llama", "qwen", "minicpm", "gpt_oss", "hunyuan_vl", "hunyuan_v1_dense", "afmoe",
+       "nemotron_h", "deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25", "minimax_m2",
+       "gemma4"), "0.19.1 vllm/config/speculative.py:795-820", since="0.19.1",
+      until="0.21.0", error=_E3_MSG.replace("Eagle3", "{method}")),
+    F(("llama", "qwen", "minicpm", "gpt_oss", "hunyuan_vl", "hunyuan_v1_dense", "afmoe",
+       "nemotron_h", "deepseek_v2", "deepseek_v3", "kimi_k2", "kimi_k25", "minimax_m2",
+       "gemma4", "laguna"), "0.21.0 vllm/config/speculative.py:974-1000", since="0.21.0",
+      until="0.22.1", error=_E3_MSG.replace("Eagle3", "{method}")),
+    F(None, "0.22.1: allow-list deleted (PR #42536); only the SupportsEagle3 check remains",
+      since="0.22.1"),
+))
+
+# (b) the model runner: the target class must implement SupportsEagle3 (0.9.2/0.10.0 call the
+#     Llama-only hook directly). Cumulative: each fact lists the classes added at that release.
+_E3_RUNTIME = ("RuntimeError: Model does not support EAGLE3 interface but "
+               "aux_hidden_state_outputs was requested")
+EAGLE3_ARCHITECTURES: tuple[Fact[tuple[str, ...]], ...] = (
+    F(("LlamaForCausalLM",), "0.9.2 vllm/model_executor/models/llama.py:559 "
+      "get_eagle3_aux_hidden_state_layers", since="0.9.2", error=_E3_RUNTIME),
+    F(("Qwen3ForCausalLM",), "0.10.1.1 vllm/model_executor/models/qwen3.py:264; PR #22642",
+      since="0.10.1.1", error=_E3_RUNTIME),
+    F(("Qwen2ForCausalLM", "ApertusForCausalLM"), "0.10.2 vllm/model_executor/models/qwen2.py",
+      since="0.10.2", error=_E3_RUNTIME),
+    F(("GptOssForCausalLM", "MiniCPMForCausalLM"),
+      "0.11.0 vllm/model_executor/models/gpt_oss.py:635", since="0.11.0", error=_E3_RUNTIME),
+    F(("Qwen3MoeForCausalLM", "Llama4ForConditionalGeneration",
+       "Qwen2_5_VLForConditionalGeneration"), "0.11.1 vllm/model_executor/models/qwen3_moe.py",
+      since="0.11.1", error=_E3_RUNTIME),
+    F(("Qwen3VLForConditionalGeneration",), "0.12.0 vllm/model_executor/models/qwen3_vl.py",
+      since="0.12.0", error=_E3_RUNTIME),
+    F(("Qwen3_5ForCausalLMBase", "Gemma4ForCausalLM", "DeepseekV2ForCausalLM",
+       "NemotronHForCausalLM", "MiniMaxM2ForCausalLM"),
+      "0.22.1 vllm/model_executor/models (SupportsEagle3 implementers)", since="0.22.1",
+      error=_E3_RUNTIME),
+    F(("Qwen3NextForCausalLM",), "0.26.0 vllm/model_executor/models/qwen3_next.py",
+      since="0.26.0", error=_E3_RUNTIME),
+)
+
+PER_BATCH_SIZE_K: FactTable[bool] = FactTable("num_speculative_tokens_per_batch_size", (
+    F(False, "absent before 0.24.0 (silently ignored before 0.16.0, rejected after)",
+      until="0.24.0"),
+    F(True, "0.24.0 vllm/config/speculative.py:161-167, checks in "
+      "vllm/v1/spec_decode/dynamic/utils.py:7-74; PR #32374", since="0.24.0"),
+))
+
+# num_speculative_tokens: > 0 in every release and no upper bound (0.9.2 vllm/config.py:2862-2870
+# "Expected num_speculative_tokens to be greater than zero ({k})."; 0.11.1+ Field(gt=0)).
+K_MIN = 1
+K_ERROR = "ValueError: Expected num_speculative_tokens to be greater than zero ({k})."
+# The method must always be given: 0.9.2 guesses 'eagle' (EAGLE-1) for a model named EAGLE3-…,
+# and a method-less config falls back to V0 (0.9.2 vllm/config.py:2685-2689, arg_utils.py:1422).
+
+
+@dataclass(frozen=True)
+class VllmFacts:
+    """Everything the planner, the renderer and the emulator need about one release."""
+
+    version: Version
+    spec_keys: frozenset[str]
+    unknown_keys: Fact[str]
+    per_batch_size_k: Fact[bool]
+
+    def method(self, method: str) -> Fact[str]:
+        table = METHOD_STATES.get(method)
+        fact = table.at(self.version) if table is not None else None
+        return fact or F("absent", f"vLLM has no speculative method {method!r}")
+
+    def eagle3_model_types(self) -> Fact[tuple[str, ...] | None]:
+        fact = EAGLE3_MODEL_TYPES.at(self.version)
+        assert fact is not None  # the table covers every release from its first
+        return fact
+
+    def eagle3_architectures(self) -> frozenset[str]:
+        return frozenset(a for f in EAGLE3_ARCHITECTURES if f.covers(self.version)
+                         for a in f.value)
+
+    def eagle3_target(self, model_type: str, architecture: str) -> Fact[bool]:
+        """Whether an EAGLE-3 head can run on this target (both gates), with the reason."""
+        gate = self.eagle3_model_types()
+        if gate.value is not None and not any(t in model_type for t in gate.value):
+            allowed = gate.value
+            error = (gate.error or "").format(allowed=list(allowed), model_type=model_type,
+                                              method="eagle3")
+            return F(False, gate.source, error=error)
+        if architecture not in self.eagle3_architectures():
+            src = next((f.source for f in EAGLE3_ARCHITECTURES if f.covers(self.version)), "")
+            return F(False, f"no {architecture} implements SupportsEagle3 in vLLM "
+                     f"{self.version} (classes up to: {src})", error=_E3_RUNTIME)
+        return F(True, gate.source)
+
+
+def vllm_facts(version: Version | str) -> VllmFacts:
+    v = version if isinstance(version, Version) else Version.parse(version)
+    unknown = UNKNOWN_KEYS.at(v)
+    per_batch = PER_BATCH_SIZE_K.at(v)
+    assert unknown is not None and per_batch is not None
+    return VllmFacts(version=v, spec_keys=spec_keys(v), unknown_keys=unknown,
+                     per_batch_size_k=per_batch)
+
+
+def boundaries() -> list[Version]:
+    """Releases at which some speculative-decoding fact changes."""
+    out = {Version.parse(s) for s, *_ in _KEY_CHANGES}
+    tables: list[FactTable[Any]] = [*METHOD_STATES.values(), EAGLE3_MODEL_TYPES, UNKNOWN_KEYS,
+                                    PER_BATCH_SIZE_K]
+    for table in tables:
+        out.update(table.boundaries())
+    out.update(Version.parse(f.since) for f in EAGLE3_ARCHITECTURES if f.since)
+    return sorted(out)

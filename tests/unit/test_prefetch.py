@@ -1,0 +1,124 @@
+"""specdec.prefetch: the real shell commands against the emulated Hub CLI in a temporary cache.
+
+Covers the engine-contract items about weights: a snapshot counts as cached only when every file
+of its revision is there (a half-finished download is fetched again), the download uses the
+Hugging Face CLI the image has (``hf`` or only ``huggingface-cli``), and engines that need a
+local directory get one.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specdec import layout, prefetch
+
+QWEN = "Qwen/Qwen3-0.6B"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _bin(tmp: Path, names: tuple[str, ...]) -> Path:
+    """A PATH directory holding the emulated Hub CLI under ``names`` only."""
+    d = tmp / "bin"
+    d.mkdir()
+    for name in names:
+        w = d / name
+        w.write_text(f"#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} -m specdec.emulator.hf "
+                     '"$@"\n')
+        w.chmod(0o755)
+    return d
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    hf_home = tmp_path / "hf"
+    hf_home.mkdir()
+    monkeypatch.setattr(layout, "HF_HOME", str(hf_home))
+    return hf_home
+
+
+def sh(cmd: str, path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {"PATH": f"{path}:/usr/bin:/bin", "SPECDEC_EMU_TIME_SCALE": "0", **env}
+    return subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, check=False,
+                          env=base, timeout=120)
+
+
+def cached(repo: str, path: Path, local_dir: str | None = None) -> bool:
+    out = sh(prefetch.cached_check(repo, local_dir), path).stdout.split()
+    assert out in (["yes"], ["no"]), out
+    return out == ["yes"]
+
+
+def test_complete_download_is_cached_and_a_missing_file_is_not(tmp_path: Path,
+                                                                home: Path) -> None:
+    path = _bin(tmp_path, ("hf",))
+    assert not cached(QWEN, path)
+    run = sh(prefetch.download_command(QWEN, None), path)
+    assert run.returncode == 0, run.stderr
+    assert cached(QWEN, path)
+    record = Path(prefetch.record_path(QWEN)).read_text().splitlines()
+    assert len(record) > 2 and "config.json" in record[1:]
+    snap = Path(prefetch.repo_dir(QWEN)) / "snapshots" / record[0]
+    (snap / "config.json").unlink()
+    assert not cached(QWEN, path)  # a file of the revision is gone: fetch again
+
+
+def test_half_finished_download_is_not_cached(tmp_path: Path, home: Path) -> None:
+    # What an interrupted `hf download` leaves: refs/main and part of the snapshot, and no
+    # completion record. (A check for "any file in the snapshot" said yes here.)
+    repo = Path(prefetch.repo_dir(QWEN))
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("0123abcd")
+    snap = repo / "snapshots" / "0123abcd"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text("{}")
+    path = _bin(tmp_path, ("hf",))
+    assert not cached(QWEN, path)
+    assert sh(prefetch.download_command(QWEN, None), path).returncode == 0
+    assert cached(QWEN, path)
+
+
+def test_image_with_only_huggingface_cli(tmp_path: Path, home: Path) -> None:
+    """huggingface_hub < 0.34 (dustynv/vllm:0.9.2-…) has no `hf`: the download still works."""
+    path = _bin(tmp_path, ("huggingface-cli",))
+    run = sh(prefetch.download_command(QWEN, None), path)
+    assert run.returncode == 0, run.stderr
+    assert cached(QWEN, path)
+
+
+def test_no_hub_cli_at_all_fails(tmp_path: Path, home: Path) -> None:
+    path = _bin(tmp_path, ())
+    assert sh(prefetch.download_command(QWEN, None), path).returncode != 0
+    assert not cached(QWEN, path)
+
+
+def test_local_dir_copy(tmp_path: Path, home: Path) -> None:
+    head = "RedHatAI/Qwen3-8B-speculator.eagle3"
+    local = layout.local_model_dir(head).replace("/var/lib/specdec/hf", str(home))
+    path = _bin(tmp_path, ("hf",))
+    assert not cached(head, path, local)
+    run = sh(prefetch.download_command(head, None, local), path)
+    assert run.returncode == 0, run.stderr
+    assert cached(head, path, local)
+    assert (Path(local) / "config.json").is_file()
+    assert not cached(head, path)  # the local copy is not the hub cache
+
+
+def test_hub_cache_variables_all_point_at_the_host_cache(home: Path) -> None:
+    """The image's HUGGINGFACE_HUB_CACHE / TRANSFORMERS_CACHE (jetson-containers) must not win."""
+    cmd = prefetch.download_command(QWEN, "dustynv/vllm:0.9.2-r36.4-cu128-24.04")
+    for var in ("HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "TRANSFORMERS_CACHE"):
+        assert f"-e {var}={home}" in cmd
+    assert "--entrypoint sh" in cmd and "HF_TOKEN_PATH=/run/secrets/hf_token" in cmd
+    assert "hf_" not in cmd.replace("hf_token", "")  # no token on the command line
+
+
+def test_tiktoken_command_checks_the_hash() -> None:
+    cmd = prefetch.tiktoken_command("o200k_base.tiktoken")
+    assert "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d" in cmd
+    assert "sha256sum -c" in cmd and "encodings/o200k_base.tiktoken" in cmd
+    assert os.path.basename(cmd.split()[-1]) == "o200k_base.tiktoken"
