@@ -146,7 +146,7 @@ def _intrinsic(r: Mapping[str, Any]) -> float:
 
 def observations(results: Sequence[Result], conc: int, what: str) -> list[Obs]:
     """One `Obs` per successful request of level ``conc``, round = index in ``results``; a
-    result without per-request records gives one from its level figures."""
+    result without usable per-request records gives one from its level figures."""
     out: list[Obs] = []
     for rnd, res in enumerate(results):
         lvl = _level(res, conc)
@@ -163,7 +163,7 @@ def observations(results: Sequence[Result], conc: int, what: str) -> list[Obs]:
                            tpot / 1000 if tpot else None, _intrinsic(r),
                            str(r.get("prompt_id") or "")))
             got = True
-        if got or reqs:
+        if got:
             continue
         thr = _num(lvl.get("throughput_tok_s"))
         if thr is None:

@@ -133,7 +133,8 @@ class Bench:
         cfg = res.get("config")
         got = ((cfg.get("requests"), cfg.get("max_tokens"), cfg.get("prompt_offset"))
                if isinstance(cfg, Mapping) else None)
-        if got != (list(want.requests), want.max_tokens, list(want.offsets)):
+        if got is not None and got != (list(want.requests), want.max_tokens,
+                                       list(want.offsets)):
             ctx.event(f"cached baseline of {rid} was measured with other bench settings; "
                       "measuring again")
             return None

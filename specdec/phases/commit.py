@@ -49,15 +49,17 @@ def apply_decision(ctx: Ctx, bench: Bench, dec: Decision, cand: Arm, base: Arm
         return ctx.finish("kept", "done", f"speculation kept: {dec.reason}")
     if dec.held:
         return hold(ctx, bench, dec.reason, base)
+    reason = dec.reason if dec.decision == "disable" else \
+        f"inconclusive after {dec.rounds} round(s), disabled: {dec.reason}"
     bench.activate(base.release, "baseline", base.files)
     record = {"outcome": "disabled", "active": base.release, "candidate": cand.release,
-              "reason": dec.reason, "time": now_iso(), "run_id": ctx.spec.run_id}
+              "reason": reason, "time": now_iso(), "run_id": ctx.spec.run_id}
     _record(ctx, cand.release, record)
     if ctx.spec.candidate != cand.release and ctx.spec.candidate in ctx.releases:
         _record(ctx, ctx.spec.candidate, record)  # tuned: the plan's own release too
     ctx.commit(base.release)
     ctx.event(f"disabled speculation; last-good is the baseline {base.release}")
-    return ctx.finish("disabled", "done", f"speculation disabled: {dec.reason}")
+    return ctx.finish("disabled", "done", f"speculation disabled: {reason}")
 
 
 def _record(ctx: Ctx, rid: str, record: dict[str, Any]) -> None:

@@ -8,8 +8,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from specdec import gate as gatelib
 from specdec.errors import GateError
-from specdec.gate import Decision, decide
+from specdec.gate import Decision
 from specdec.phases.bench import Bench
 from specdec.phases.host import Ctx, VerifyFailure
 from specdec.rounds import round_bench
@@ -36,6 +37,7 @@ def run_gate(ctx: Ctx, bench: Bench, cand: Arm, base: Arm,
         "baseline": [first_baseline] if first_baseline is not None else [], "candidate": []}
     arms = {"baseline": base, "candidate": cand}
     levels: tuple[int, ...] | None = None
+    alloc: dict[str, float] = {}
     dec: Decision | None = None
     for n in range(1, max(1, pol.max_rounds) + 1):
         first = "baseline" if ctx.running == base.release else "candidate"
@@ -44,21 +46,25 @@ def run_gate(ctx: Ctx, bench: Bench, cand: Arm, base: Arm,
                 continue
             a = arms[arm]
             bench.activate(a.release, arm, a.files)
-            res, _ = bench.measure(arm, a.release,
-                                   round_bench(ctx.spec.bench, pol, arm, n - 1, levels), n)
+            used = [str(r.get("prompt_id")) for res in rounds["candidate"]
+                    for r in (res.get("concurrency") or {}).get(str(pol.keep_concurrency), {})
+                    .get("requests") or [] if isinstance(r, Mapping)]
+            rb = round_bench(ctx.spec.bench, pol, arm, n - 1, levels, alloc, used)
+            res, _ = bench.measure(arm, a.release, rb, n)
             rounds[arm].append(res)
             if arm == "baseline" and n == 1:
                 bench.store_baseline(base.release, res)
         try:
-            dec = decide(rounds["baseline"], rounds["candidate"], pol)
+            dec = gatelib.decide(rounds["baseline"], rounds["candidate"], pol)
         except GateError as exc:
             raise VerifyFailure("gate", f"the gate refused the results: {exc}") from None
         ctx.measure("gate", "decision", dec.decision, round=n, pending=list(dec.pending))
         if dec.decision != "inconclusive" or dec.held:
             break
-        levels = dec.pending
-        ctx.event(f"round {n} inconclusive ({dec.reason}); measuring another round of "
-                  f"c={','.join(str(c) for c in levels)}")
+        levels = dec.pending or None  # None: every level
+        alloc = dec.allocation
+        ctx.event(f"round {n} inconclusive ({dec.reason}); measuring another round"
+                  + (f" of c={','.join(str(c) for c in dec.pending)}" if dec.pending else ""))
     assert dec is not None
     for arm in ("baseline", "candidate"):
         bench.summarise(arm, arms[arm].release, rounds[arm])

@@ -173,10 +173,19 @@ def make_handler(st: State) -> type[BaseHTTPRequestHandler]:
     return H
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that closed its stream (a cancelled filler request) is not an error."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 @contextmanager
 def serve(mode: str) -> Iterator[tuple[str, State]]:
     st = State(mode)
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(st))
+    srv = _Server(("127.0.0.1", 0), make_handler(st))
     srv.daemon_threads = True
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
@@ -188,7 +197,7 @@ def serve(mode: str) -> Iterator[tuple[str, State]]:
 
 
 def _serve_forever(mode: str, q: Any) -> None:
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(State(mode)))
+    srv = _Server(("127.0.0.1", 0), make_handler(State(mode)))
     srv.daemon_threads = True
     q.put(srv.server_address[1])
     srv.serve_forever()

@@ -15,6 +15,7 @@ from specdec import release
 from specdec.errors import BenchError
 from specdec.plan import baseline, make_plan
 from specdec.render import render
+from specdec.rounds import RoundBench
 from specdec.verify import (
     FAILURE_OUTCOMES,
     FileSpec,
@@ -32,6 +33,7 @@ from specdec.verify import (
 TOKEN = "hf_MARKERtoken123"
 PLAN = make_plan("orin-1", {"specdec_device": "agx-orin-64gb",
                             "specdec_model": "meta-llama/Llama-3.1-8B-Instruct",
+                            "specdec_num_speculative_tokens": 3,  # pinned: no tune phase
                             "specdec_health_timeout": 60}, None)
 CAND = render(PLAN)
 BASE = render(baseline(PLAN))
@@ -150,9 +152,9 @@ class FakeHost:
             return 200, ""
         return 200, json.dumps({"data": [{"id": PLAN.served_model_name}]})
 
-    def bench(self, url: str, model: str, out: Path, prompt_offset: int = 0) -> dict[str, Any]:
+    def bench(self, url: str, model: str, out: Path, run: RoundBench) -> dict[str, Any]:
         assert self.current is not None
-        self.offsets.append(prompt_offset)
+        self.offsets.append(run.offsets[0])
         self.benched.append(self.current)
         b = self.beh().bench
         if isinstance(b, str):
@@ -195,11 +197,11 @@ def test_paying_config_is_kept(tmp_path):
     assert rep["acceptance"]["length"] == 2.4
     assert rep["acceptance"]["per_position"] == [0.7, 0.45, 0.25]
     # limit: 204.8 GB/s / 8 GB = 25.6 tok/s; baseline decode 1000/50 ms = 20 tok/s; the
-    # speculative decode 1000/35 ms against 2.4 (acceptance length) x the limit.
+    # speculative decode 1000/25 ms against 2.4 (acceptance length) x the limit.
     roof = rep["roofline"]
     assert roof["limit_tok_s"] == pytest.approx(25.6)
     assert roof["baseline_pct"] == pytest.approx(100 * 20 / 25.6, abs=0.05)
-    assert roof["speculative_pct"] == pytest.approx(100 * (1000 / 35) / (2.4 * 25.6), abs=0.05)
+    assert roof["speculative_pct"] == pytest.approx(100 * (1000 / 25) / (2.4 * 25.6), abs=0.05)
     assert roof["speculative_pct"] <= 100 and "acceptance length" in roof["how"]
     assert host.offsets == [0, 0]
     names = {m["name"] for m in rep["measurements"]}
@@ -453,7 +455,8 @@ def test_inconclusive_measures_more_rounds_then_disables(tmp_path, monkeypatch):
     assert PLAN.gate.max_rounds == 4
     assert seen == [1, 2, 3, 4]
     assert host.benched == [C, B, B, C, C, B, B, C]  # one restart per extra round (ABAB)
-    assert host.offsets == [0, 0, 4, 4, 8, 8, 12, 12]  # each round measures the next prompts
+    # each round measures the next prompts (the baseline 2 at c=1 a round, the candidate 4)
+    assert host.offsets == [0, 0, 2, 4, 8, 4, 6, 12]
     assert rep["outcome"] == "disabled" and host.current == B
     assert "inconclusive" in rep["message"]
     assert rep["candidate"]["rounds"] == 4 and rep["baseline"]["rounds"] == 4
@@ -512,7 +515,8 @@ def test_roofline_accounts_for_the_emulator_time_scale(tmp_path):
 def test_a_cached_baseline_of_another_time_basis_is_measured_again(tmp_path):
     host = FakeHost(C, OLD, (C, OLD), {C: Behaviour(bench=FAST), B: Behaviour(bench=PLAIN)})
     (tmp_path / "cache").mkdir()
-    emulated = {**PLAIN, "config": {"requests": 32, "max_tokens": 128},
+    emulated = {**PLAIN, "config": {"requests": [2, 8], "max_tokens": 64,
+                                    "prompt_offset": [0, 0]},
                 "device_time": {"emulated": True, "time_scale": 0.1}}
     (tmp_path / "cache" / f"{B}.json").write_text(json.dumps(emulated))
     rep = run(host, spec(tmp_path))  # a real device's plan: no emulator time scale
