@@ -9,16 +9,19 @@ fits each method's response curve, k → throughput at c=1 and c=8, from them:
   sizes (one chunk per engine step), so one measurement at ``K_MAX`` gives ``L_h(k)`` for every
   ``k ≤ K_MAX`` exactly;
 * **step time** ``t(k) = a + b·k`` (the drafter's forwards grow with k), a least-squares line
-  through the measured points (with one point: anchored at the baseline's step time);
+  through the measured points, its slope never below 0 (with one point: anchored at the
+  baseline's step time); chunk sizes of every point at or above k are pooled for ``L_h(k)``;
 * a request of category h then takes ``ttft_h + (n − 1)·t(k)/L_h(k)``; the level's rate is the
   gate's stratified rate (`specdec.gatestats`) over the prompt set's categories.
 
 The search (`Search.next`), per method: the running configuration (free: no restart), then
 ``K_MAX`` (its chunk sizes give ``L_h(k)`` for every k), then the curve's predicted best when it
 is not measured yet (with one point so far: ``K_MAX/2`` when that best is ``K_MAX``, for the
-slope) and promises more than ``REFINE_GAIN`` over the best measured point — at most three
-points. A method after the first gets one point at ``K_MAX``, and more only if its curve can
-come within ``CUTOFF`` of the best so far. The choice (`Search.choose`) is by the gate's
+slope) and promises more than ``REFINE_GAIN`` over the best measured point; when the two points
+are far apart and within ``FLAT`` of each other, the middle — at most three points. Two methods
+whose best points end within ``REPEAT_MARGIN`` get those points measured once more (pooled).
+A method after the first gets one point at ``K_MAX``, and more only if its curve can come within
+``CUTOFF`` of the best so far. The choice (`Search.choose`) is by the gate's
 objective, on the fitted curve at measured points: the highest c=1 throughput whose c=8
 throughput stays within the gate's tolerance; where the engine has
 ``num_speculative_tokens_per_batch_size`` the c=1 and c=8 optima go into a per-batch-size
@@ -36,12 +39,14 @@ from typing import Any
 from specdec.gatestats import mixture_median
 from specdec.plan_types import GatePolicy
 
-__all__ = ["CUTOFF", "K_MAX", "REFINE_GAIN", "SPLIT", "Config", "Search", "TuneResult",
-           "level_fit", "schedule"]
+__all__ = ["CUTOFF", "FLAT", "K_MAX", "REFINE_GAIN", "REPEAT_MARGIN", "SPLIT", "Config",
+           "Search", "TuneResult", "level_fit", "schedule"]
 
 K_MAX = 8  # the search domain is k = 1..K_MAX
 REFINE_GAIN = 0.02  # measure the curve's predicted best when it promises this much more
 CUTOFF = 0.95  # a later method is refined only if its curve reaches this share of the best
+REPEAT_MARGIN = 0.15  # two methods this close at their best points: each measured once more
+FLAT = 0.10  # two points of a method this close, far apart: the middle is measured too
 SPLIT = 2  # per-batch-size schedule: batch 1..SPLIT use the c=1 optimum
 
 
@@ -96,6 +101,19 @@ class LevelFit:
         return sum(c * min(s, k + 1) for s, c in h.items()) / n
 
 
+def _merged(results: Sequence[Mapping[str, Any]], levels: Sequence[int]) -> dict[str, Any]:
+    """One bench result holding the requests of several (repeated measurements)."""
+    out: dict[str, Any] = {}
+    for c in levels:
+        reqs: list[Any] = []
+        for r in results:
+            lvl = (r.get("concurrency") or {}).get(str(c))
+            if isinstance(lvl, Mapping):
+                reqs += list(lvl.get("requests") or [])
+        out[str(c)] = {"requests": reqs}
+    return {"concurrency": out}
+
+
 def _f(x: Any) -> float | None:
     return float(x) if isinstance(x, int | float) and not isinstance(x, bool) and x > 0 else None
 
@@ -143,7 +161,7 @@ class _Method:
     method: str
     draft: str | None
     points: dict[int, dict[int, LevelFit]] = field(default_factory=dict)  # k -> level -> fit
-    seconds: dict[int, float] = field(default_factory=dict)
+    results: dict[int, list[Mapping[str, Any]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -201,9 +219,11 @@ class Search:
         self.bench_seconds += seconds
 
     def add(self, cfg: Config, result: Mapping[str, Any], seconds: float = 0.0) -> None:
+        """A measurement of ``cfg`` (a repeated one is pooled with the earlier ones)."""
         m = self._method(cfg.method, cfg.draft)
-        m.points[cfg.k] = self._fits(result, cfg.label())
-        m.seconds[cfg.k] = seconds
+        self._fits(result, cfg.label())  # refuse a result without records
+        m.results.setdefault(cfg.k, []).append(result)
+        m.points[cfg.k] = self._fits(_merged(m.results[cfg.k], self.levels), cfg.label())
         self.bench_seconds += seconds
         self.order.append({"method": cfg.method, "draft": cfg.draft, "k": cfg.k,
                            "seconds": round(seconds, 3)})
@@ -221,19 +241,39 @@ class Search:
         return {c: v / tot for c, v in w.items()} if tot else {c: 1.0 for c in fit.hist}
 
     def _step(self, m: _Method, conc: int, k: int) -> float:
+        """Step time at k: the least-squares line through the points, never falling with k
+        (more drafts never make a step cheaper; a falling fit is timing noise)."""
         pts = sorted(m.points)
         ys = [m.points[p][conc].step_s for p in pts]
         if len(pts) == 1:  # anchored at the baseline's step (no drafting at k = 0)
-            b = (ys[0] - self.base[conc].step_s) / pts[0]
+            b = max(0.0, (ys[0] - self.base[conc].step_s) / pts[0])
             return max(1e-9, ys[0] + b * (k - pts[0]))
         mx, my = sum(pts) / len(pts), sum(ys) / len(ys)
         sxx = sum((x - mx) ** 2 for x in pts)
-        b = sum((x - mx) * (y - my) for x, y in zip(pts, ys, strict=True)) / sxx
+        b = max(0.0, sum((x - mx) * (y - my) for x, y in zip(pts, ys, strict=True)) / sxx)
         return max(1e-9, my + b * (k - mx))
 
-    def _rate(self, fit: LevelFit, step: float, k: int, ttft: LevelFit) -> float:
+    def _hist(self, m: _Method, conc: int, k: int) -> LevelFit:
+        """Chunk sizes of every point measured at k or above (each truncated at k + 1 when
+        used), pooled; below all points: the largest."""
+        above = [p for p in m.points if p >= k] or [max(m.points)]
+        hist: dict[str, dict[int, int]] = {}
+        for p in above:
+            for cat, h in m.points[p][conc].hist.items():
+                acc = hist.setdefault(cat, {})
+                for size, n in h.items():
+                    acc[size] = acc.get(size, 0) + n
+        ttft: dict[str, list[float]] = {}
+        for f in (pts[conc] for pts in m.points.values()):
+            for cat, v in f.ttft.items():
+                ttft.setdefault(cat, []).append(v)
+        ref = m.points[above[0]][conc]
+        return LevelFit(ref.step_s, ref.tokens, {c: sum(v) / len(v) for c, v in ttft.items()},
+                        hist, ref.seconds)
+
+    def _rate(self, fit: LevelFit, step: float, k: int) -> float:
         w = self._weights(fit)
-        sec = sum(wt * (ttft.ttft.get(c, 0.0) + (fit.tokens - 1) * step
+        sec = sum(wt * (fit.ttft.get(c, 0.0) + (fit.tokens - 1) * step
                         / fit.tokens_per_step(c, k)) for c, wt in w.items())
         return fit.tokens / sec
 
@@ -245,11 +285,9 @@ class Search:
         """Ratios to the baseline at c=1 and c=8 (throughput) and the c=1 TPOT p50 ratio."""
         out: dict[str, float] = {}
         for conc in self.levels:
-            ref = m.points[max(p for p in m.points if p >= k) if max(m.points) >= k
-                           else max(m.points)][conc]
-            near = m.points[min(m.points, key=lambda p: abs(p - k))][conc]
+            ref = self._hist(m, conc, k)
             step = self._step(m, conc, k)
-            out[f"c{conc}"] = self._rate(ref, step, k, near) / self._base_rate(conc)
+            out[f"c{conc}"] = self._rate(ref, step, k) / self._base_rate(conc)
             if conc == self.policy.keep_concurrency:
                 w = self._weights(ref)
                 logs = {c: math.log(step / ref.tokens_per_step(c, k)) for c in w}
@@ -288,6 +326,25 @@ class Search:
             if k_hat not in m.points and v_hat > v_meas * (1 + REFINE_GAIN) \
                     and len(m.points) < 3:
                 return Config(m.method, m.draft, k_hat)
+            if len(m.points) == 2 and (i == 0 or best is None or v_meas >= CUTOFF * best):
+                lo, hi = sorted(m.points)
+                v = [self._objective(self.predict(m, x)) for x in (lo, hi)]
+                if hi - lo >= 3 and min(v) >= max(v) * (1 - FLAT):
+                    # a flat stretch: which end wins is within timing noise; the middle is
+                    # within a few % of either, and a third point steadies the slope
+                    return Config(m.method, m.draft, (lo + hi + 1) // 2)
+        return self._repeat()
+
+    def _repeat(self) -> Config | None:
+        """Two methods whose best points are within ``REPEAT_MARGIN``: measure each best
+        point once more (one round of four requests cannot tell them apart reliably)."""
+        scored = sorted(((self._best(m, True), m) for m in self.methods if m.points),
+                        key=lambda x: -x[0][1])
+        if len(scored) < 2 or scored[1][0][1] < scored[0][0][1] * (1 - REPEAT_MARGIN):
+            return None
+        for (k, _), m in scored[:2]:
+            if len(m.results.get(k, [])) < 2:
+                return Config(m.method, m.draft, k)
         return None
 
     def choose(self) -> TuneResult:
