@@ -34,7 +34,7 @@ import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from simlab import ROWS, Setup, Truth, World
@@ -127,13 +127,18 @@ def evaluate(args: tuple[int, argparse.Namespace]) -> dict[str, Any]:
     i, a = args
     rng = random.Random(stable_int("gate-power", a.seed, i))
     world = World()
-    bs, pol = BenchSettings(), GatePolicy()
+    bs, pol = BenchSettings(), policy(a)
     sc = draw(rng)
     sc.truth = world.truth(sc.setup, a.truth_seeds, bs.max_tokens)
     out: dict[str, Any] = {"sc": sc}
     for label, nq, nr in (("none", 0.0, 0.0), ("noisy", a.noise_req, a.noise_run)):
         out[label] = decide_one(world, sc, pol, bs, rng, nq, nr)
     return out
+
+
+def policy(a: argparse.Namespace) -> GatePolicy:
+    pol = GatePolicy()
+    return pol if a.indifference is None else replace(pol, indifference=a.indifference)
 
 
 def quantile(xs: list[float], q: float) -> float:
@@ -150,10 +155,13 @@ def main() -> int:
     ap.add_argument("--noise-run", type=float, default=0.03, help="lognormal sigma per run")
     ap.add_argument("--truth-seeds", type=int, default=4)
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--indifference", type=float, default=None,
+                    help="override the policy's indifference zone (a sensitivity run; the "
+                         "deploy uses the policy's)")
     ap.add_argument("--verbose", action="store_true")
     a = ap.parse_args()
     t0 = time.monotonic()
-    pol, bs = GatePolicy(), BenchSettings()
+    pol, bs = policy(a), BenchSettings()
     delta, zone_m = pol.max_regression_c8, pol.indifference
     counted: list[dict[str, Any]] = []
     zone: list[dict[str, Any]] = []

@@ -45,6 +45,13 @@ def apply_decision(ctx: Ctx, bench: Bench, dec: Decision, cand: Arm, base: Arm
         bench.activate(cand.release, "candidate", cand.files)
         decision_file = shlex.quote(layout.release_dir(cand.release) + "/decision.json")
         ctx.commit(cand.release, f"rm -f {decision_file}")
+        if ctx.spec.candidate != cand.release and ctx.spec.candidate in ctx.releases:
+            # the plan's own release points at the tuned one: a re-run planned without the
+            # control node's tune cache runs the verified release, unchanged
+            _record(ctx, ctx.spec.candidate, {
+                "outcome": "tuned", "active": cand.release, "candidate": ctx.spec.candidate,
+                "reason": f"tuned: {(ctx.report.get('tune') or {}).get('config')}",
+                "time": now_iso(), "run_id": ctx.spec.run_id})
         ctx.event(f"kept speculation; last-good is {cand.release}")
         return ctx.finish("kept", "done", f"speculation kept: {dec.reason}")
     if dec.held:

@@ -62,7 +62,7 @@ def test_vllm_flavour_figures_and_spec_decode() -> None:
 
 def test_trtllm_flavour_completions_endpoint() -> None:
     with serve("trtllm") as (url, st):
-        res = run_bench(cfg(url, endpoint="completions", continuous_usage=False))
+        res = run_bench(cfg(url, endpoint="completions", continuous_usage=False, fill=False))
     assert res["server"]["kind"] == "trtllm"
     assert all(b["path"] == "/v1/completions" and "prompt" in b for b in st.bodies)
     lvl = res["concurrency"]["4"]

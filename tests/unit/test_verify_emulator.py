@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from specdec import release
 from specdec.plan import baseline, make_plan
 from specdec.plan_types import FitReport, GatePolicy, Plan
 from specdec.render import engine_argv, render
@@ -242,6 +243,12 @@ def test_tune_measures_k_on_the_host_and_the_next_plan_runs_the_verified_release
     assert not VerifySpec(**{**sp.__dict__, "plan": again}).tunes
     if rep["outcome"] == "kept":
         assert host.last_good == tune["release"]
+        if tune["release"] != c:  # the plan's own release points at the tuned one
+            rec = json.loads(host.files[f"/var/lib/specdec/releases/{c}/decision.json"])
+            assert rec["outcome"] == "tuned" and rec["active"] == tune["release"]
+            st = release.ReleaseState(tune["release"], tune["release"], (c, tune["release"]),
+                                      {c: rec})
+            assert release.desired_release(c, st) == tune["release"]
 
 
 def test_eagle3_on_agx_is_decided_with_real_numbers(fleet):
