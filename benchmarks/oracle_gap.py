@@ -145,7 +145,9 @@ def trial(world: World, row: int, plan: Plan, truths: dict[Any, Truth], pol: Gat
     if key not in truths:
         truths[key] = world.truth(setup, seeds, bs.max_tokens)
     kept = dec.decision == "keep"
-    return Trial(c.label() if kept else f"disabled (tuned {c.label()})",
+    label = f"{c.method} k={c.k}" + ("" if not c.k_by_batch else " (per batch " + ", ".join(
+        f"{lo}-{hi}: {kk}" for lo, hi, kk in c.k_by_batch) + ")")
+    return Trial(label if kept else f"disabled (tuned {label})",
                  1.0 + truths[key].gain if kept else 1.0, len(tuned.measured),
                  # the running start point needs none; the baseline and every other point one;
                  # the gate: the chosen release, one switch per further round
@@ -183,8 +185,7 @@ def main() -> int:
                 truths[(p.method, p.draft, k, ())] = t
                 if keeps(t, pol) and 1.0 + t.gain > best:
                     best = 1.0 + t.gain
-                    best_name = (f"{p.method}{'/' + p.draft.split('/')[-1] if p.draft else ''}"
-                                 f" k={k}")
+                    best_name = f"{p.method} k={k}"
                 if a.verbose:
                     print(f"    {host} {p.method} {p.draft or ''} k={k}: gain {t.gain:+.3f} "
                           f"TPOT {t.tpot_red:+.3f} c8 {t.c8_ratio:.3f}", flush=True)
