@@ -19,7 +19,13 @@ from specdec.fit import fit, fit_problem, max_model_len_for
 from specdec.hostdata import HostSettings, parse_host_settings
 from specdec.hygiene import check_image
 from specdec.identify import Identity
-from specdec.plan_engine import engine_details, engine_version, image_for_host, runnable
+from specdec.plan_engine import (
+    engine_details,
+    engine_version,
+    image_for_host,
+    release_details,
+    runnable,
+)
 from specdec.plan_types import FitReport, Plan
 from specdec.tune import K_MAX
 
@@ -448,12 +454,7 @@ def speculating(plan: Plan, method: str, draft: str | None, k: int,
                 k_by_batch: tuple[tuple[int, int, int], ...] = ()) -> Plan:
     """The plan with another speculation setting (a tune point); the release-specific details
     (TensorRT-LLM's decoding_type, a local draft directory) follow the method and draft."""
-    decoding, draft_dir = None, None
-    if plan.engine == "trtllm":
-        facts = trtllm_facts(Version.parse(plan.engine_version))
-        decoding = facts.decoding_type(method) if method != "none" else None
-        draft_dir = layout.local_model_dir(draft) if draft and facts.head_local_dir.value \
-            else None
+    decoding, draft_dir = release_details(plan.engine, plan.engine_version, method, draft)
     return dataclasses.replace(plan, method=method, draft=draft, num_speculative_tokens=k,
                                k_by_batch=k_by_batch, decoding_type=decoding,
                                draft_dir=draft_dir)
