@@ -14,7 +14,6 @@ The cache is ``$SPECDEC_CONTRACT_CACHE``, default ``/var/cache/specdec-contract`
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -22,9 +21,10 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
+
+from specdec.filelock import locked
 
 __all__ = ["LOCKS", "cache_root", "ensure_uv", "ensure_vllm", "lock_file", "torch_spec"]
 
@@ -76,17 +76,6 @@ def _python() -> str:
     return sys.executable
 
 
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def run(argv: list[str], what: str, env: dict[str, str] | None = None,
         timeout: float = 3600) -> str:
     """Run a command; InstallError with its last output lines when it fails."""
@@ -114,7 +103,7 @@ def ensure_uv(cache: Path, log: Log = print) -> Path:
     """uv, pinned, in ``<cache>/tools`` (pip from PyPI)."""
     tools = cache / "tools"
     uv = tools / "bin" / "uv"
-    with _locked(cache / ".tools.lock"):
+    with locked(cache / ".tools.lock"):
         if uv.is_file():
             have = run([str(uv), "--version"], "uv --version").split()
             if len(have) > 1 and have[1] == UV_VERSION:
@@ -158,7 +147,7 @@ def ensure_vllm(version: str, log: Log = print) -> Path:
     lock = lock_file("vllm", version)
     stamp = _stamp("vllm", version, lock)
     venv = cache / f"vllm-{version}"
-    with _locked(cache / f".vllm-{version}.lock"):
+    with locked(cache / f".vllm-{version}.lock"):
         if healthy(venv, stamp):
             return venv
         uv = ensure_uv(cache, log)
@@ -179,9 +168,13 @@ def ensure_vllm(version: str, log: Log = print) -> Path:
 def main(argv: list[str] | None = None) -> int:
     """``python3 -m specdec.contract.installer VERSION...``: build (or reuse) environments."""
     versions = sys.argv[1:] if argv is None else argv
+    return cli(lambda: "\n".join(str(ensure_vllm(v)) for v in versions))
+
+
+def cli(action: Callable[[], object]) -> int:
+    """Print what ``action`` returns (exit 0) or its InstallError in one line (exit 1)."""
     try:
-        for v in versions:
-            print(ensure_vllm(v))
+        print(action())
     except InstallError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

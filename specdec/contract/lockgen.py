@@ -26,6 +26,7 @@ from specdec.contract.installer import (
     LOCKS,
     InstallError,
     cache_root,
+    cli,
     ensure_uv,
     install_torch,
     run,
@@ -166,12 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--like", type=Path, help="a lock file whose package names to start from "
                     "(installed at this release's requirements and date)")
     opts = ap.parse_args(argv)
-    try:
-        print(derive(opts.version, opts.exclude_newer, opts.seed, opts.like))
-    except InstallError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return cli(lambda: derive(opts.version, opts.exclude_newer, opts.seed, opts.like))
 
 
 if __name__ == "__main__":

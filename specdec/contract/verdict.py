@@ -95,22 +95,23 @@ def arch_problems(suite: Suite, out: dict[str, Any], cat: Catalog) -> list[str]:
     return problems
 
 
+def _differ(what: str, release: Any, table: Any, name: str) -> str | None:
+    have, want = set(release), set(table)
+    if have == want:
+        return None
+    return (f"{what}: the release has {sorted(have - want)} that {name} lacks, {name} has "
+            f"{sorted(want - have)} that the release lacks")
+
+
 def fact_problems(version: str, out: dict[str, Any]) -> list[str]:
     v = Version.parse(version)
     got = out.get("facts", {})
-    problems = []
-    fields = set(got.get("spec_fields", []))
-    want = set(facts.spec_keys(v))
-    if fields != want:
-        problems.append(f"SpeculativeConfig fields: the release has {sorted(fields - want)} "
-                        f"that spec_keys() lacks, spec_keys() has {sorted(want - fields)} that "
-                        "the release lacks")
-    literal = set(got.get("method_literal", []))
-    table = set(facts.method_literal(v))
-    if literal != table:
-        problems.append(f"method Literal: the release has {sorted(literal - table)} that "
-                        f"method_literal() lacks, method_literal() has {sorted(table - literal)}"
-                        " that the release lacks")
+    problems = [p for p in (
+        _differ("SpeculativeConfig fields", got.get("spec_fields", []), facts.spec_keys(v),
+                "spec_keys()"),
+        _differ("method Literal", got.get("method_literal", []), facts.method_literal(v),
+                "method_literal()"),
+    ) if p]
     unknown = facts.UNKNOWN_KEYS.at(v)
     forbid = got.get("extra") == "forbid"
     if unknown is None or forbid != (unknown.value == "reject"):
