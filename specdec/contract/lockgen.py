@@ -44,6 +44,8 @@ DISTS = {"zmq": "pyzmq", "cv2": "opencv-python-headless", "yaml": "pyyaml",
          "sklearn": "scikit-learn", "jwt": "pyjwt", "dateutil": "python-dateutil",
          "lmformatenforcer": "lm-format-enforcer"}
 _MISSING = re.compile(r"No module named '([^'.]+)[^']*'")
+# fastapi's check for Form parameters (fastapi/dependencies/utils.py ensure_multipart_is_installed)
+_REQUIRES = re.compile(r'requires "([A-Za-z0-9._-]+)" to be installed')
 _NAME = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 
@@ -74,21 +76,29 @@ def vllm_requirements(venv: Path, version: str) -> dict[str, str]:
     return out
 
 
-def _probe(python: Path, inp: Path | None) -> str:
-    """The checker's output (stderr included) for its import probe or a full run."""
+def _probe(python: Path, inp: Path | None) -> tuple[bool, str]:
+    """Whether the checker's import probe or full run succeeded, and its output (stderr
+    included)."""
     argv = [str(python), "-I", str(CHECKER)]
-    argv += ["--input", str(inp), "--output", str(inp) + ".out"] if inp else ["--probe"]
+    out_file = Path(str(inp) + ".out") if inp else None
+    argv += ["--input", str(inp), "--output", str(out_file)] if inp else ["--probe"]
+    if out_file is not None:
+        out_file.unlink(missing_ok=True)
     out = subprocess.run(argv, capture_output=True, text=True, timeout=1800, check=False)
     text = out.stdout + out.stderr
-    if inp is not None and Path(str(inp) + ".out").is_file():
-        text += Path(str(inp) + ".out").read_text()
-    return text
+    ok = out.returncode == 0
+    if out_file is not None:
+        ok = ok and out_file.is_file()
+        text += out_file.read_text() if out_file.is_file() else ""
+    return ok, text
 
 
 def _missing(text: str) -> str | None:
-    """The last top-level module named missing; vLLM's own compiled ops are left out (the CUDA
-    wheel's ``vllm._C*`` fail to load on the CPU with a warning, which the checks do not need)."""
+    """The last top-level module (or, where a package says which distribution it needs,
+    ``dist:NAME``) named missing; vLLM's own compiled ops are left out (the CUDA wheel's
+    ``vllm._C*`` fail to load on the CPU with a warning, which the checks do not need)."""
     found = [m for m in _MISSING.findall(text) if m != "vllm"]
+    found += [f"dist:{d}" for d in _REQUIRES.findall(text)]
     return found[-1] if found else None
 
 
@@ -99,6 +109,15 @@ def _names(lock: Path) -> list[str]:
         if "==" in line and _dist(line) not in ("", "vllm", "torch"):
             out.append(_dist(line))
     return out
+
+
+def _origin(option: str, path: Path | None) -> str:
+    """`` --like specdec/contract/locks/vllm-X.txt`` (relative to the repository when in it)."""
+    if path is None:
+        return ""
+    path = path.resolve()
+    root = LOCKS.parents[2]
+    return f" {option} {path.relative_to(root) if path.is_relative_to(root) else path}"
 
 
 def derive(version: str, exclude_newer: str, seed: Path | None = None,
@@ -127,9 +146,13 @@ def derive(version: str, exclude_newer: str, seed: Path | None = None,
         tried: set[str] = set()
         full = False
         for _ in range(rounds):
-            text = _probe(python, inp if full else None)
+            ok, text = _probe(python, inp if full else None)
             mod = _missing(text)
             if mod is None:
+                if not ok:
+                    tail = " | ".join(text.strip().splitlines()[-4:])
+                    raise InstallError(f"vLLM {version}: the checker fails, no module missing: "
+                                       f"{tail}")
                 if full:
                     break
                 full = True
@@ -138,7 +161,7 @@ def derive(version: str, exclude_newer: str, seed: Path | None = None,
                 raise InstallError(f"vLLM {version}: still missing {mod!r} after installing it:"
                                    f" {text.strip().splitlines()[-1:]}")
             tried.add(mod)
-            dist = DISTS.get(mod, mod)
+            dist = mod[len("dist:"):] if mod.startswith("dist:") else DISTS.get(mod, mod)
             spec = reqs.get(_norm(dist), dist)
             print(f"vLLM {version}: missing module {mod!r} -> {spec}", flush=True)
             run(pip + ["--exclude-newer", exclude_newer, spec], f"install {spec}", env)
@@ -151,7 +174,8 @@ def derive(version: str, exclude_newer: str, seed: Path | None = None,
     lock.write_text(
         f"# vLLM {version} on a CPU-only machine: what its CLI parser and config classes import.\n"
         f"# Installed with --no-deps beside torch (specdec.contract.installer). Derived by\n"
-        f"# `python3 -m specdec.contract.lockgen {version} --exclude-newer {exclude_newer}`.\n"
+        f"# `python3 -m specdec.contract.lockgen {version} --exclude-newer {exclude_newer}"
+        f"{_origin('--seed', seed)}{_origin('--like', like)}`.\n"
         + "\n".join(pins) + "\n")
     shutil.rmtree(venv, ignore_errors=True)
     return lock

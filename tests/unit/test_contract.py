@@ -170,3 +170,9 @@ def test_lockgen_reads_vllms_requirements(tmp_path: Path) -> None:
                     "xformers": "xformers"}
     assert lockgen._missing("x\nModuleNotFoundError: No module named 'zmq.asyncio'\n") == "zmq"
     assert lockgen._missing("all fine") is None
+    fastapi = ('RuntimeError: Form data requires "python-multipart" to be installed.\n'
+               "You can install \"python-multipart\" with: \n\npip install python-multipart")
+    assert lockgen._missing(fastapi) == "dist:python-multipart"
+    lock = installer.LOCKS / "vllm-0.11.0.txt"
+    assert lockgen._origin("--like", lock) == " --like specdec/contract/locks/vllm-0.11.0.txt"
+    assert lockgen._origin("--seed", None) == ""
