@@ -115,10 +115,16 @@ def ensure_uv(cache: Path, log: Log = print) -> Path:
     return uv
 
 
+def pins(lock: Path) -> list[str]:
+    """A lock file's requirement lines (its comments do not change an environment)."""
+    lines = (x.split("#", 1)[0].strip() for x in lock.read_text().splitlines())
+    return [x for x in lines if x]
+
+
 def _stamp(engine: str, version: str, lock: Path) -> dict[str, object]:
     torch, _ = torch_spec()
     return {"engine": engine, "version": version, "recipe": RECIPE,
-            "lock_sha256": hashlib.sha256(lock.read_bytes()).hexdigest(),
+            "lock_sha256": hashlib.sha256("\n".join(pins(lock)).encode()).hexdigest(),
             "torch": Path(torch).name, "python": sys.version.split()[0]}
 
 

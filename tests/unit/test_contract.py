@@ -127,8 +127,7 @@ def test_suite_refuses_duplicate_ids() -> None:
 
 def test_every_pinned_release_has_a_lock_file() -> None:
     for v in pinned_versions("vllm"):
-        lines = installer.lock_file("vllm", v).read_text().splitlines()
-        pins = [x for x in lines if x and not x.startswith("#")]
+        pins = installer.pins(installer.lock_file("vllm", v))
         assert f"vllm=={v}" in pins
         assert all("==" in p for p in pins), pins
         assert not any(p.startswith("torch==") for p in pins)  # the installer adds torch
@@ -143,6 +142,16 @@ def test_torch_from_the_local_wheel_else_pypi(tmp_path: Path,
     wheel = tmp_path / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"
     wheel.write_bytes(b"")
     assert installer.torch_spec() == (str(wheel), False)
+
+
+def test_comments_of_a_lock_file_do_not_change_its_stamp(tmp_path: Path) -> None:
+    lock = tmp_path / "vllm-1.0.txt"
+    lock.write_text("# derived by hand\nvllm==1.0\nnumpy==2.0  # why\n")
+    stamp = installer._stamp("vllm", "1.0", lock)
+    lock.write_text("# derived by lockgen\n\nvllm==1.0\nnumpy==2.0\n")
+    assert installer._stamp("vllm", "1.0", lock) == stamp
+    lock.write_text("vllm==1.0\nnumpy==2.1\n")
+    assert installer._stamp("vllm", "1.0", lock) != stamp
 
 
 def test_healthy_needs_the_same_stamp(tmp_path: Path) -> None:
