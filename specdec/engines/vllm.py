@@ -88,7 +88,8 @@ _METHOD_CHANGES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("0.10.2", ("ernie_mtp", "qwen3_next_mtp"), ()),
     ("0.11.0", ("mimo_mtp", "longcat_flash_mtp", "mtp"), ()),
     ("0.11.1", ("suffix", "glm4_moe_mtp", "pangu_ultra_moe_mtp"), ()),
-    ("0.14.1", ("exaone_moe_mtp",), ()),
+    # 0.14.0 vllm/config/speculative.py:36 (make contract; was dated 0.14.1, the first read)
+    ("0.14.0", ("exaone_moe_mtp",), ()),
     ("0.15.0", ("glm4_moe_lite_mtp",), ()),
     ("0.15.1", ("step3p5_mtp",), ()),
     ("0.16.0", ("glm_ocr_mtp",), ()),
