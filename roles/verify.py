@@ -11,6 +11,9 @@ Runs after `serve`. At execution time it reads the host's release pointers again
   released.
 
 Every outcome writes ``reports/<run-id>/<host>.json`` and refreshes the fleet summary.
+Where the benchmark client runs is ``specdec_bench_mode`` (`specdec.bench.remote`): by default
+on the host beside the engine (uploaded, run over SSH against loopback, its JSON collected from
+stdout), else in the engine's image, or on the control node as a subprocess.
 Benchmark knobs come from the environment of the control node: ``SPECDEC_BENCH_REQUESTS``
 (32), ``SPECDEC_BENCH_MAX_TOKENS`` (128), ``SPECDEC_BENCH_WARMUP`` (2),
 ``SPECDEC_BENCH_TIMEOUT`` (per arm; a hung engine fails here: 600 s, longer for a device
@@ -36,6 +39,7 @@ from roles.lock import connector_args, fail_command, host_run, release_now, run_
 from roles.lock import skip_host as _skip_host
 from roles.serve import ServeResult
 from specdec import verify as sv
+from specdec.bench import remote
 from specdec.catalog import GIB, load_catalog
 from specdec.errors import SpecdecError, redact
 from specdec.hostdata import parse_host_settings
@@ -99,7 +103,17 @@ class PyinfraIO:
     def bench(self, url: str, model: str, out: Path) -> dict[str, Any]:
         gate = self.spec.plan.gate
         levels = sorted({gate.keep_concurrency, gate.guard_concurrency})
-        return sv.bench_subprocess(url, model, out, self.spec.bench, levels)
+        mode, b = self.spec.bench_mode, self.spec.bench
+        if mode == "control":
+            res = sv.bench_subprocess(url, model, out, b, levels)
+            res["runner"] = {"where": "control"}
+        else:  # beside the engine: loopback, no link in the figures
+            args = remote.client_args(levels, b.requests, b.max_tokens, b.warmup)
+            res = remote.run_on_host(self.run, remote.bundle(), self.spec.plan.port, model, args,
+                                     b.timeout_s, mode, self.spec.plan.image)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(res, indent=1) + "\n")
+        return res
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)  # gevent-patched under the pyinfra CLI
@@ -253,6 +267,7 @@ def verify(hp: HostPlan, served: ServeResult, token: HiddenValue | None = None,
         bench=bench_settings(roofline),
         roofline=roofline,
         run_id=run_id(),
+        bench_mode=settings.bench_mode,
     )
     verify_release(
         name="Verify the release (health, limits, benchmark, gate)",

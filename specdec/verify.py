@@ -142,6 +142,7 @@ class VerifySpec:
     roofline: Roofline | None = None
     poll_s: float = 2.0
     run_id: str = ""
+    bench_mode: str = "host"  # where the bench client runs (specdec.bench.remote.MODES)
 
 
 class VerifyFailure(Exception):
@@ -547,6 +548,10 @@ class Verifier:
                 self.event(f"cached baseline of {rid} was measured with other bench settings; "
                            "measuring again")
                 return None
+        where = (res.get("runner") or {}).get("where", "control")
+        if where != self.spec.bench_mode:  # a client across a link measures other TTFT/E2EL
+            self.event(f"cached baseline of {rid} was measured from {where}; measuring again")
+            return None
         scale = dict(self.spec.plan.env).get("SPECDEC_EMU_TIME_SCALE")
         basis = (res.get("device_time") or {}).get("time_scale")
         if (scale is None) != (basis is None) or (

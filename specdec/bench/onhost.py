@@ -212,7 +212,7 @@ _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?
 
 
 def parse_vllm(text):
-    out, per_pos = Counters(), {}
+    out, per_pos = Counters(), {}  # type: Counters, dict[int, float]
     for line in text.splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
@@ -600,7 +600,9 @@ class SpecProbe:
 
     def __init__(self, http, metrics, poll_s, previous):
         self.http, self.metrics, self.poll_s, self.previous = http, metrics, poll_s, previous
-        self.acc, self.task, self.before, self.after = None, None, Counters(), None
+        self.acc = TrtllmAccumulator()  # used for TRT-LLM's iteration stats only
+        self.task = None  # type: asyncio.Future | None
+        self.before, self.after = Counters(), None
 
     async def _get(self):
         try:
@@ -630,7 +632,6 @@ class SpecProbe:
             if self.previous is not None:
                 spec_delta(self.previous, self.before)  # raises when a counter fell
         elif self.metrics == "trtllm-json":
-            self.acc = TrtllmAccumulator()
             await self._trt(prime=True)
             self.task = asyncio.ensure_future(self._loop())
 
@@ -638,7 +639,7 @@ class SpecProbe:
         if self.metrics == "prometheus":
             self.after = parse_vllm(await self._get())
             return spec_delta(self.before, self.after), diff_counters(self.before, self.after)
-        if self.acc is not None:
+        if self.task is not None:
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self.task
@@ -727,7 +728,7 @@ def _stats_keys(out, metric, values):
 
 def level_result(cfg, recs, conc):
     ok = [r for r in recs if r.ok]
-    errors = {}
+    errors = {}  # type: dict[str, int]
     for r in recs:
         if r.error_kind:
             errors[r.error_kind] = errors.get(r.error_kind, 0) + 1
@@ -761,7 +762,7 @@ def level_result(cfg, recs, conc):
     lvl["usage_missing"] = sum(1 for r in ok if not r.usage_seen)
     lvl["tokens_counted"] = 0  # no tokenizer beside the engine
     lvl["tokens_estimated"] = sum(1 for r in ok if r.tokens_source == "estimated")
-    cats = {}
+    cats = {}  # type: dict[str, list[Rec]]
     for r in ok:
         cats.setdefault(r.prompt["category"], []).append(r)
     lvl["per_category"] = {}
@@ -838,7 +839,7 @@ async def _run(cfg, pset, http, plan):
     elif model not in served:
         raise BenchError(f"--model {model!r} is not served at {base} (served: "
                          f"{', '.join(served) or 'none'})")
-    warm_failed, warnings, levels = 0, [], {}
+    warm_failed, warnings, levels = 0, [], {}  # type: int, list[str], dict[str, dict]
     if warm:
         wrecs = await run_requests(http, cfg, model, warm, max(cfg.concurrency), "warmup",
                                    max_tokens=max(2, min(cfg.max_tokens, cfg.warmup_max_tokens)))
@@ -873,7 +874,7 @@ async def _run(cfg, pset, http, plan):
     conf.update(concurrency=list(cfg.concurrency), requests=[counts[c] for c in cfg.concurrency],
                 prompt_offset=list(cfg.prompt_offset),
                 prompt_ids={str(c): [p["id"] for p in ps] for c, ps in chosen.items()})
-    cats = {}
+    cats = {}  # type: dict[str, int]
     for p in measured_set:
         cats[p["category"]] = cats.get(p["category"], 0) + 1
     return {
@@ -925,8 +926,9 @@ async def time_scale(url):
     except (OSError, asyncio.TimeoutError, StreamError, ValueError):
         return None
     scale = doc.get("time_scale") if isinstance(doc, dict) else None
-    ok = isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale > 0
-    return float(scale) if ok else None
+    if isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale > 0:
+        return float(scale)
+    return None
 
 
 def finite(x):
