@@ -19,6 +19,8 @@ from specdec.hostdata import parse_host_settings
 from specdec.plan import baseline, make_plan
 from specdec.plan_types import Plan
 from specdec.render import Rendered, render
+from specdec.report import reports_root
+from specdec.tunecache import apply_cached
 
 __all__ = [
     "GATED_PREFIXES",
@@ -63,9 +65,11 @@ def plan_host(name: str, data: Any, identity: Any,
               installed: dict[str, str] | None = None) -> HostPlan:
     """Plan and render one host; any `SpecdecError` becomes a one-line `DeployError`."""
     try:
-        plan = make_plan(name, data, identity, installed=installed)
+        planned = make_plan(name, data, identity, installed=installed)
+        # k: auto with a tuned entry in the cache: the plan carries the tuned values (noted)
+        plan = apply_cached(planned, reports_root(), parse_host_settings(name, data).reverify)
         rendered = render(plan)
-        base = render(baseline(plan)) if plan.speculative else None
+        base = render(baseline(planned)) if plan.speculative else None
         device = load_catalog().device(plan.device)
     except SpecdecError as exc:
         msg = one_line(exc)

@@ -14,10 +14,14 @@ Every outcome writes ``reports/<run-id>/<host>.json`` and refreshes the fleet su
 Where the benchmark client runs is ``specdec_bench_mode`` (`specdec.bench.remote`): by default
 on the host beside the engine (uploaded, run over SSH against loopback, its JSON collected from
 stdout), else in the engine's image, or on the control node as a subprocess.
-Benchmark knobs come from the environment of the control node: ``SPECDEC_BENCH_REQUESTS``
-(32), ``SPECDEC_BENCH_MAX_TOKENS`` (128), ``SPECDEC_BENCH_WARMUP`` (2),
+Benchmark knobs (per gate round and arm, `specdec.rounds.BenchSettings`) come from the
+environment of the control node: ``SPECDEC_BENCH_REQUESTS`` (4, candidate at c=1),
+``SPECDEC_BENCH_BASELINE_REQUESTS`` (2, baseline at c=1), ``SPECDEC_BENCH_GUARD_REQUESTS`` (8,
+at c=8), ``SPECDEC_BENCH_MAX_TOKENS`` (64), ``SPECDEC_BENCH_WARMUP`` (2),
+``SPECDEC_BENCH_RAMP_TOKENS`` (32, the c=8 level's unmeasured first request per client),
 ``SPECDEC_BENCH_TIMEOUT`` (per arm; a hung engine fails here: 600 s, longer for a device
-whose bandwidth roofline makes the benchmark slow).
+whose bandwidth roofline makes the benchmark slow). The figures in the README's gate power
+table hold for the defaults.
 """
 
 from __future__ import annotations
@@ -46,14 +50,19 @@ from specdec.hostdata import parse_host_settings
 from specdec.power import PowerState
 from specdec.release import ReleaseState
 from specdec.report import reports_root, safe_name, write_host_report
+from specdec.rounds import RoundBench
 
 __all__ = ["PyinfraIO", "bench_settings", "make_io", "verify"]
 
+_DEFAULT = sv.BenchSettings()
 _BENCH_ENV = {
-    "requests": ("SPECDEC_BENCH_REQUESTS", int, 32),
-    "max_tokens": ("SPECDEC_BENCH_MAX_TOKENS", int, 128),
-    "warmup": ("SPECDEC_BENCH_WARMUP", int, 2),
-    "timeout_s": ("SPECDEC_BENCH_TIMEOUT", float, 600.0),
+    "requests": ("SPECDEC_BENCH_REQUESTS", int, _DEFAULT.requests),
+    "baseline_requests": ("SPECDEC_BENCH_BASELINE_REQUESTS", int, _DEFAULT.baseline_requests),
+    "ramp_tokens": ("SPECDEC_BENCH_RAMP_TOKENS", int, _DEFAULT.ramp_tokens),
+    "guard_requests": ("SPECDEC_BENCH_GUARD_REQUESTS", int, _DEFAULT.guard_requests),
+    "max_tokens": ("SPECDEC_BENCH_MAX_TOKENS", int, _DEFAULT.max_tokens),
+    "warmup": ("SPECDEC_BENCH_WARMUP", int, _DEFAULT.warmup),
+    "timeout_s": ("SPECDEC_BENCH_TIMEOUT", float, _DEFAULT.timeout_s),
 }
 
 
@@ -73,7 +82,7 @@ def bench_settings(roofline: sv.Roofline | None = None) -> sv.BenchSettings:
             val = typ(raw)
         except ValueError:
             raise DeployError(f"${env}={raw!r}: must be a number") from None
-        if val < (0 if field == "warmup" else 1):
+        if val < (0 if field in ("warmup", "ramp_tokens") else 1):
             raise DeployError(f"${env}={raw!r}: out of range")
         kw[field] = val
     return sv.BenchSettings(**kw)
@@ -83,7 +92,8 @@ def _roofline_timeout(kw: dict[str, Any], roofline: sv.Roofline | None) -> float
     if roofline is None or roofline.tokens_per_s <= 0:
         return 0.0
     wall_tps = roofline.tokens_per_s / roofline.time_scale
-    tokens = (kw.get("requests", 32) + kw.get("warmup", 2)) * kw.get("max_tokens", 128)
+    tokens = ((kw.get("requests", _DEFAULT.requests) + kw.get("warmup", _DEFAULT.warmup))
+              * kw.get("max_tokens", _DEFAULT.max_tokens))
     return 4.0 * tokens / wall_tps
 
 
@@ -100,17 +110,15 @@ class PyinfraIO:
     def http_get(self, url: str, timeout: float) -> tuple[int, str]:
         return sv.http_get(url, timeout)
 
-    def bench(self, url: str, model: str, out: Path) -> dict[str, Any]:
-        gate = self.spec.plan.gate
-        levels = sorted({gate.keep_concurrency, gate.guard_concurrency})
-        mode, b = self.spec.bench_mode, self.spec.bench
-        if mode == "control":
-            res = sv.bench_subprocess(url, model, out, b, levels)
+    def bench(self, url: str, model: str, out: Path, run: RoundBench) -> dict[str, Any]:
+        mode, timeout = self.spec.bench_mode, self.spec.bench.timeout_s
+        if mode == "control":  # the target's tokenizer counts tokens if there is no usage
+            res = sv.bench_subprocess(url, model, out, run, timeout,
+                                      tokenizer=self.spec.plan.model)
             res["runner"] = {"where": "control"}
-        else:  # beside the engine: loopback, no link in the figures
-            args = remote.client_args(levels, b.requests, b.max_tokens, b.warmup)
-            res = remote.run_on_host(self.run, remote.bundle(), self.spec.plan.port, model, args,
-                                     b.timeout_s, mode, self.spec.plan.image)
+        else:  # beside the engine, against loopback: no link in the figures
+            res = remote.run_on_host(self.run, remote.bundle(), self.spec.plan.port, model,
+                                     run.argv(), timeout, mode, self.spec.plan.image)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(res, indent=1) + "\n")
         return res
@@ -161,7 +169,7 @@ def _write(rep: dict[str, Any], secret: str | None, spec: sv.VerifySpec | None =
     try:
         path = write_host_report(run_dir(), rep, secret)
         last = _last_verified(spec) if spec is not None else None
-        if last is not None and rep.get("outcome") in ("kept", "disabled"):
+        if last is not None and rep.get("outcome") in sv.VERIFIED:
             last.parent.mkdir(parents=True, exist_ok=True)
             last.write_text(path.read_text())  # already scrubbed
     except OSError as exc:
@@ -267,6 +275,7 @@ def verify(hp: HostPlan, served: ServeResult, token: HiddenValue | None = None,
         bench=bench_settings(roofline),
         roofline=roofline,
         run_id=run_id(),
+        tune_root=reports_root(),
         bench_mode=settings.bench_mode,
     )
     verify_release(

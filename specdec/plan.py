@@ -19,8 +19,15 @@ from specdec.fit import fit, fit_problem, max_model_len_for
 from specdec.hostdata import HostSettings, parse_host_settings
 from specdec.hygiene import check_image
 from specdec.identify import Identity
-from specdec.plan_engine import engine_details, engine_version, image_for_host, runnable
+from specdec.plan_engine import (
+    engine_details,
+    engine_version,
+    image_for_host,
+    release_details,
+    runnable,
+)
 from specdec.plan_types import FitReport, Plan
+from specdec.tune import K_MAX
 
 __all__ = ["DEFAULT_PORT", "baseline", "check_image", "make_plan"]
 
@@ -362,6 +369,16 @@ def make_plan(
         notes.append(f"method {cand.method}: {cand.why}, fits")
 
     k = _spec_tokens(s, device, cand.method)
+    k_auto = s.num_speculative_tokens is None and cand.method != "none"
+    methods: tuple[tuple[str, str | None], ...] = ()
+    if k_auto:
+        methods = ((cand.method, cand.draft),)
+        # n-gram needs no weights nor memory: the tune measures it too, unless pinned
+        if not pinned_choice and cand.method != "ngram" and any(
+                c.method == "ngram" for c in candidates):
+            methods += (("ngram", None),)
+        notes.append(f"num_speculative_tokens auto: tuned on the host from k={k} over 1.."
+                     f"{K_MAX}" + (" (and against n-gram)" if len(methods) > 1 else ""))
     env = dict(s.env)
     decoding, draft_dir, tiktoken = engine_details(engine, version, model, cand.method,
                                                     cand.draft)
@@ -395,6 +412,8 @@ def make_plan(
         decoding_type=decoding,
         draft_dir=draft_dir,
         tiktoken_dir=tiktoken,
+        k_auto=k_auto,
+        tune_methods=methods,
     )
 
 
@@ -424,7 +443,21 @@ def baseline(plan: Plan, catalog: Catalog | None = None) -> Plan:
         notes=(*plan.notes, "baseline: speculation off"),
         decoding_type=None,
         draft_dir=None,
+        k_auto=False,
+        tune_methods=(),
+        k_by_batch=(),
+        tuned=None,
     )
+
+
+def speculating(plan: Plan, method: str, draft: str | None, k: int,
+                k_by_batch: tuple[tuple[int, int, int], ...] = ()) -> Plan:
+    """The plan with another speculation setting (a tune point); the release-specific details
+    (TensorRT-LLM's decoding_type, a local draft directory) follow the method and draft."""
+    decoding, draft_dir = release_details(plan.engine, plan.engine_version, method, draft)
+    return dataclasses.replace(plan, method=method, draft=draft, num_speculative_tokens=k,
+                               k_by_batch=k_by_batch, decoding_type=decoding,
+                               draft_dir=draft_dir)
 
 
 def _target_kv(cat: Catalog, plan: Plan) -> int:

@@ -144,8 +144,17 @@ def engine_details(engine: str, version: Version, model: Model, method: str,
     """(TensorRT-LLM decoding_type, local draft dir, TIKTOKEN_ENCODINGS_BASE) for the release."""
     if engine != "trtllm":
         return None, None, None
-    facts = trtllm_facts(version)
-    decoding = facts.decoding_type(method) if method != "none" else None
-    draft_dir = layout.local_model_dir(draft) if draft and facts.head_local_dir.value else None
+    decoding, draft_dir = release_details(engine, str(version), method, draft)
     tiktoken = layout.TIKTOKEN_DIR if model.tokenizer == "o200k_harmony" else None
     return decoding, draft_dir, tiktoken
+
+
+def release_details(engine: str, version: str, method: str,
+                    draft: str | None) -> tuple[str | None, str | None]:
+    """(TensorRT-LLM decoding_type, local draft dir) for a method and draft at the release."""
+    if engine != "trtllm":
+        return None, None
+    facts = trtllm_facts(Version.parse(version))
+    decoding = facts.decoding_type(method) if method != "none" else None
+    draft_dir = layout.local_model_dir(draft) if draft and facts.head_local_dir.value else None
+    return decoding, draft_dir

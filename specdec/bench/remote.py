@@ -39,7 +39,6 @@ __all__ = [
     "MODES",
     "Bundle",
     "bundle",
-    "client_args",
     "parse_output",
     "prompts_json",
     "run_command",
@@ -115,25 +114,6 @@ def upload_commands(b: Bundle) -> list[str]:
                     f"rm -f {tmp}; }}")
     cmds.append(check)
     return cmds
-
-
-def client_args(levels: Sequence[int], requests: int | Sequence[int], max_tokens: int,
-                warmup: int, offsets: Sequence[int] = (), ramp_tokens: int = 0,
-                prompt_ids: Sequence[Sequence[str]] = ()) -> list[str]:
-    """The benchmark's arguments, spelled as ``specdec bench`` spells them (both clients)."""
-    def csv(xs: Any) -> str:
-        return ",".join(str(x) for x in (xs if isinstance(xs, list | tuple) else [xs]))
-
-    args = ["--concurrency", csv(levels), "--requests", csv(requests),
-            "--max-tokens", str(max_tokens), "--warmup", str(warmup)]
-    if offsets:
-        args += ["--prompt-offset", csv(offsets)]
-    if ramp_tokens:
-        args += ["--ramp-tokens", str(ramp_tokens)]
-    for level, ids in zip(levels, prompt_ids, strict=False):
-        if ids:
-            args += ["--prompt-ids", f"{level}={csv(ids)}"]
-    return args
 
 
 def run_command(b: Bundle, port: int, model: str, args: Sequence[str], timeout_s: float,

@@ -36,10 +36,24 @@ def register(subparsers: Any) -> None:
 
 
 def _plans(inventory: str, limit: str | None) -> list[Plan]:
+    """Plans as the deploy makes them: with the tuned values of the tune cache, if any."""
+    from specdec.hostdata import parse_host_settings
     from specdec.inventory import load_inventory
     from specdec.plan import make_plan
+    from specdec.report import reports_root
+    from specdec.tunecache import apply_cached
 
-    return [make_plan(name, data, None) for name, data in load_inventory(inventory, limit)]
+    return [apply_cached(make_plan(name, data, None), reports_root(),
+                         parse_host_settings(name, data).reverify)
+            for name, data in load_inventory(inventory, limit)]
+
+
+def _k(p: Plan) -> str:
+    if not p.speculative:
+        return "0"
+    sched = ("/" + ",".join(f"{a}-{b}:{k}" for a, b, k in p.k_by_batch)) if p.k_by_batch else ""
+    return f"{p.num_speculative_tokens}{sched}" + (
+        " (tuned)" if p.tuned else " (auto)" if p.k_auto else "")
 
 
 def plan_record(plan: Plan) -> dict[str, Any]:
@@ -83,8 +97,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for p in plans:
         rows.append([
             p.host, p.device, f"{p.engine} {p.engine_version}", p.runtime, _short(p.model, 34),
-            p.method,
-            _short(p.draft, 34), str(p.num_speculative_tokens), f"{p.gpu_memory_utilization:g}",
+            p.method, _short(p.draft, 34), _k(p), f"{p.gpu_memory_utilization:g}",
             str(p.max_model_len), str(p.max_num_seqs),
             f"{p.fit.kv_gib:.1f}/{p.fit.kv_needed_gib:.2f}", p.release_id(),
         ])
@@ -96,14 +109,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from specdec.inventory import load_inventory
-    from specdec.plan import make_plan
     from specdec.render import render
 
-    hosts = dict(load_inventory(args.inventory))
-    if args.host not in hosts:
+    plans = [p for p in _plans(args.inventory, None) if p.host == args.host]
+    if not plans:
         raise ConfigError(f"--host={args.host!r}: not in {args.inventory}")
-    rendered = render(make_plan(args.host, hosts[args.host], None))
+    rendered = render(plans[0])
     out = Path(args.out)
     for f in rendered.files:
         dest = out / f.path.lstrip("/")
