@@ -10,6 +10,11 @@ Python 3.8+, nothing outside the standard library, no import from the specdec pa
 Jetson's or Spark's python3 (or the engine image's) runs it as uploaded. The prompt set travels
 beside it as JSON (``--prompts``, written from the package's ``prompts.yaml``).
 
+This file is also the measurement core of the control node's client, which imports it: records
+and their JSON (`Rec`), SSE events (`parse_sse_line`, `_event`, `finish`), a level's figures and
+checks (`level_result`, `check_level`), statistics (`summarize`, also `specdec.bench.stats`'s).
+So those are defined once; only transport (httpx there, asyncio streams here) differs.
+
 Definitions (as the control node's client): ``t_send`` is when the request is on the wire (the
 socket send of the request completed: asyncio's write buffer limit is 0, so ``drain()`` returns
 only then); TTFT = first content chunk − t_send; E2EL = last content chunk − t_send; N =
@@ -198,7 +203,9 @@ class Http:
         return await asyncio.wait_for(go(), timeout)
 
 
-# -- speculation counters (as specdec.bench.metrics) -------------------------------------------
+# -- speculation counters ----------------------------------------------------------------------
+# Stdlib twins of specdec.bench.metrics, which parses Prometheus text with prometheus_client (not
+# on a host) and types its counters; tests/unit/test_onhost.py checks that both agree.
 class Counters:
     def __init__(self, present=False, drafts=0.0, draft_tokens=0.0, accepted=0.0, per_pos=None,
                  no_pos=False):
@@ -355,6 +362,7 @@ class Rec:
         self.tokens, self.usage_seen, self.exact, self.chunks = 0, False, True, 0
         self.prompt_tokens = self.cached_tokens = self.finish_reason = None
         self.tokens_source, self.times, self.cums = "usage", [], []
+        self.text = []  # type: list[str]  # counted by a tokenizer when there is no usage
         self.error = self.error_kind = None
 
     ok = property(lambda self: self.error is None)
@@ -485,6 +493,7 @@ def _event(rec, ev, endpoint, now):
         rec.first = now
     rec.last = now
     rec.chunks += 1
+    rec.text.append(content)
     if cum is None:
         rec.exact = False
         cum = (rec.cums[-1] + 1) if rec.cums else 1
@@ -531,19 +540,27 @@ async def _stream(http, cfg, model, rec, text, max_tokens):
     return done
 
 
+def finish(rec, done, counter=None):
+    """The stream ended (``done``: ``[DONE]`` seen): check it and settle the token count.
+    Without usage: the text counted by ``counter`` (the control node's tokenizer), else the
+    chunk count, marked *estimated* (beside the engine there is no tokenizer)."""
+    rec.end = time.perf_counter()
+    if rec.first is None:
+        raise StreamError("empty", "stream ended without any token")
+    if not done and rec.finish_reason is None:
+        raise StreamError("connection", "connection closed before the stream finished "
+                                        "(no [DONE], no finish_reason)")
+    if not rec.usage_seen:  # chunk times stay; their cumulative counts were guesses
+        rec.tokens, rec.tokens_source = ((counter("".join(rec.text)), "tokenizer") if counter
+                                         else (rec.chunks, "estimated"))
+        rec.exact = False
+
+
 async def request(http, cfg, model, rec, text, max_tokens):
     rec.queued = rec.send = time.perf_counter()
     try:
-        done = await asyncio.wait_for(_stream(http, cfg, model, rec, text, max_tokens),
-                                      cfg.request_timeout_s)
-        rec.end = time.perf_counter()
-        if rec.first is None:
-            raise StreamError("empty", "stream ended without any token")
-        if not done and rec.finish_reason is None:
-            raise StreamError("connection", "connection closed before the stream finished "
-                                            "(no [DONE], no finish_reason)")
-        if not rec.usage_seen:  # no tokenizer beside the engine: chunks, marked estimated
-            rec.tokens, rec.tokens_source, rec.exact = rec.chunks, "estimated", False
+        finish(rec, await asyncio.wait_for(_stream(http, cfg, model, rec, text, max_tokens),
+                                           cfg.request_timeout_s))
     except StreamError as exc:
         rec.error, rec.error_kind = str(exc), exc.kind
     except asyncio.TimeoutError:
@@ -657,11 +674,13 @@ class SpecProbe:
 
 # -- levels ---------------------------------------------------------------------------------------
 async def run_requests(http, cfg, model, prompts, conc, tag, check=None, fillers=None, ramp=0,
-                       max_tokens=None):
-    """As the control node's client: ``conc`` workers; fillers keep ``conc`` requests in flight
-    until the last measured one ends (then cancelled); ``ramp``: one unmeasured request of that
-    many tokens per worker first."""
+                       max_tokens=None, send=None, done=None):
+    """``conc`` workers; fillers keep ``conc`` requests in flight until the last measured one
+    ends (then cancelled); ``ramp``: one unmeasured request of that many tokens per worker
+    first. ``send`` (default `request`) is the transport; ``done(rec)`` follows each measured
+    request (the control node's client passes both)."""
     max_tokens = max_tokens or cfg.max_tokens
+    request_ = send or request
     recs = [Rec(i, p) for i, p in enumerate(prompts)]
     state = {"next": 0, "finished": 0, "fill": 0}
     all_done = asyncio.Event()
@@ -674,18 +693,20 @@ async def run_requests(http, cfg, model, prompts, conc, tag, check=None, fillers
         i = state["fill"]
         state["fill"] += 1
         p = fillers[i % len(fillers)]
-        await request(http, cfg, model, Rec(-1, p), text(f"{tag} fill #{i}", p), max_tokens)
+        await request_(http, cfg, model, Rec(-1, p), text(f"{tag} fill #{i}", p), max_tokens)
 
     async def worker(w):
         if ramp:
             p = ramps[w % len(ramps)]
-            await request(http, cfg, model, Rec(-1, p), text(f"{tag} ramp #{w}", p), ramp)
+            await request_(http, cfg, model, Rec(-1, p), text(f"{tag} ramp #{w}", p), ramp)
         while state["next"] < len(recs):
             rec = recs[state["next"]]
             state["next"] += 1
-            await request(http, cfg, model, rec, text(f"{tag} #{rec.index}", rec.prompt),
-                          max_tokens)
+            await request_(http, cfg, model, rec, text(f"{tag} #{rec.index}", rec.prompt),
+                           max_tokens)
             state["finished"] += 1
+            if done is not None:
+                done(rec)
             if check is not None:
                 check()
         if state["finished"] == len(recs):
@@ -760,7 +781,7 @@ def level_result(cfg, recs, conc):
     lvl["e2el_ms_p50"], lvl["throughput_tok_s"] = lvl["median_e2el_ms"], lvl["output_throughput"]
     lvl["length_mismatches"] = sum(1 for r in ok if r.tokens != cfg.max_tokens)
     lvl["usage_missing"] = sum(1 for r in ok if not r.usage_seen)
-    lvl["tokens_counted"] = 0  # no tokenizer beside the engine
+    lvl["tokens_counted"] = sum(1 for r in ok if r.tokens_source == "tokenizer")
     lvl["tokens_estimated"] = sum(1 for r in ok if r.tokens_source == "estimated")
     cats = {}  # type: dict[str, list[Rec]]
     for r in ok:
@@ -776,7 +797,7 @@ def level_result(cfg, recs, conc):
     return lvl
 
 
-def _check_level(cfg, lvl, conc, warnings):
+def check_level(cfg, lvl, conc, warnings):
     n, failed = lvl["num_requests"], lvl["failed"]
     if failed and failed / n > cfg.max_failed_fraction:
         kinds = ", ".join(f"{k} {v}" for k, v in sorted(lvl["errors"].items()))
@@ -786,6 +807,9 @@ def _check_level(cfg, lvl, conc, warnings):
         warnings.append(f"concurrency {conc}: {lvl['length_mismatches']} of {lvl['completed']} "
                         f"responses had completion_tokens != max_tokens={cfg.max_tokens} (the "
                         "server may ignore ignore_eos/min_tokens)")
+    if lvl["tokens_counted"]:
+        warnings.append(f"concurrency {conc}: {lvl['tokens_counted']} responses had no usage; "
+                        "their text was counted with the model's tokenizer")
     if lvl["tokens_estimated"]:
         warnings.append(f"concurrency {conc}: {lvl['tokens_estimated']} responses had no usage "
                         "and no tokenizer is on this machine: tokens estimated (chunks); the "
@@ -864,7 +888,7 @@ async def _run(cfg, pset, http, plan):
         last = probe.after
         lvl = level_result(cfg, recs, conc)
         lvl["spec_decode"] = fig
-        _check_level(cfg, lvl, conc, warnings)
+        check_level(cfg, lvl, conc, warnings)
         if fig is not None:
             any_spec, total = True, add_counters(total, delta)
         levels[str(conc)] = lvl

@@ -66,6 +66,7 @@ def prompts_json(pset: PromptSet) -> str:
 class Bundle:
     script: str
     prompts: str
+    base: str = BENCH_DIR  # benchmarks put it elsewhere
 
     def sha(self, text: str) -> str:
         return hashlib.sha256(text.encode()).hexdigest()
@@ -77,7 +78,7 @@ class Bundle:
 
     @property
     def dir(self) -> str:
-        return f"{BENCH_DIR}/{self.digest}"
+        return f"{self.base}/{self.digest}"
 
     @property
     def script_path(self) -> str:
@@ -88,9 +89,9 @@ class Bundle:
         return f"{self.dir}/prompts.json"
 
 
-def bundle(pset: PromptSet | None = None) -> Bundle:
+def bundle(pset: PromptSet | None = None, base: str = BENCH_DIR) -> Bundle:
     script = resources.files("specdec.bench").joinpath("onhost.py").read_text()
-    return Bundle(script, prompts_json(pset or builtin_prompts()))
+    return Bundle(script, prompts_json(pset or builtin_prompts()), base)
 
 
 def upload_commands(b: Bundle) -> list[str]:
