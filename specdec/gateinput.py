@@ -8,10 +8,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from specdec.errors import GateError
 from specdec.plan_types import GatePolicy
+from specdec.yamlfile import read_yaml
 
 __all__ = ["check_policy", "check_result", "load_policy", "load_result", "same_setup",
            "tokens_estimated"]
@@ -23,13 +22,7 @@ def load_policy(path: str | Path | None) -> GatePolicy:
     """GatePolicy from a YAML/JSON mapping of its fields (None: seed 000's defaults)."""
     if path is None:
         return GatePolicy()
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except OSError as exc:
-        raise GateError(f"policy {path}: cannot read: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise GateError(f"policy {path}: not valid YAML/JSON: "
-                        f"{str(exc).splitlines()[0] if str(exc) else exc!r}") from None
+    data = read_yaml(path, "policy", GateError)
     if not isinstance(data, dict):
         raise GateError(f"policy {path}: expected a mapping of GatePolicy fields")
     fields = {f.name: f for f in dataclasses.fields(GatePolicy)}

@@ -57,33 +57,25 @@ def _levels(text: str) -> tuple[int, ...]:
 
 
 def _counts(text: str | None, levels: tuple[int, ...]) -> int | tuple[int, ...] | None:
-    if text is None:
-        return None
-    try:
-        counts = tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise ConfigError(f"--requests: not an integer or a comma-separated list: "
-                          f"{text!r}") from None
-    if len(counts) == 1:
-        return counts[0]
-    if len(counts) != len(levels):
-        raise ConfigError(f"--requests: {len(counts)} counts for {len(levels)} concurrency "
-                          f"levels ({text!r})")
-    return counts
+    return None if text is None else _per_level("--requests", "counts", text, levels)
 
 
 def _offsets(text: str, levels: tuple[int, ...]) -> int | tuple[int, ...]:
+    return _per_level("--prompt-offset", "offsets", str(text), levels)
+
+
+def _per_level(flag: str, noun: str, text: str, levels: tuple[int, ...]) -> int | tuple[int, ...]:
+    """One integer for every level, or one per level."""
     try:
-        offs = tuple(int(x) for x in str(text).split(","))
+        values = tuple(int(x) for x in text.split(","))
     except ValueError:
-        raise ConfigError(f"--prompt-offset: not an integer or a comma-separated list: "
-                          f"{text!r}") from None
-    if len(offs) == 1:
-        return offs[0]
-    if len(offs) != len(levels):
-        raise ConfigError(f"--prompt-offset: {len(offs)} offsets for {len(levels)} concurrency "
+        raise ConfigError(f"{flag}: not an integer or a comma-separated list: {text!r}") from None
+    if len(values) == 1:
+        return values[0]
+    if len(values) != len(levels):
+        raise ConfigError(f"{flag}: {len(values)} {noun} for {len(levels)} concurrency "
                           f"levels ({text!r})")
-    return offs
+    return values
 
 
 def _prompt_ids(items: list[str] | None) -> tuple[tuple[int, tuple[str, ...]], ...]:
