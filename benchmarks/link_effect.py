@@ -8,8 +8,9 @@ namespace and, for the link, the lab's NFQUEUE link emulator):
     flock /run/specdec-heavy.lock python3 benchmarks/link_effect.py --trials 2
 
 Setup: one lab-style host (a network namespace ``specdec-lab-<instance>-bench`` with the lab's
-/30 veth, `specdec.lab.host.create_netns`) runs two vLLM emulators of an AGX Orin 64GB (device
-speed: time scale 1 unless ``--time-scale``): the candidate (Qwen3-8B with its EAGLE-3 head, k=3)
+/30 veth, `specdec.lab.host.create_netns`) runs two vLLM emulators of an AGX Orin 64GB (at half the
+device's speed in wall time: ``--time-scale 0.5``; the link is scaled alike, so in device time it is
+80 ms ± 30 ms): the candidate (Qwen3-8B with its EAGLE-3 head, k=3)
 and the baseline (no speculation). The link is the lab's own (`specdec.lab.link.apply` with
 ``lab_link: {delay_ms: 80, jitter_ms: 30}``: each direction of the veth; this kernel has no
 ``sch_netem``, so it is the NFQUEUE emulator). The control client is ``specdec bench`` on this
@@ -19,8 +20,9 @@ against 127.0.0.1 through `specdec.bench.remote.run_on_host` (the deploy's own c
 Per (link, mode):
 
 * TPOT error: the candidate at c=1 (``--tpot-requests`` requests, no warmup), the client's TPOT
-  p50 against the emulator's own (``/lab/truth``: chunk write times on the server); TTFT too
-  (the client's includes the link's request and response delay; the server's does not);
+  p50 against the emulator's own (``/lab/truth``: chunk write times on the server), both in
+  device time (the clients convert an emulator's figures); TTFT too (the client's includes the
+  link's request and response delay; the server's does not);
 * gate: ``--trials`` full gates as the deploy runs them (`specdec.rounds` rounds, ABAB, up to
   ``max_rounds``; `specdec.gate.decide`), each its decision and rounds.
 """
@@ -100,7 +102,10 @@ class Host:
                 time.sleep(0.2)
 
     def set_link(self) -> None:
-        self.link = linkmod.apply(self.h.netns, self.h.veth, LINK, self.work / "link.log")
+        """`LINK` in device time: the emulator runs ``scale`` wall seconds per device second,
+        and the results are in device time, so the wall link is ``LINK`` times ``scale``."""
+        wall = linkmod.Link(LINK.delay_ms * self.scale, LINK.jitter_ms * self.scale)
+        self.link = linkmod.apply(self.h.netns, self.h.veth, wall, self.work / "link.log")
 
     def down(self) -> None:
         for p in self.procs:
@@ -141,7 +146,7 @@ def tpot_error(h: Host, mode: str, n: int, max_tokens: int) -> dict[str, float]:
     rb = RoundBench((1,), (n,), (0,), max_tokens, 0)
     reset_truth(h.url("candidate", "control"))
     res = bench(h, mode, "candidate", rb, h.work / f"tpot-{mode}.json")
-    truth = lab_truth(h.url("candidate", "control"))
+    truth = lab_truth(h.url("candidate", "control"))["unscaled"]  # device time, as the result
     lvl = res["concurrency"]["1"]
     return {"tpot_client": lvl["tpot_ms_p50"], "tpot_truth": truth["tpot_ms_p50"],
             "tpot_err_pct": 100 * (lvl["tpot_ms_p50"] / truth["tpot_ms_p50"] - 1),
@@ -176,7 +181,7 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=2, help="gates per link and mode")
     ap.add_argument("--tpot-requests", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--time-scale", type=float, default=1.0)
+    ap.add_argument("--time-scale", type=float, default=0.5)
     ap.add_argument("--instance", default="lnkbm", help="lab instance naming the namespace")
     a = ap.parse_args()
     rows: list[tuple[str, str, dict[str, float], list[tuple[str, int, float]]]] = []
@@ -191,7 +196,8 @@ def main() -> int:
                 rows.append((label, mode, err, gates))
                 print(f"# {label} {mode}: {err} {gates}", file=sys.stderr, flush=True)
     print(f"link effect: {MODEL} + EAGLE-3 (k=3) vs no speculation, vLLM emulator of an AGX "
-          f"Orin 64GB, time scale {a.time_scale:g}; link on the host's veth, each direction")
+          f"Orin 64GB, time scale {a.time_scale:g}; link on the host's veth, each direction; "
+          "figures in device time")
     print(f"{'link':<14} {'client':<8} {'TPOT p50 client/truth ms':>25} {'TPOT err':>9} "
           f"{'TTFT p50 client/truth ms':>25}  gate decisions (rounds)")
     for label, mode, e, gates in rows:

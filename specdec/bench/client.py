@@ -143,16 +143,11 @@ async def run_bench_async(cfg: BenchConfig, *, stderr: TextIO | None = None) -> 
         cfg.prompt_offset, tuple) else dict.fromkeys(cfg.concurrency, cfg.prompt_offset)
 
     measured_set = [_p(p) for p in pset.measured]
-    by_id = {p["id"]: p for p in measured_set}
-    chosen: dict[int, list[P]] = {}
-    for conc, ids in cfg.prompt_ids:
-        missing = [i for i in ids if i not in by_id]
-        if missing or conc not in counts:
-            raise ConfigError(f"--prompt-ids {conc}={','.join(ids)}: "
-                              + (f"no measured prompt {missing[0]!r} in {pset.source}"
-                                 if missing else f"{conc} is not a --concurrency level"))
-        chosen[conc] = [by_id[i] for i in ids]
-        counts[conc] = len(ids)
+    try:
+        chosen: dict[int, list[P]] = onhost.choose(measured_set, pset.source, cfg.prompt_ids,
+                                                   counts)
+    except onhost.ConfigError as exc:
+        raise ConfigError(str(exc)) from None
 
     def measured(n: int, off: int, conc: int) -> list[P]:
         if conc in chosen:

@@ -501,22 +501,26 @@ def _event(rec, ev, endpoint, now):
     rec.cums.append(cum)
 
 
+def http_error(status, raw):
+    """A non-200 answer to a request: its error message, as `StreamError`."""
+    text = raw.decode("utf-8", "replace")
+    try:
+        err = json.loads(text)
+        msg = err.get("error", err)
+        msg = msg.get("message", msg) if isinstance(msg, dict) else msg
+    except (ValueError, AttributeError):
+        msg = text
+    return StreamError("http_5xx" if status >= 500 else "http_4xx",
+                       f"HTTP {status}: {_one_line(Exception(str(msg)))[:120]}")
+
+
 async def _stream(http, cfg, model, rec, text, max_tokens):
     reader, writer, status, headers, rec.send = await http.request(
         "POST", ENDPOINTS[cfg.endpoint], _body(cfg, model, text, max_tokens))
     done = False
     try:
         if status != 200:
-            raw = b"".join([d async for d in http.body(reader, headers)]).decode("utf-8",
-                                                                                  "replace")
-            try:
-                err = json.loads(raw)
-                msg = err.get("error", err)
-                msg = msg.get("message", msg) if isinstance(msg, dict) else msg
-            except (ValueError, AttributeError):
-                msg = raw
-            raise StreamError("http_5xx" if status >= 500 else "http_4xx",
-                              f"HTTP {status}: {_one_line(Exception(str(msg)))[:120]}")
+            raise http_error(status, b"".join([d async for d in http.body(reader, headers)]))
         buf = b""
         async for data in http.body(reader, headers):
             buf += data
@@ -824,21 +828,27 @@ CONFIG_FIELDS = ("url", "model", "concurrency", "requests", "max_tokens", "warmu
                  "ramp_tokens", "prompt_ids")
 
 
+def choose(measured_set, source, prompt_ids, counts):
+    """``--prompt-ids``: per level, exactly these measured prompts (``counts`` follows)."""
+    by_id = {p["id"]: p for p in measured_set}
+    chosen = {}
+    for conc, ids in prompt_ids:
+        missing = [i for i in ids if i not in by_id]
+        if missing or conc not in counts:
+            raise ConfigError(f"--prompt-ids {conc}={','.join(ids)}: "
+                              + (f"no measured prompt {missing[0]!r} in {source}"
+                                 if missing else f"{conc} is not a --concurrency level"))
+        chosen[conc] = [by_id[i] for i in ids]
+        counts[conc] = len(ids)
+    return chosen
+
+
 async def run_bench(cfg, pset):
     measured_set = pset["measured"]
     counts = {c: (cfg.requests[i] if cfg.requests else len(measured_set))
               for i, c in enumerate(cfg.concurrency)}
     offsets = dict(zip(cfg.concurrency, cfg.prompt_offset))
-    by_id = {p["id"]: p for p in measured_set}
-    chosen = {}
-    for conc, ids in cfg.prompt_ids:
-        missing = [i for i in ids if i not in by_id]
-        if missing or conc not in counts:
-            raise ConfigError(f"--prompt-ids {conc}={','.join(ids)}: "
-                              + (f"no measured prompt {missing[0]!r} in {pset['source']}"
-                                 if missing else f"{conc} is not a --concurrency level"))
-        chosen[conc] = [by_id[i] for i in ids]
-        counts[conc] = len(ids)
+    chosen = choose(measured_set, pset["source"], cfg.prompt_ids, counts)
     warm = [pset["warmup"][i % len(pset["warmup"])] for i in range(cfg.warmup)]
     started = datetime.now(timezone.utc).isoformat()
     base = cfg.url.rstrip("/")

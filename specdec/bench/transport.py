@@ -60,16 +60,7 @@ async def _stream(client: httpx.AsyncClient, cfg: BenchConfig, model: str, rec: 
     async with client.stream("POST", cfg.base_url + ENDPOINTS[cfg.endpoint], json=body,
                              extensions={"trace": trace}) as resp:
         if resp.status_code != 200:
-            raw = (await resp.aread()).decode(errors="replace")
-            try:
-                err = json.loads(raw)
-                msg = err.get("error", err)
-                msg = msg.get("message", msg) if isinstance(msg, dict) else msg
-            except (ValueError, AttributeError):
-                msg = raw
-            kind = "http_5xx" if resp.status_code >= 500 else "http_4xx"
-            raise onhost.StreamError(kind, f"HTTP {resp.status_code}: "
-                                           f"{_one_line(Exception(str(msg)))[:120]}")
+            raise onhost.http_error(resp.status_code, await resp.aread())
         async for line in resp.aiter_lines():
             if line.strip() == "data: [DONE]":
                 done = True
@@ -106,51 +97,27 @@ async def request(client: httpx.AsyncClient, cfg: BenchConfig, model: str, rec: 
         rec.end = time.perf_counter()
 
 
+class _Get:
+    """`specdec.bench.onhost.Http.get` over httpx, for the measurement core's server probe."""
+
+    def __init__(self, client: httpx.AsyncClient, base_url: str) -> None:
+        self.client, self.base_url = client, base_url
+
+    async def get(self, path: str, timeout: float = 30.0) -> tuple[int, dict[str, str], str]:
+        try:
+            r = await self.client.get(self.base_url + path, timeout=timeout)
+        except httpx.HTTPError as exc:  # as the core's own transport reports it
+            raise ConnectionError(f"{type(exc).__name__}: {_one_line(exc)}") from None
+        return r.status_code, {k.lower(): v for k, v in r.headers.items()}, r.text
+
+
 async def probe_server(client: httpx.AsyncClient, base_url: str) -> ServerInfo:
     """Check the server speaks OpenAI (GET /v1/models) and find out what it is."""
     try:
-        r = await client.get(base_url + "/v1/models")
-    except httpx.HTTPError as exc:
-        raise BenchError(f"{base_url}: cannot connect ({type(exc).__name__}: "
-                         f"{_one_line(exc)})") from None
-    try:
-        data = r.json()
-        ids = tuple(str(m["id"]) for m in data["data"])
-    except (ValueError, KeyError, TypeError):
-        ids = None
-    if r.status_code != 200 or ids is None:
-        raise BenchError(f"{base_url}: not an OpenAI-compatible server "
-                         f"(GET /v1/models answered HTTP {r.status_code} without a model list)")
-    kind, metrics = "openai", "none"
-    try:
-        m = await client.get(base_url + "/metrics")
-        if m.status_code == 200:
-            ctype = m.headers.get("content-type", "")
-            body = m.text
-            if "json" in ctype or body.lstrip().startswith("["):
-                try:
-                    trtllm_entries(json.loads(body))
-                    kind, metrics = "trtllm", "trtllm-json"
-                except (ValueError, BenchError):
-                    pass
-            elif "vllm:" in body:
-                parse_vllm(body)
-                kind, metrics = "vllm", "prometheus"
-        if kind == "openai":
-            h = await client.get(base_url + "/health_generate")
-            if h.status_code == 200:
-                kind = "trtllm"
-    except httpx.HTTPError:
-        pass
-    version = None
-    try:
-        v = await client.get(base_url + "/version")
-        if v.status_code == 200:
-            vv = v.json().get("version")
-            version = str(vv) if vv is not None else None
-    except (httpx.HTTPError, ValueError, AttributeError):
-        pass
-    return ServerInfo(kind, metrics, version, ids)
+        info, ids = await onhost.probe_server(_Get(client, base_url), base_url)
+    except onhost.BenchError as exc:
+        raise BenchError(str(exc)) from None
+    return ServerInfo(info["kind"], info["metrics"], info["version"], tuple(ids))
 
 
 class SpecProbe:

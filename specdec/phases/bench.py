@@ -189,4 +189,5 @@ class Bench:
             out[k] = lvl
         out["spec_decode"] = summs[-1]["spec_decode"] if summs else None
         out["device_time"] = results[-1].get("device_time") if results else None
+        out["runner"] = results[-1].get("runner") if results else None  # where the client ran
         self.ctx.report[arm] = out
