@@ -4,6 +4,8 @@ NFQUEUE emulator (this kernel has no sch_netem)."""
 from __future__ import annotations
 
 import statistics
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +15,7 @@ from specdec.lab.instance import Instance
 from specdec.lab.linkemu import Shaper
 from specdec.lab.spec import LabHost, parse_lab_hosts
 from specdec.lab.state import check_host
+from specdec.lab.system import proc_alive, stop_process
 
 
 def _host(**data: object) -> tuple[str, dict[str, object]]:
@@ -74,3 +77,61 @@ def test_shaper_follows_netems_uniform_jitter_and_random_loss() -> None:
     assert lost == pytest.approx(0.25, abs=0.03)
     s.sock.close()
     lossy.sock.close()
+
+
+class _Done:
+    def __init__(self, rc: int) -> None:
+        self.returncode = rc
+
+
+def test_apply_uses_netem_when_the_kernel_has_it(monkeypatch: pytest.MonkeyPatch,
+                                                 tmp_path: Path) -> None:
+    calls: list[list[str]] = []
+    monkeypatch.setattr(link, "run", lambda argv, what, check=True: calls.append(argv) or
+                        _Done(0))
+    assert link.apply("ns", "veth0", link.Link(80, 30), tmp_path / "link.log") is None
+    assert calls == [["tc", "qdisc", "replace", "dev", "veth0", "root", "netem", "delay", "80ms",
+                      "30ms"],
+                     ["ip", "netns", "exec", "ns", "tc", "qdisc", "replace", "dev", "eth0",
+                      "root", "netem", "delay", "80ms", "30ms"]]
+
+
+def test_apply_falls_back_to_the_nfqueue_emulator(monkeypatch: pytest.MonkeyPatch,
+                                                  tmp_path: Path) -> None:
+    """No sch_netem (tc fails): the emulator starts, and only once it is bound do the NFQUEUE
+    rules go in (egress and ingress of the host's eth0, bypassed if it dies)."""
+    calls: list[list[str]] = []
+    ready = tmp_path / "link.ready"
+
+    def fake_run(argv: list[str], what: str, check: bool = True) -> _Done:
+        calls.append(argv)
+        if argv[0] != "tc":
+            assert ready.exists()  # rules only after the emulator is bound
+        return _Done(1 if argv[0] == "tc" else 0)
+
+    stand_in = [sys.executable, "-c", "import sys, time; open(sys.argv[-1], 'w').write('ready'); "
+                                      "time.sleep(30)"]
+    monkeypatch.setattr(link, "run", fake_run)
+    monkeypatch.setattr(link, "emulator_argv", lambda netns, lk: stand_in)
+    proc = link.apply("ns", "veth0", link.Link(80, 30), tmp_path / "link.log")
+    try:
+        assert proc is not None and proc_alive(proc)
+        rules = [c for c in calls if c[0] != "tc"]
+        assert [r[8:11] for r in rules] == [["POSTROUTING", "-o", "eth0"],
+                                            ["PREROUTING", "-i", "eth0"]]
+        assert all(r[:8] == ["ip", "netns", "exec", "ns", "iptables", "-t", "mangle", "-A"]
+                   for r in rules)
+        assert all(r[-5:] == ["-j", "NFQUEUE", "--queue-num", "0", "--queue-bypass"]
+                   for r in rules)
+    finally:
+        stop_process(proc, grace=2)
+
+
+def test_apply_fails_in_one_line_when_the_emulator_does_not_start(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(link, "run", lambda argv, what, check=True: _Done(1))
+    monkeypatch.setattr(link, "emulator_argv", lambda netns, lk: [
+        sys.executable, "-c", "import sys; print('bind: Operation not permitted'); sys.exit(1)"])
+    with pytest.raises(LabError, match="no netem in this kernel and the NFQUEUE link emulator "
+                                       "did not start: bind: Operation not permitted"):
+        link.apply("ns", "veth0", link.Link(80), tmp_path / "link.log")
