@@ -13,9 +13,11 @@ comes from the emulator's pure engine core over the whole built-in prompt set an
 at the deploy's ``max_tokens`` (`simlab.World.truth`), and the seed's rule applied to it: keep
 when the c=1 gain ≥ 30%, the c=1 TPOT p50 reduction ≥ 20% and the c=8 ratio ≥ 1 − δ.
 
-A scenario whose truth is within the policy's indifference zone (``indifference``, on the log of
-the ratio to a threshold that decides its truth) is drawn, decided and reported, but not counted
-in the wrong-decision rate (its own row shows how often it differs from the truth).
+A scenario whose truth is within the policy's indifference zone (``indifference`` m, on the log
+of the ratio to a threshold that decides its truth: within ±m of a c=1 keep threshold, or a c=8
+ratio from (1 − δ)·e^−m up to 1 − δ; the zone the gate's guarantee leaves out, `specdec.gate`)
+is drawn, decided and reported, but not counted in the wrong-decision rate (their count and how
+often the gate differs from the truth there are printed).
 
 Each scenario is decided the way the deploy's verify step decides it: rounds of both arms, each
 arm benchmarked with the deploy's own `specdec.rounds.BenchSettings` for the levels the gate
@@ -62,10 +64,12 @@ class Scenario:
                 math.log(max(1e-9, t.c8_ratio) / (1.0 - delta))]
 
     def margin(self, delta: float) -> float:
-        """Distance to the threshold that decides the truth (keep: the nearest; disable: the
-        clearest failing one)."""
+        """Distance to the threshold that decides the truth, in the sense of the policy's
+        indifference zone (keep: the nearest keep threshold — the c=8 rule's zone lies below
+        its tolerance, so a c=8 ratio at or above 1 − δ is never in it; disable: the clearest
+        failing rule)."""
         d = self.distances(delta)
-        return min(d) if min(d) >= 0 else -min(d)
+        return min(d[:2]) if min(d) >= 0 else -min(d)
 
     def kind(self) -> str:
         f = self.setup.c8_factor

@@ -14,8 +14,10 @@ Knobs (environment): SPECDEC_LAB_INSTANCE=NAME (which lab: default demo; the end
 tests use test, beside it), SPECDEC_LAB_HOSTS=N (first N rows below, default 4, up to 8),
 SPECDEC_LAB_TIME_SCALE=X (emulator speed, default 0.1), SPECDEC_LAB_FAULTS="host=fault,..."
 (emulator faults: crash_at_start, slow_start:S, hang_after:N, 5xx_burst:START:COUNT,
-slowdown:F, oom). See specdec/lab/fleetdata.py for the data every host gets (SSH settings,
-the lab's 8 MiB memlock ceiling as specdec_memlock, image, SPECDEC_EMU_* in specdec_env).
+slowdown:F, oom). A row may set lab_link: {delay_ms, jitter_ms, loss_pct}, netem's delay,
+jitter and loss on that host's link (specdec/lab/link.py). See specdec/lab/fleetdata.py for the
+data every host gets (SSH settings, the lab's 8 MiB memlock ceiling as specdec_memlock, image,
+SPECDEC_EMU_* in specdec_env).
 """
 
 from specdec.lab.fleetdata import fleet

@@ -11,6 +11,9 @@ Runs after `serve`. At execution time it reads the host's release pointers again
   released.
 
 Every outcome writes ``reports/<run-id>/<host>.json`` and refreshes the fleet summary.
+Where the benchmark client runs is ``specdec_bench_mode`` (`specdec.bench.remote`): by default
+on the host beside the engine (uploaded, run over SSH against loopback, its JSON collected from
+stdout), else in the engine's image, or on the control node as a subprocess.
 Benchmark knobs (per gate round and arm, `specdec.rounds.BenchSettings`) come from the
 environment of the control node: ``SPECDEC_BENCH_REQUESTS`` (4, candidate at c=1),
 ``SPECDEC_BENCH_BASELINE_REQUESTS`` (2, baseline at c=1), ``SPECDEC_BENCH_GUARD_REQUESTS`` (8,
@@ -40,6 +43,7 @@ from roles.lock import connector_args, fail_command, host_run, release_now, run_
 from roles.lock import skip_host as _skip_host
 from roles.serve import ServeResult
 from specdec import verify as sv
+from specdec.bench import remote
 from specdec.catalog import GIB, load_catalog
 from specdec.errors import SpecdecError, redact
 from specdec.hostdata import parse_host_settings
@@ -107,9 +111,17 @@ class PyinfraIO:
         return sv.http_get(url, timeout)
 
     def bench(self, url: str, model: str, out: Path, run: RoundBench) -> dict[str, Any]:
-        # the target's tokenizer counts tokens if the server sends no usage
-        return sv.bench_subprocess(url, model, out, run, self.spec.bench.timeout_s,
-                                   tokenizer=self.spec.plan.model)
+        mode, timeout = self.spec.bench_mode, self.spec.bench.timeout_s
+        if mode == "control":  # the target's tokenizer counts tokens if there is no usage
+            res = sv.bench_subprocess(url, model, out, run, timeout,
+                                      tokenizer=self.spec.plan.model)
+            res["runner"] = {"where": "control"}
+        else:  # beside the engine, against loopback: no link in the figures
+            res = remote.run_on_host(self.run, remote.bundle(), self.spec.plan.port, model,
+                                     run.argv(), timeout, mode, self.spec.plan.image)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(res, indent=1) + "\n")
+        return res
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)  # gevent-patched under the pyinfra CLI
@@ -264,6 +276,7 @@ def verify(hp: HostPlan, served: ServeResult, token: HiddenValue | None = None,
         roofline=roofline,
         run_id=run_id(),
         tune_root=reports_root(),
+        bench_mode=settings.bench_mode,
     )
     verify_release(
         name="Verify the release (health, limits, benchmark, gate)",

@@ -8,17 +8,26 @@ indifference zone:
 * three rules: the c=1 throughput gain ≥ 30%, the c=1 TPOT p50 reduction ≥ 20%, and no c=8
   throughput regression beyond the tolerance δ (``max_regression_c8``, 10%: ratio ≥ 1 − δ).
   Each is a distance θ = log(measured ratio / threshold ratio), positive on the keep side.
-* **indifference zone**: a true θ within ±``indifference`` (0.10) of 0 may be answered either
+* **indifference zone**: a keep rule's true θ within ±``indifference`` (m, 0.10) of 0, the c=8
+  rule's within [−m, 0) (a ratio from (1 − δ)·e^−m up to the tolerance), may be answered either
   way; outside it, each rule errs with probability ≤ 1 − ``confidence`` over all looks.
 * after each round (a *look*) a rule still open **passes** when its lower bound
-  ``θ̂ − z·SE ≥ −m`` (it is not below the zone), **fails** when its upper bound ``θ̂ + z·SE ≤ m``
-  (not above it), and when both hold (the interval sits inside the zone) goes by the sign of θ̂;
+  ``θ̂ − z·SE ≥ −m`` (it is not below the zone), **fails** when its upper bound is at most the
+  zone's top (``θ̂ + z·SE ≤ m``; the c=8 rule ``≤ 0``: a regression beyond δ shown), and when
+  both hold (the interval sits inside the zone) goes by the sign of θ̂;
   ``z`` is the one-sided quantile of ``(1 − confidence)/max_rounds`` (Bonferroni over the
-  looks). A verdict, once reached, stays. At the last round (``max_rounds``) an open rule goes by
-  its point estimate (the seed's rule applied to the estimate).
-* **keep** when every rule passed; **disable** as soon as one failed; otherwise **measure
-  another round** of the levels whose rules are still open (``Decision.pending``): a c=8 that is
-  clearly fine is not measured again while c=1 is refined, and the other way round.
+  looks). A verdict, once reached, stays.
+* **keep** when both c=1 rules passed and the c=8 rule passed (a regression below the zone
+  excluded);
+  **disable** as soon as a rule failed (the c=1 gain shown below 10%, a c=8 regression shown,
+  or a keep threshold shown out of reach: more rounds cannot lead to keep, and the round limit's
+  conservative choice is disable); otherwise **measure another round** of the levels whose
+  rules are still open (``Decision.pending``): a c=8 that is clearly fine is not measured again
+  while c=1 is refined, and the other way round.
+* **at the round limit** (``max_rounds``) with a rule still open: keep when both c=1 rules
+  passed (the c=8 rule open: no regression was shown), else the conservative choice, disable
+  (``code`` ``round_limit``, ``conservative``): a keep threshold not shown at the policy's
+  confidence keeps nothing.
 * **inconclusive, held** when any response's tokens were estimated (no usage, no tokenizer):
   guessed counts never keep nor disable.
 
@@ -75,7 +84,6 @@ class Rule:
     distance: float = 0.0  # θ̂: log(ratio / threshold ratio), positive on the keep side
     se: float = 0.0
     look: int = 0  # round at which the verdict was reached (0: open)
-    by_estimate: bool = False  # reached at the last round by the point estimate
     level: int = 1
 
     def to_dict(self) -> dict[str, Any]:
@@ -84,7 +92,7 @@ class Rule:
             "comparison": self.comparison, "verdict": self.verdict,
             "ci": [self.ci[0], self.ci[1]], "method": self.method, "n": self.n,
             "distance": self.distance, "se": self.se, "look": self.look,
-            "by_estimate": self.by_estimate, "level": self.level,
+            "level": self.level,
         }
 
 
@@ -95,15 +103,14 @@ class Decision:
     reason: str
     policy: dict[str, Any] = field(default_factory=dict)
     rounds: int = 1
-    conservative: bool = False  # kept for old reports: the gate has no conservative fallback
+    conservative: bool = False  # decided at the round limit by the conservative choice
     keep_possible: bool = True  # False: more rounds cannot lead to keep
     figures: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     held: bool = False  # inconclusive for good (tokens estimated): stay on last-good
     code: str = ""  # keep | min_gain | keep_out_of_reach | c8_regression | more_rounds |
-    # tokens_estimated
+    # round_limit | no_guard | tokens_estimated
     pending: tuple[int, ...] = ()  # levels to measure in the next round (inconclusive only)
-    by_estimate: bool = False  # decided at the last round by a point estimate
     allocation: dict[str, float] = field(default_factory=dict)  # candidate's keep-level
     # requests of the next round, by category (shares; empty: one of each, in turn)
 
@@ -113,7 +120,7 @@ class Decision:
             "rules": [r.to_dict() for r in self.rules], "rounds": self.rounds,
             "conservative": self.conservative, "keep_possible": self.keep_possible,
             "held": self.held, "code": self.code, "pending": list(self.pending),
-            "by_estimate": self.by_estimate, "allocation": self.allocation,
+            "allocation": self.allocation,
             "figures": self.figures, "policy": self.policy,
             "warnings": self.warnings,
             "ci_level": 1.0 - 2.0 * (1.0 - float(self.policy.get("confidence", 0.95)))
@@ -196,6 +203,7 @@ class _Spec:
     ratio_threshold: float  # the ratio candidate/baseline at the threshold
     sign: int  # +1: a larger ratio is better; -1: smaller (TPOT)
     comparison: str
+    guard: bool = False  # the c=8 rule: its zone lies below the tolerance only
 
 
 def _specs(pol: GatePolicy, guard: bool) -> list[_Spec]:
@@ -208,7 +216,7 @@ def _specs(pol: GatePolicy, guard: bool) -> list[_Spec]:
     ]
     if guard:
         out.append(_Spec(f"no_regression_c{k8}", "rate", k8, -pol.max_regression_c8,
-                         1.0 - pol.max_regression_c8, 1, ">="))
+                         1.0 - pol.max_regression_c8, 1, ">=", guard=True))
     return out
 
 
@@ -217,10 +225,10 @@ def z_for(policy: GatePolicy) -> float:
     return NormalDist().inv_cdf(1.0 - (1.0 - policy.confidence) / policy.max_rounds)
 
 
-def _look_verdict(theta: float, se: float, z: float, m: float, final: bool) -> str:
-    if final:
-        return "pass" if theta >= 0 else "fail"
-    up, down = theta - z * se >= -m, theta + z * se <= m
+def _look_verdict(theta: float, se: float, z: float, m: float, guard: bool) -> str:
+    """pass: not below the zone; fail: not above it (the guard's zone ends at its tolerance:
+    it fails only when a regression beyond the tolerance is shown)."""
+    up, down = theta - z * se >= -m, theta + z * se <= (0.0 if guard else m)
     if up and down:
         return "pass" if theta >= 0 else "fail"
     return "pass" if up else "fail" if down else "unclear"
@@ -236,9 +244,9 @@ def _measured(s: _Spec, e: Estimate) -> tuple[float, tuple[float, float]]:
 def _rule(s: _Spec, cand: list[Obs], base: list[Obs], pop: Mapping[str, float] | None,
           pol: GatePolicy, z: float, look: int) -> tuple[Rule, Estimate] | None:
     """The rule's state after ``look`` rounds: its verdict is fixed at the first look that
-    crossed a boundary (the last round decides by the point estimate)."""
+    crossed a boundary."""
     rounds = sorted({o.round for o in cand if o.round < look})
-    verdict, at, est, theta, by_estimate = "unclear", 0, None, 0.0, False
+    verdict, at, est, theta = "unclear", 0, None, 0.0
     for t in rounds:
         c = [o for o in cand if o.round <= t]
         b = [o for o in base if o.round <= t]
@@ -249,10 +257,7 @@ def _rule(s: _Spec, cand: list[Obs], base: list[Obs], pop: Mapping[str, float] |
         except ValueError:
             return None
         theta = s.sign * (est.log - math.log(s.ratio_threshold))
-        verdict = _look_verdict(theta, est.se, z, pol.indifference, False)
-        if verdict == "unclear" and t + 1 >= pol.max_rounds:
-            verdict = _look_verdict(theta, est.se, z, pol.indifference, True)
-            by_estimate = True
+        verdict = _look_verdict(theta, est.se, z, pol.indifference, s.guard)
         if verdict != "unclear":
             at = t + 1
             break
@@ -260,7 +265,7 @@ def _rule(s: _Spec, cand: list[Obs], base: list[Obs], pop: Mapping[str, float] |
         return None
     measured, ci = _measured(s, est)
     return Rule(s.name, measured, s.threshold, verdict, ci, s.comparison, est.method, est.n,
-                theta, est.se, at, by_estimate, s.level), est
+                theta, est.se, at, s.level), est
 
 
 # -- the decision -----------------------------------------------------------------------------
@@ -280,10 +285,9 @@ def _as_list(x: Result | Sequence[Result], what: str) -> list[Result]:
 
 
 def _reason(dec: str, rules: list[Rule], pol: GatePolicy, look: int) -> tuple[str, str]:
-    by = {r.name: r for r in rules}
     gain = next(r for r in rules if r.name.startswith("throughput_gain"))
     failed = [r for r in rules if r.verdict == "fail"]
-    note = " (point estimate at the last round)"
+    open_ = [r for r in rules if r.verdict == "unclear"]
 
     def fig(r: Rule) -> str:
         return f"{r.name} {r.measured:+.1%} (CI {r.ci[0]:+.1%}..{r.ci[1]:+.1%})"
@@ -293,22 +297,25 @@ def _reason(dec: str, rules: list[Rule], pol: GatePolicy, look: int) -> tuple[st
         if c8:
             return "c8_regression", (
                 f"c={pol.guard_concurrency} throughput regresses beyond the "
-                f"{pol.max_regression_c8:.0%} tolerance: {fig(c8[0])}"
-                + (note if c8[0].by_estimate else ""))
+                f"{pol.max_regression_c8:.0%} tolerance: {fig(c8[0])}")
         if gain.verdict == "fail" and gain.measured < pol.disable_below_gain:
             return "min_gain", (f"c={pol.keep_concurrency} throughput gain {fig(gain)} is "
-                                f"below {pol.disable_below_gain:.0%}"
-                                + (note if gain.by_estimate else ""))
-        return "keep_out_of_reach", ("the gain does not reach the keep threshold: " + ", ".join(
-            f"{fig(r)} < {r.threshold:.0%}" + (note if r.by_estimate else "") for r in failed))
+                                f"below {pol.disable_below_gain:.0%}")
+        if failed:
+            return "keep_out_of_reach", ("the gain does not reach the keep threshold: "
+                                         + ", ".join(f"{fig(r)} < {r.threshold:.0%}"
+                                                     for r in failed))
+        return "round_limit", (f"not shown at the {pol.confidence:.0%} level after {look} "
+                               "rounds (the round limit), so the conservative choice: "
+                               + ", ".join(fig(r) for r in open_))
     if dec == "keep":
-        est = any(r.by_estimate for r in rules)
-        return "keep", (", ".join(f"{fig(r)} clears {r.threshold:+.0%}" for r in rules)
-                        + (f" (at round {look}, by the point estimates)" if est else
-                           f" at the {pol.confidence:.0%} bound outside the "
-                           f"±{pol.indifference:.0%} indifference zone"))
-    open_ = [f"{n} ({fig(r)})" for n, r in by.items() if r.verdict == "unclear"]
-    return "more_rounds", "not decisive yet: " + ", ".join(open_)
+        return "keep", (", ".join(f"{fig(r)} clears {r.threshold:+.0%}" for r in rules
+                                  if r.verdict == "pass")
+                        + f" at the {pol.confidence:.0%} bound outside the "
+                        f"±{pol.indifference:.0%} indifference zone"
+                        + "".join(f"; {fig(r)}: no regression shown after {look} rounds "
+                                  "(the round limit)" for r in open_))
+    return "more_rounds", "not decisive yet: " + ", ".join(fig(r) for r in open_)
 
 
 def decide(
@@ -361,14 +368,17 @@ def decide(
             e.ratio
         figures.setdefault("category_weights", e.weights)
     verdicts = [r.verdict for r in rules]
+    c1_pass = all(r.verdict == "pass" for r in rules if r.level == k1)
+    last = look >= pol.max_rounds
     if "fail" in verdicts:
         dec = "disable"
-    elif guard and all(v == "pass" for v in verdicts):
-        dec = "keep"
+    elif guard and c1_pass and (last or all(v == "pass" for v in verdicts)):
+        dec = "keep"  # at the round limit an open c=8 rule: no regression shown
+    elif guard and last:
+        dec = "disable"  # the round limit's conservative choice
     else:
         dec = "inconclusive"
-    if dec == "inconclusive" and not guard and (look >= pol.max_rounds
-                                                 or "unclear" not in verdicts):
+    if dec == "inconclusive" and not guard and (last or "unclear" not in verdicts):
         code, reason = "no_guard", (f"no concurrency {k8} measurements: speculation is not "
                                     "kept without the regression guard")
         dec = "disable"
@@ -381,7 +391,7 @@ def decide(
                     warnings=warnings, keep_possible=dec == "keep" or (
                         dec == "inconclusive" and guard),
                     code=code, pending=pending if dec == "inconclusive" else (),
-                    by_estimate=any(r.by_estimate for r in rules),
+                    conservative=code == "round_limit",
                     allocation=alloc if dec == "inconclusive" else {})
 
 

@@ -88,6 +88,7 @@ class HostSettings:
     hf_token_file: str | None = None
     reverify: bool = False
     verify: bool = True  # False: provision and release only (no benchmark/gate)
+    bench_mode: str = "host"  # where the benchmark client runs (specdec.bench.remote.MODES)
     service_user: str = SERVICE_USER
     keys: frozenset[str] = frozenset()  # the specdec_* keys the data actually set ("pinned")
 
@@ -265,6 +266,17 @@ def _gate(r: _Reader) -> GatePolicy:
     return GatePolicy(**kwargs)
 
 
+def _bench_mode(r: _Reader) -> str:
+    """host (the host's python3), image (the engine's image) or control (the control node)."""
+    from specdec.bench.remote import DEFAULT_MODE, MODES
+
+    mode = r.str_("specdec_bench_mode", MODES) or DEFAULT_MODE
+    if mode == "image" and r.get("specdec_runtime") == "native":
+        raise r.fail("specdec_bench_mode", mode, "the native runtime has no engine image; "
+                                                 "use host or control")
+    return mode
+
+
 def parse_host_settings(host: str, data: Any) -> HostSettings:
     """Validate the host name and the ``specdec_*`` keys of ``data`` (other keys are ignored)."""
     hygiene.check_host_name(host)
@@ -320,6 +332,7 @@ def parse_host_settings(host: str, data: Any) -> HostSettings:
         hf_token_file=hf_token_file,
         reverify=r.bool_("specdec_reverify", False),
         verify=r.bool_("specdec_verify", True),
+        bench_mode=_bench_mode(r),
         service_user=service_user,
         keys=frozenset(
             k for k, v in mapping.items() if isinstance(k, str) and k.startswith(PREFIX)
@@ -336,6 +349,6 @@ KNOWN_KEYS = tuple(
         "engine_version", "memlock",
         "env", "extra_args", "jetson_tuning", "health_timeout", "gate", "model_params_b",
         "model_weight_gib", "model_kv_bytes_per_token", "model_tokenizer", "hf_token_file",
-        "reverify", "verify", "service_user",
+        "reverify", "verify", "bench_mode", "service_user",
     )
 )

@@ -23,8 +23,8 @@ class GatePolicy:
     keep_concurrency: int = 1
     guard_concurrency: int = 8
     confidence: float = 0.95  # per rule, for a true value outside the indifference zone
-    indifference: float = 0.10  # zone half-width around each threshold, on the log ratio
-    max_rounds: int = 4  # ABAB rounds; the last one decides by the point estimates
+    indifference: float = 0.10  # log-ratio zone: ± a keep threshold, below the c=8 one
+    max_rounds: int = 4  # ABAB rounds; at the last one an open keep rule disables
     run_noise: float = 0.03  # assumed sd of a whole run's speed (log scale), per arm
     request_noise: float = 0.05  # least sd of one request's speed (log scale), per arm
 

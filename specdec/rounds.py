@@ -67,6 +67,19 @@ class RoundBench:
                 "warmup": self.warmup, "ramp_tokens": self.ramp_tokens,
                 "ids": [list(x) for x in self.ids]}
 
+    def argv(self) -> list[str]:
+        """As ``specdec bench`` arguments (both clients: the control node's and on-host)."""
+        def csv(xs: Sequence[object]) -> str:
+            return ",".join(str(x) for x in xs)
+
+        args = ["--concurrency", csv(self.levels), "--requests", csv(self.requests),
+                "--max-tokens", str(self.max_tokens), "--warmup", str(self.warmup),
+                "--prompt-offset", csv(self.offsets), "--ramp-tokens", str(self.ramp_tokens)]
+        for level, ids in zip(self.levels, self.ids, strict=False):
+            if ids:
+                args += ["--prompt-ids", f"{level}={csv(ids)}"]
+        return args
+
 
 def counts(shares: Mapping[str, float], n: int) -> dict[str, int]:
     """``n`` requests split by ``shares`` (largest remainder)."""

@@ -135,6 +135,7 @@ class VerifySpec:
     poll_s: float = 2.0
     run_id: str = ""
     tune_root: Path | None = None  # reports root: the tune cache is under cache/tune/
+    bench_mode: str = "host"  # where the bench client runs (specdec.bench.remote.MODES)
 
     @property
     def tunes(self) -> bool:
@@ -352,17 +353,8 @@ def bench_subprocess(url: str, model: str, out: Path, run: RoundBench, timeout_s
     """``python -m specdec.cli bench`` in a child (no asyncio inside pyinfra's gevent)."""
     import os
 
-    def csv(xs: tuple[int, ...] | tuple[str, ...]) -> str:
-        return ",".join(str(x) for x in xs)
-
-    cmd = [sys.executable, "-m", "specdec.cli", "bench", url, "--model", model,
-           "--concurrency", csv(run.levels), "--requests", csv(run.requests),
-           "--max-tokens", str(run.max_tokens), "--warmup", str(run.warmup),
-           "--prompt-offset", csv(run.offsets), "--ramp-tokens", str(run.ramp_tokens),
+    cmd = [sys.executable, "-m", "specdec.cli", "bench", url, "--model", model, *run.argv(),
            "--json", str(out), "--no-progress"]
-    for level, ids in zip(run.levels, run.ids, strict=False):
-        if ids:
-            cmd += ["--prompt-ids", f"{level}={csv(ids)}"]
     if tokenizer:
         cmd += ["--tokenizer", tokenizer]
     env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")}

@@ -16,11 +16,11 @@ from typing import Any
 
 import httpx
 
+from specdec.bench import onhost
+
 __all__ = ["RATE_KEYS", "apply", "probe_time_scale", "to_device_time"]
 
-RATE_KEYS = frozenset({"request_throughput", "output_throughput", "steady_output_throughput",
-                       "throughput_tok_s"})
-_SECONDS_KEYS = frozenset({"duration", "start_s", "end_s"})
+RATE_KEYS = frozenset(onhost.RATE_KEYS)
 
 
 def probe_time_scale(url: str, timeout: float = 5.0) -> float | None:
@@ -36,35 +36,12 @@ def probe_time_scale(url: str, timeout: float = 5.0) -> float | None:
     return None
 
 
-def _convert(value: Any, scale: float) -> Any:
-    if isinstance(value, dict):
-        out = {}
-        for k, v in value.items():
-            if isinstance(v, int | float) and not isinstance(v, bool):
-                if k.endswith("_ms") or "_ms_" in k or k in _SECONDS_KEYS:  # tpot_ms_p50
-                    v = v / scale
-                elif k in RATE_KEYS:
-                    v = v * scale
-            else:
-                v = _convert(v, scale)
-            out[k] = v
-        return out
-    if isinstance(value, list):
-        return [_convert(v, scale) for v in value]
-    return value
-
-
 def to_device_time(result: dict[str, Any], time_scale: float) -> dict[str, Any]:
-    """``result`` (a `specdec bench` JSON) with wall figures turned into device figures."""
+    """``result`` (a `specdec bench` JSON) with wall figures turned into device figures (the
+    on-host client's conversion: one definition for both)."""
     if result.get("device_time"):
         return result  # already converted
-    out: dict[str, Any] = _convert(result, time_scale)
-    out["device_time"] = {
-        "emulated": True,
-        "time_scale": time_scale,
-        "note": "emulated engine: durations / time_scale and rates x time_scale, i.e. what the "
-                "device would show",
-    }
+    out: dict[str, Any] = onhost.to_device_time(result, time_scale)
     return out
 
 

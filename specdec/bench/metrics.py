@@ -23,6 +23,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from specdec.bench import onhost
 from specdec.errors import BenchError
 
 __all__ = [
@@ -88,19 +89,10 @@ def parse_vllm(text: str) -> Counters:
 
 def trtllm_entries(payload: Any) -> list[dict[str, Any]]:
     """TRT-LLM's ``/metrics`` body → iteration dicts (some versions send JSON strings)."""
-    if not isinstance(payload, list):
-        raise BenchError("/metrics: TRT-LLM iteration stats must be a JSON list")
-    out: list[dict[str, Any]] = []
-    for it in payload:
-        if isinstance(it, str):
-            try:
-                it = json.loads(it)
-            except ValueError:
-                raise BenchError(f"/metrics: malformed iteration stats entry {it[:60]!r}") \
-                    from None
-        if not isinstance(it, dict):
-            raise BenchError(f"/metrics: iteration stats entry is not an object: {it!r:.60}")
-        out.append(it)
+    try:
+        out: list[dict[str, Any]] = onhost.trtllm_entries(payload)  # one definition
+    except onhost.BenchError as exc:
+        raise BenchError(str(exc)) from None
     return out
 
 

@@ -18,6 +18,8 @@ import random
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from specdec.bench import onhost
+
 T = TypeVar("T")
 
 __all__ = [
@@ -36,13 +38,7 @@ __all__ = [
 
 def percentile(values: Sequence[float], q: float) -> float:
     """q-th percentile (0..100) with linear interpolation; NaN for no values."""
-    if not values:
-        return float("nan")
-    xs = sorted(float(v) for v in values)
-    pos = (len(xs) - 1) * min(max(q, 0.0), 100.0) / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+    return float(onhost.percentile(values, q))  # one definition, shipped to hosts too
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -110,15 +106,8 @@ def hd_quantile(values: Sequence[float], q: float = 0.5) -> float:
 
 def summarize(values: Sequence[float]) -> dict[str, float | int | None]:
     """mean, median, std, p90, p99, min, max and n; None figures for an empty sample."""
-    n = len(values)
-    if n == 0:
-        return {"mean": None, "median": None, "std": None, "p90": None, "p99": None,
-                "min": None, "max": None, "n": 0}
-    xs = [float(v) for v in values]
-    mean = math.fsum(xs) / n
-    std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / n)
-    return {"mean": mean, "median": percentile(xs, 50), "std": std, "p90": percentile(xs, 90),
-            "p99": percentile(xs, 99), "min": min(xs), "max": max(xs), "n": n}
+    out: dict[str, float | int | None] = onhost.summarize(values)
+    return out
 
 
 def _binom_cdf(k: int, n: int) -> float:

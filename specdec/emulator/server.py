@@ -44,6 +44,10 @@ VLLM_ROUTES = [
 class EmulatorHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # listen() backlog as vLLM and trtllm-serve get it from uvicorn (`Config.backlog`, default
+    # 2048, encode/uvicorn uvicorn/config.py); socketserver's default of 5 drops the SYNs of a
+    # burst of new connections (a client opening 8 at once waits 1 s for a retransmit).
+    request_queue_size = 2048
     service: EngineService | None = None
     cfg: ServeConfig
     ctx: RunContext

@@ -24,7 +24,7 @@ from typing import Any
 
 from specdec.errors import LabError
 from specdec.lab import host as hostmod
-from specdec.lab import images
+from specdec.lab import images, link
 from specdec.lab.instance import Instance
 from specdec.lab.rootfs import HOST_RECIPE, IMAGE_RECIPE, cached_rootfs, ensure_rootfs
 from specdec.lab.spec import LabHost, lab_hosts
@@ -251,6 +251,10 @@ def _bring_up(inst: Instance, state: dict[str, Any], hosts: list[LabHost], host_
         _record(inst, state, h.name, "netns", h.netns)
         _record(inst, state, h.name, "veth", h.veth)
         hostmod.create_netns(h)
+        if h.link is not None:
+            _record(inst, state, h.name, "link", link.apply(
+                h.netns, h.veth, h.link, hostmod.host_dir(h) / "link.log"))
+            log(f"{h.name}: link {h.link}")
         _record(inst, state, h.name, "registry", hostmod.start_registry(h))
     for h in hosts:
         _wait_registry(h, deadline)

@@ -3,7 +3,8 @@
 The lab reads the same inventory file pyinfra deploys to (`specdec.inventory.load_inventory`),
 so the two cannot drift. Per host it uses ``ssh_hostname`` (the host's address: the ``.2`` of a
 /30 in the lab instance's subnet whose ``.1`` is the control node's side), ``lab_device`` (else
-``specdec_device``), ``lab_fault``, ``specdec_port``. Lab-only keys are prefixed ``lab_``;
+``specdec_device``), ``lab_fault``, ``lab_link`` (delay, jitter, loss on its link:
+`specdec.lab.link`), ``specdec_port``. Lab-only keys are prefixed ``lab_``;
 pyinfra ignores them.
 """
 
@@ -17,6 +18,7 @@ from typing import Any
 from specdec.catalog import load_catalog
 from specdec.errors import LabError
 from specdec.lab.instance import Instance
+from specdec.lab.link import Link, parse_link
 
 __all__ = ["HOST_NAME", "LabHost", "lab_hosts", "parse_lab_hosts"]
 
@@ -35,6 +37,7 @@ class LabHost:
     engine: str
     runtime: str
     instance: str  # the lab instance (specdec.lab.instance) the host belongs to
+    link: Link | None = None  # link conditions on its veth (lab_link)
 
     @property
     def netns(self) -> str:
@@ -50,7 +53,8 @@ class LabHost:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LabHost:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+        kw = {k: d[k] for k in cls.__dataclass_fields__ if k != "link"}
+        return cls(**kw, link=parse_link(str(d.get("name")), d.get("link")))
 
 
 def _fail(host: str, key: str, value: Any, why: str) -> LabError:
@@ -103,6 +107,7 @@ def parse_lab_hosts(hosts: list[tuple[str, dict[str, Any]]],
             gateway=str(ipaddress.ip_address(int(addr) - 1)), index=index, port=int(port),
             fault=fault, engine=str(data.get("specdec_engine") or "vllm"),
             runtime=str(data.get("specdec_runtime") or "docker"), instance=inst.name,
+            link=parse_link(name, data.get("lab_link")),
         ))
     return out
 

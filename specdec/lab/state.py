@@ -110,6 +110,7 @@ class HostRecord:
     root: Path | None
     nspawn: Proc | None
     registry: Proc | None
+    link: Proc | None = None  # the NFQUEUE link emulator (specdec.lab.link)
 
     @property
     def name(self) -> str:
@@ -194,7 +195,10 @@ def check_host(inst: Instance, name: Any, rec: Any) -> HostRecord:
         serve = ["docker-registry", "serve", cfg]
         registry = _proc(name, "registry", rec["registry"], [],
                          [serve, ["ip", "netns", "exec", inst.netns(name), *serve]])
-    return HostRecord(spec, host_dir, netns, veth, root_path, nspawn, registry)
+    link = None
+    if rec.get("link") is not None:
+        link = _proc(name, "link", rec["link"], ["-I", "--tag", inst.netns(name)], [])
+    return HostRecord(spec, host_dir, netns, veth, root_path, nspawn, registry, link)
 
 
 def check_state(inst: Instance, state: Any) -> tuple[list[HostRecord], list[str]]:

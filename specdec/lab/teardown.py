@@ -58,6 +58,7 @@ def _stop_host(r: HostRecord) -> None:
             if p is not None and proc_alive(p):
                 stop_process(p, grace=5)
     stop_process(r.registry, grace=5)
+    stop_process(r.link, grace=5)
 
 
 def _unmount_root(r: HostRecord) -> str | None:
@@ -130,7 +131,8 @@ def teardown(inst: Instance, state: dict[str, Any], log: Log) -> list[str]:
         t.join()
     for r in records:
         running = [f"{r.name}: {key} process {p.pid} still running"
-                   for key, p in (("nspawn", r.nspawn), ("registry", r.registry))
+                   for key, p in (("nspawn", r.nspawn), ("registry", r.registry),
+                                  ("link", r.link))
                    if p is not None and proc_alive(p)]
         if running:  # its root and namespace are still in use: leave them
             problems += running

@@ -138,6 +138,10 @@ class Bench:
             ctx.event(f"cached baseline of {rid} was measured with other bench settings; "
                       "measuring again")
             return None
+        where = (res.get("runner") or {}).get("where", "control")
+        if where != ctx.spec.bench_mode:  # across a link TTFT and E2EL differ
+            ctx.event(f"cached baseline of {rid} was measured from {where}; measuring again")
+            return None
         scale = dict(ctx.spec.plan.env).get("SPECDEC_EMU_TIME_SCALE")
         basis = (res.get("device_time") or {}).get("time_scale")
         if (scale is None) != (basis is None) or (
@@ -185,4 +189,5 @@ class Bench:
             out[k] = lvl
         out["spec_decode"] = summs[-1]["spec_decode"] if summs else None
         out["device_time"] = results[-1].get("device_time") if results else None
+        out["runner"] = results[-1].get("runner") if results else None  # where the client ran
         self.ctx.report[arm] = out

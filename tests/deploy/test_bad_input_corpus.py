@@ -280,6 +280,12 @@ CASES: dict[str, Case] = {
                       {"specdec_port": 2**70}),
     "gate-inf": Case(f"{H}specdec_gate.keep_min_throughput_gain=inf: must be a finite number in "
                      "(-1, 10)", {"specdec_gate": {"keep_min_throughput_gain": float("inf")}}),
+    "bench-mode": Case(f"{H}specdec_bench_mode='remote': must be one of host, image, control",
+                       {"specdec_bench_mode": "remote"}),
+    "bench-mode-image-native": Case(f"{H}specdec_bench_mode='image': the native runtime has no "
+                                    "engine image; use host or control",
+                                    {"specdec_bench_mode": "image",
+                                     "specdec_runtime": "native"}),
     "gate-rounds": Case(f"{H}specdec_gate.max_rounds=1000000000: must be an integer in 1..1024",
                         {"specdec_gate": {"max_rounds": 10**9}}),
     "gate-confidence-nan": Case(f"{H}specdec_gate.confidence=nan: must be a finite number in "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shlex
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -208,6 +209,31 @@ def _tuned_k_per_host_with_its_curve(lab: LabFleet, deployed: PyinfraRun) -> Non
         assert f"{h.name}: throughput vs baseline by k" in html, h.name
         tuned += 1
     assert tuned >= 1 and "Tuning (num_speculative_tokens: auto)" in html
+
+
+def test_benchmarks_ran_beside_the_engine(lab: LabFleet, deployed: PyinfraRun) -> None:
+    """specdec_bench_mode is host by default: every arm's benchmark ran on the host against
+    loopback (the uploaded client, its JSON collected), none from the control node."""
+    from specdec.report import load_reports
+
+    assert deployed.rc == 0, deployed.summary()
+    assert deployed.reports is not None
+    reps = {r["host"]: r for r in load_reports(deployed.reports)}
+    arms = 0
+    for h in lab.hosts:
+        for arm in ("baseline", "candidate"):
+            summ = reps[h.name].get(arm)
+            if not summ:
+                continue
+            assert (summ.get("runner") or {}).get("where") == "host", (h.name, arm, summ)
+            for f in summ["files"]:
+                res = json.loads(Path(f).read_text())
+                assert res["runner"]["where"] == "host" and res["url"].startswith(
+                    "http://127.0.0.1:"), (h.name, f)
+            arms += 1
+        client = lab.ssh(h.name, "ls /var/lib/specdec/bench/*/onhost.py").stdout.split()
+        assert len(client) >= 1, h.name
+    assert arms >= 2
 
 
 def test_weights_are_in_the_host_cache_with_completion_records(lab: LabFleet,

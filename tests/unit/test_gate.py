@@ -60,7 +60,7 @@ def test_clear_gain_keeps_in_one_round() -> None:
     assert d.decision == "keep", d.reason
     r = rule(d, "throughput_gain_c1")
     assert r["measured"] == pytest.approx(1.0, abs=0.05) and r["threshold"] == 0.3
-    assert r["verdict"] == "pass" and r["look"] == 1 and not r["by_estimate"]
+    assert r["verdict"] == "pass" and r["look"] == 1
     assert r["method"] == "stratified-rate(4+2 requests, 1 rounds, baseline pooled)"
     assert rule(d, "tpot_p50_reduction_c1")["measured"] == pytest.approx(0.5, abs=0.03)
     assert {r["name"] for r in d.to_dict()["rules"]} == {
@@ -113,10 +113,10 @@ def test_bimodal_tpot_is_judged_at_the_median_and_gets_the_requests() -> None:
     assert max(d.allocation, key=lambda c: d.allocation[c]) == "code"
 
 
-@pytest.mark.parametrize("c8", [1.0, 1.05])
+@pytest.mark.parametrize("c8", [0.97, 1.0, 1.05])
 def test_neutral_c8_keeps_with_noise(c8: float) -> None:
-    """A c=1 gain of 50% with a neutral c=8 under 3% run noise keeps (a c=8 3% lower is
-    inside the ±10% indifference zone around the 10% tolerance: either answer is allowed)."""
+    """A clear c=1 gain with a neutral c=8 (or one 3% slower: within the 10% tolerance)
+    under 5% request and 3% run noise keeps; the c=8 rule is never what disables it."""
     pol = GatePolicy()
     kept = 0
     for seed in range(40):
@@ -124,11 +124,12 @@ def test_neutral_c8_keeps_with_noise(c8: float) -> None:
         cands: list[dict[str, Any]] = []
         for rnd in range(pol.max_rounds):
             bases.append(result(seed=1000 * seed + rnd, noise=0.05, run_noise=0.03, n1=2))
-            cands.append(result(1.5, c8, seed=1000 * seed + 500 + rnd, noise=0.05,
+            cands.append(result(1.8, c8, seed=1000 * seed + 500 + rnd, noise=0.05,
                                 run_noise=0.03))
             d = decide(bases, cands, pol)
             if d.decision != "inconclusive":
                 break
+        assert rule(d, "no_regression_c8")["verdict"] == "pass", d.reason
         kept += d.decision == "keep"
     assert kept >= 39, kept
 
@@ -150,15 +151,26 @@ def test_regression_beyond_tolerance_disables_with_noise() -> None:
     assert disabled == 30
 
 
-def test_last_round_decides_by_the_point_estimate() -> None:
+def test_round_limit_takes_the_conservative_choice() -> None:
     b, c = result(seed=1, n1=2, noise=0.0), result(1.30, 1.6, seed=3, noise=0.0)
     early = GatePolicy(max_rounds=2, indifference=0.0)
-    assert rule(decide(b, c, early), "throughput_gain_c1")["verdict"] == "unclear"
-    d = decide(b, c, GatePolicy(max_rounds=1, indifference=0.0))  # now the last round
-    gain = rule(d, "throughput_gain_c1")
-    assert gain["by_estimate"] and gain["look"] == 1 and d.by_estimate
-    assert gain["verdict"] == ("pass" if gain["distance"] >= 0 else "fail")
-    assert d.decision in ("keep", "disable") and d.pending == ()
+    d = decide(b, c, early)
+    assert rule(d, "throughput_gain_c1")["verdict"] == "unclear"
+    assert d.decision == "inconclusive" and d.code == "more_rounds" and d.pending == (1,)
+    d = decide(b, c, GatePolicy(max_rounds=1, indifference=0.0))  # now the round limit
+    assert rule(d, "throughput_gain_c1")["verdict"] == "unclear"
+    assert d.decision == "disable" and d.code == "round_limit" and d.conservative
+    assert "conservative" in d.reason and d.pending == () and not d.keep_possible
+
+
+def test_round_limit_with_c8_open_keeps_when_c1_cleared() -> None:
+    """No c=8 regression shown (its rule still open at the round limit) does not block keep."""
+    b, c = result(seed=1, n1=2, noise=0.0), result(2.0, 0.9, seed=3, noise=0.0)
+    d = decide(b, c, GatePolicy(max_rounds=2, indifference=0.0))
+    assert rule(d, "no_regression_c8")["verdict"] == "unclear" and d.pending == (8,)
+    d = decide(b, c, GatePolicy(max_rounds=1, indifference=0.0))
+    assert rule(d, "no_regression_c8")["verdict"] == "unclear"
+    assert d.decision == "keep" and not d.conservative and "no regression shown" in d.reason
 
 
 def test_zone_width_changes_what_is_decided_early() -> None:
@@ -254,7 +266,7 @@ def test_adaptive_measures_only_what_is_open() -> None:
 def test_adaptive_stops_early() -> None:
     d = decide_adaptive(lambda arm, i, lv: BASE if arm == "baseline" else result(
         2.0, 1.6, seed=2))
-    assert d.decision == "keep" and d.rounds == 1 and not d.by_estimate
+    assert d.decision == "keep" and d.rounds == 1 and not d.conservative
     seen: list[int] = []
     d = decide_adaptive(lambda arm, i, lv: seen.append(i) or (  # type: ignore[func-returns-value]
         BASE if arm == "baseline" else result(1.05, 1.1, seed=3)))

@@ -105,6 +105,8 @@ def test_accepts_object_with_dict_method() -> None:
         ("specdec_service_user", "Root User", "user name"),
         ("specdec_model", "", "non-empty"),
         ("specdec_model", 5, "must be a string"),
+        ("specdec_bench_mode", "remote", "must be one of host, image, control"),
+        ("specdec_bench_mode", 3, "specdec_bench_mode"),
     ],
 )
 def test_bad_values_name_host_key_value(key: str, value: Any, fragment: str) -> None:
@@ -165,3 +167,14 @@ def test_tokens_rejected_and_never_echoed(data: dict[str, Any]) -> None:
 def test_hf_token_file_path_ok() -> None:
     s = parse_host_settings("h", {"specdec_hf_token_file": "~/.cache/huggingface/token"})
     assert s.hf_token_file == "~/.cache/huggingface/token"
+
+
+def test_bench_mode_defaults_to_the_host_and_image_needs_an_image() -> None:
+    assert parse_host_settings("orin-7", {}).bench_mode == "host"
+    assert parse_host_settings("orin-7", {"specdec_bench_mode": "control"}).bench_mode == "control"
+    assert parse_host_settings("orin-7", {"specdec_bench_mode": "image"}).bench_mode == "image"
+    with pytest.raises(ConfigError) as exc:
+        parse_host_settings("orin-7", {"specdec_bench_mode": "image",
+                                       "specdec_runtime": "native"})
+    msg = str(exc.value)
+    assert msg.startswith("orin-7: specdec_bench_mode='image'") and "native runtime" in msg

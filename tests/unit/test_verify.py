@@ -212,6 +212,15 @@ def test_paying_config_is_kept(tmp_path):
     assert json.loads((tmp_path / "cache" / f"{B}.json").read_text()) == PLAIN
 
 
+def test_cached_baseline_from_another_runner_is_measured_again(tmp_path):
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / f"{B}.json").write_text(json.dumps(PLAIN))  # no runner: control
+    host = FakeHost(C, OLD, (C, OLD), {C: Behaviour(bench=SLOW8), B: Behaviour(bench=PLAIN)})
+    rep = run(host, spec(tmp_path))  # bench_mode host (the default)
+    assert host.benched[-1] == B and rep["baseline"]["cached"] is False
+    assert any("measured from control" in e["message"] for e in rep["events"])
+
+
 def test_c8_regression_is_disabled_and_recorded(tmp_path):
     host = FakeHost(C, OLD, (C, OLD), {C: Behaviour(bench=SLOW8), B: Behaviour(bench=PLAIN)})
     rep = run(host, spec(tmp_path))
@@ -227,7 +236,8 @@ def test_c8_regression_is_disabled_and_recorded(tmp_path):
 
 def test_cached_baseline_is_reused_and_baseline_uploaded_on_disable(tmp_path):
     (tmp_path / "cache").mkdir()
-    (tmp_path / "cache" / f"{B}.json").write_text(json.dumps(PLAIN))
+    (tmp_path / "cache" / f"{B}.json").write_text(json.dumps({**PLAIN,
+                                                              "runner": {"where": "host"}}))
     host = FakeHost(C, OLD, (C, OLD), {C: Behaviour(bench=SLOW8), B: Behaviour(bench=PLAIN)})
     rep = run(host, spec(tmp_path))
     assert rep["outcome"] == "disabled"
@@ -240,7 +250,8 @@ def test_cached_baseline_is_reused_and_baseline_uploaded_on_disable(tmp_path):
 
 def test_reverify_ignores_the_cache(tmp_path):
     (tmp_path / "cache").mkdir()
-    (tmp_path / "cache" / f"{B}.json").write_text(json.dumps(PLAIN))
+    (tmp_path / "cache" / f"{B}.json").write_text(json.dumps({**PLAIN,
+                                                              "runner": {"where": "host"}}))
     host = FakeHost(C, C, (C, B), {C: Behaviour(bench=FAST), B: Behaviour(bench=PLAIN)})
     rep = run(host, spec(tmp_path, reverify=True, restarted=False))
     assert rep["outcome"] == "kept"
@@ -517,7 +528,7 @@ def test_a_cached_baseline_of_another_time_basis_is_measured_again(tmp_path):
     (tmp_path / "cache").mkdir()
     emulated = {**PLAIN, "config": {"requests": [2, 8], "max_tokens": 64,
                                     "prompt_offset": [0, 0]},
-                "device_time": {"emulated": True, "time_scale": 0.1}}
+                "device_time": {"emulated": True, "time_scale": 0.1}, "runner": {"where": "host"}}
     (tmp_path / "cache" / f"{B}.json").write_text(json.dumps(emulated))
     rep = run(host, spec(tmp_path))  # a real device's plan: no emulator time scale
     assert host.benched == [C, B]

@@ -1,0 +1,175 @@
+"""The benchmark beside the engine: upload the on-host client, run it on the host, collect its JSON.
+
+Pure command builders and parsers (no pyinfra; `roles/verify.py` runs them through the host's
+connection). Where the client runs (``specdec_bench_mode``):
+
+* ``host`` (default): the host's own ``python3`` (3.8+; JetPack 5/6 and DGX OS ship one, and a
+  native engine is itself Python) against ``http://127.0.0.1:PORT``: no link between client and
+  engine, and no container to start (Docker's vfs or a Jetson's nvidia runtime make that cost
+  seconds per arm);
+* ``image``: inside the engine's own image (``docker run --rm --network host``), for a docker
+  host without python3: the image is known to carry one (every engine is Python);
+* ``control``: the control node's client over the network (`specdec.bench.client`), as before.
+
+Files: ``/var/lib/specdec/bench/<digest>/onhost.py`` and ``prompts.json`` (the package's
+built-in prompt set), where ``<digest>`` is the first 16 hex digits of the sha256 of both:
+content-addressed, so an upload is skipped when both files are there with their sha256, and a
+changed client goes to a new directory. Nothing else is written or deleted on the host. The
+client prints its JSON on stdout (`specdec.bench.onhost.MARKER`); the HF token is never involved.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import shlex
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from specdec.bench.onhost import MARKER
+from specdec.bench.prompts import PromptSet, builtin_prompts
+from specdec.errors import BenchError
+
+__all__ = [
+    "BENCH_DIR",
+    "DEFAULT_MODE",
+    "MODES",
+    "Bundle",
+    "bundle",
+    "parse_output",
+    "prompts_json",
+    "run_command",
+    "run_on_host",
+    "upload_commands",
+]
+
+MODES = ("host", "image", "control")
+DEFAULT_MODE = "host"
+BENCH_DIR = "/var/lib/specdec/bench"
+_CHUNK = 48 * 1024  # base64 characters per upload command (a shell argument is capped at 128K)
+Run = Callable[[str, float | None], tuple[bool, list[str]]]
+
+
+def prompts_json(pset: PromptSet) -> str:
+    """The prompt set as the on-host client reads it (same ids, categories, texts, source)."""
+    def items(ps: Sequence[Any]) -> list[dict[str, str]]:
+        return [{"id": p.id, "category": p.category, "prompt": p.text} for p in ps]
+
+    return json.dumps({"source": pset.source, "measured": items(pset.measured),
+                       "warmup": items(pset.warmup)}, indent=1) + "\n"
+
+
+@dataclass(frozen=True)
+class Bundle:
+    script: str
+    prompts: str
+    base: str = BENCH_DIR  # benchmarks put it elsewhere
+
+    def sha(self, text: str) -> str:
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256((self.sha(self.script) + self.sha(self.prompts)).encode()
+                              ).hexdigest()[:16]
+
+    @property
+    def dir(self) -> str:
+        return f"{self.base}/{self.digest}"
+
+    @property
+    def script_path(self) -> str:
+        return f"{self.dir}/onhost.py"
+
+    @property
+    def prompts_path(self) -> str:
+        return f"{self.dir}/prompts.json"
+
+
+def bundle(pset: PromptSet | None = None, base: str = BENCH_DIR) -> Bundle:
+    script = resources.files("specdec.bench").joinpath("onhost.py").read_text()
+    return Bundle(script, prompts_json(pset or builtin_prompts()), base)
+
+
+def upload_commands(b: Bundle) -> list[str]:
+    """Shell commands that put the bundle in place, idempotently: each is skipped when both
+    files already carry their sha256 (the first prints ``present`` then). Files are written
+    under a temporary name in their directory, checked, then renamed."""
+    q = shlex.quote
+    check = (f"printf '%s  %s\\n' {b.sha(b.script)} {q(b.script_path)} {b.sha(b.prompts)} "
+             f"{q(b.prompts_path)} | sha256sum -c --status 2>/dev/null")
+    cmds = [f"{check} && echo present || install -d -m 0755 {q(b.dir)}"]
+    for name, text, path in (("onhost.py", b.script, b.script_path),
+                             ("prompts.json", b.prompts, b.prompts_path)):
+        tmp = q(f"{b.dir}/.{name}.b64")
+        data = base64.b64encode(text.encode()).decode()
+        parts = [data[i:i + _CHUNK] for i in range(0, len(data), _CHUNK)]
+        for i, part in enumerate(parts):
+            cmds.append(f"{check} || printf '%s' {q(part)} {'>' if i == 0 else '>>'} {tmp}")
+        cmds.append(f"{check} || {{ base64 -d {tmp} > {q(path + '.tmp')} && "
+                    f"echo '{b.sha(text)}  {path}.tmp' | sha256sum -c --status && "
+                    f"chmod 0644 {q(path + '.tmp')} && mv -f {q(path + '.tmp')} {q(path)} && "
+                    f"rm -f {tmp}; }}")
+    cmds.append(check)
+    return cmds
+
+
+def run_command(b: Bundle, port: int, model: str, args: Sequence[str], timeout_s: float,
+                mode: str = DEFAULT_MODE, image: str | None = None) -> str:
+    """Run the client beside the engine (``mode`` host or image); stdout carries its result."""
+    q = shlex.quote
+    deadline = max(1, int(timeout_s))
+    client = [b.script_path, f"http://127.0.0.1:{port}", "--model", model, "--prompts",
+              b.prompts_path, *args, "--deadline", str(deadline), "--json", "-"]
+    if mode == "image":
+        if not image:
+            raise BenchError("specdec_bench_mode=image: the host runs no engine image")
+        vol = f"{b.dir}:{b.dir}:ro"
+        return " ".join(q(x) for x in ["docker", "run", "--rm", "--network", "host",
+                                        "--entrypoint", "python3", "-v", vol, image, "-I",
+                                        *client]) + " 2>&1"
+    if mode != "host":
+        raise BenchError(f"bench mode {mode!r} does not run on the host")
+    return ("command -v python3 >/dev/null || { echo 'specdec-bench: error: no python3 on the "
+            "host (set specdec_bench_mode: image or control)'; exit 3; }; "
+            f"timeout -k 10 {deadline + 30} python3 -I "
+            + " ".join(q(x) for x in client) + " 2>&1")
+
+
+def parse_output(ok: bool, lines: Sequence[str]) -> dict[str, Any]:
+    """The client's JSON from its output, or `BenchError` with its one-line error."""
+    for line in lines:
+        if line.startswith(MARKER):
+            try:
+                doc = json.loads(line[len(MARKER):])
+            except ValueError:
+                raise BenchError("the on-host benchmark printed a broken result") from None
+            if isinstance(doc, dict):
+                return doc
+    err = [ln for ln in lines if ln.startswith("specdec-bench: error: ")]
+    if err:
+        raise BenchError(err[-1].removeprefix("specdec-bench: error: "))
+    tail = [ln.strip() for ln in lines if ln.strip()]
+    raise BenchError("the on-host benchmark printed no result"
+                     + (f": {tail[-1][:160]}" if tail else f" ({'ok' if ok else 'failed'})"))
+
+
+def run_on_host(run: Run, b: Bundle, port: int, model: str, args: Sequence[str],
+                timeout_s: float, mode: str = DEFAULT_MODE,
+                image: str | None = None) -> dict[str, Any]:
+    """Upload (when needed), run, collect. ``run(command, timeout)`` runs a shell command on
+    the host as root and returns (success, stdout lines)."""
+    uploaded = True
+    for cmd in upload_commands(b):
+        ok, out = run(cmd, 120)
+        if "present" in out:
+            uploaded = False
+        if not ok:
+            raise BenchError(f"could not upload the benchmark client to {b.dir}")
+    ok, lines = run(run_command(b, port, model, args, timeout_s, mode, image), timeout_s + 60)
+    doc = parse_output(ok, lines)
+    doc["runner"] = {"where": mode, "client": b.script_path, "uploaded": uploaded}
+    return doc

@@ -1,0 +1,127 @@
+"""The on-host client as the deploy runs it (`specdec.bench.remote`: upload, run, collect) against
+the fake server, and its rules: the same JSON as the control node's client, tokens estimated
+(so the gate holds) when the server sends no usage, since no tokenizer is beside the engine."""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+from pathlib import Path
+
+import pytest
+from fakeserver import TTFT_S, serve, serve_process
+
+from specdec.bench import metrics, onhost, remote
+from specdec.bench.client import BenchConfig, run_bench
+from specdec.errors import BenchError
+from specdec.gate import decide
+from specdec.rounds import RoundBench
+
+RB = RoundBench((1, 8), (4, 8), (0, 0), 12, 1, 4)
+
+
+def local_run(command: str, timeout: float | None) -> tuple[bool, list[str]]:
+    """`remote.Run` on this machine: the host is us."""
+    p = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=timeout,
+                       check=False)
+    return p.returncode == 0, p.stdout.splitlines()
+
+
+def on_host(url: str, tmp_path: Path, rb: RoundBench = RB) -> dict:
+    port = int(url.rsplit(":", 1)[1])
+    b = remote.bundle(base=str(tmp_path / "bench"))
+    return remote.run_on_host(local_run, b, port, "m", rb.argv(), 120, "host")
+
+
+def test_on_host_result_has_the_control_clients_shape(tmp_path: Path) -> None:
+    with serve("ok") as (url, _):
+        host = on_host(url, tmp_path)
+        again = on_host(url, tmp_path)
+        ctl = run_bench(BenchConfig(url=url, model="m", concurrency=RB.levels,
+                                    requests=RB.requests, max_tokens=12, warmup=1,
+                                    ramp_tokens=4, progress=False))
+    assert host["runner"]["where"] == "host" and host["runner"]["uploaded"] is True
+    assert again["runner"]["uploaded"] is False  # content-addressed: not uploaded again
+    assert set(host) - {"runner"} == set(ctl)
+    for c in ("1", "8"):
+        h, k = host["concurrency"][c], ctl["concurrency"][c]
+        assert set(h) == set(k)
+        assert set(h["requests"][0]) == set(k["requests"][0])
+        assert h["completed"] == k["completed"] == RB.requests[RB.levels.index(int(c))]
+        assert h["total_output_tokens"] == k["total_output_tokens"]
+        assert h["tokens_estimated"] == 0 and h["usage_missing"] == 0
+    assert host["config"]["prompt_offset"] == ctl["config"]["prompt_offset"] == [0, 0]
+    assert host["tokens"]["tokenizer_found"] is False
+
+
+def test_on_host_without_usage_marks_tokens_estimated_and_the_gate_holds(tmp_path: Path) -> None:
+    with serve("nousage3") as (url, _):
+        res = on_host(url, tmp_path)
+    lvl = res["concurrency"]["1"]
+    assert lvl["tokens_estimated"] == lvl["completed"] == 4 and lvl["tokens_counted"] == 0
+    assert {r["tokens_source"] for r in lvl["requests"]} == {"estimated"}
+    assert any("tokens estimated" in w for w in res["warnings"])
+    d = decide(res, res)
+    assert d.decision == "inconclusive" and d.held and d.code == "tokens_estimated"
+
+
+def test_on_host_ttft_is_from_the_request_on_the_wire(tmp_path: Path) -> None:
+    """The server answers TTFT_S after reading the request; at c=8 the on-host client's TTFT
+    p50 stays within a few ms of it (its own queueing is not counted)."""
+    with serve_process("ttft") as url:
+        res = on_host(url, tmp_path, RoundBench((8,), (32,), (0,), 2, 0))
+    lvl = res["concurrency"]["8"]
+    p50 = statistics.median(r["ttft_ms"] for r in lvl["requests"])
+    assert TTFT_S * 1000 <= p50 <= TTFT_S * 1000 + 8.0, p50
+    assert all(r["client_queue_ms"] >= 0 for r in lvl["requests"])
+
+
+def test_on_host_failure_is_one_line(tmp_path: Path) -> None:
+    with serve("ok") as (url, _):
+        port = int(url.rsplit(":", 1)[1])
+        b = remote.bundle(base=str(tmp_path / "bench"))
+        with pytest.raises(BenchError, match="is not served"):
+            remote.run_on_host(local_run, b, port, "other-model", RB.argv(), 60, "host")
+
+
+def test_run_command_modes() -> None:
+    b = remote.bundle()
+    cmd = remote.run_command(b, 8000, "m", ["--warmup", "0"], 30, "image", "img:1")
+    assert cmd.startswith("docker run --rm --network host --entrypoint python3 -v ")
+    assert "http://127.0.0.1:8000" in cmd and " img:1 " in cmd
+    with pytest.raises(BenchError, match="no engine image"):
+        remote.run_command(b, 8000, "m", [], 30, "image", None)
+    with pytest.raises(BenchError, match="does not run on the host"):
+        remote.run_command(b, 8000, "m", [], 30, "control")
+    assert "python3 -I" in remote.run_command(b, 8000, "m", [], 30, "host")
+
+
+def test_parse_output() -> None:
+    assert remote.parse_output(True, ["noise", onhost.MARKER + '{"a": 1}']) == {"a": 1}
+    with pytest.raises(BenchError, match="^boom$"):
+        remote.parse_output(False, ["specdec-bench: error: boom"])
+    with pytest.raises(BenchError, match="printed no result: last"):
+        remote.parse_output(False, ["last"])
+
+
+PROM = """# TYPE vllm:spec_decode_num_drafts counter
+vllm:spec_decode_num_drafts_total{engine="0"} 10
+vllm:spec_decode_num_draft_tokens_total{engine="0"} 30
+vllm:spec_decode_num_accepted_tokens_total{engine="0"} 18
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="0"} 9
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="1"} 6
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",position="2"} 3
+"""
+
+
+def test_counters_agree_with_the_control_nodes_parser() -> None:
+    """The stdlib twins of `specdec.bench.metrics` give the same figures."""
+    zero = PROM.replace(" 10\n", " 0\n").replace(" 30\n", " 0\n").replace(" 18\n", " 0\n")
+    zero = "\n".join(ln.rsplit(" ", 1)[0] + " 0" if "per_pos" in ln else ln
+                     for ln in zero.splitlines())
+    a = metrics.spec_delta(metrics.parse_vllm(zero), metrics.parse_vllm(PROM))
+    b = onhost.spec_delta(onhost.parse_vllm(zero), onhost.parse_vllm(PROM))
+    assert a == b and a is not None and a["acceptance_length"] == pytest.approx(2.8)
+    entries = [{"iter": 1, "specDecodingStats": {"numRequestsWithDraftTokens": 2,
+                                                 "numDraftTokens": 6, "numAcceptedTokens": 4}}]
+    assert metrics.trtllm_entries(entries) == onhost.trtllm_entries(entries)
