@@ -1,6 +1,7 @@
 # Quick start on a fresh Debian 12 machine, as root:
 #   make demo   - install what is needed, boot the emulated lab fleet and deploy it
-#   make test   - install what is needed, then run every test (unit, deploy, lab end-to-end)
+#   make test   - install what is needed, then run every test (unit, deploy, contract against
+#                 the real vLLM releases, lab end-to-end)
 # Both use the lab, each its own instance: `make demo` boots "demo" (10.213.0.0/16) and leaves
 # it up; the end-to-end tests boot "test" (10.214.0.0/16) beside it and remove only that.
 PYTHON ?= python3
@@ -8,7 +9,7 @@ PIP ?= $(PYTHON) -m pip
 APT_PACKAGES = systemd-container debootstrap docker-registry skopeo iproute2 procps curl
 STAMP = .make
 
-.PHONY: setup test lint unit e2e demo demo-down clean
+.PHONY: setup test lint unit contract e2e demo demo-down clean
 
 $(STAMP)/apt:
 	@mkdir -p $(STAMP)
@@ -29,7 +30,12 @@ lint: setup
 	mypy
 
 unit: setup
-	$(PYTHON) -m pytest -q tests --ignore=tests/e2e
+	$(PYTHON) -m pytest -q tests --ignore=tests/e2e --ignore=tests/contract
+
+# Every pinned vLLM release from PyPI (environments cached in /var/cache/specdec-contract:
+# minutes the first time) judges what specdec renders; TensorRT-LLM against its schema facts.
+contract: setup
+	$(PYTHON) -m pytest -q -ra tests/contract
 
 e2e: setup
 	$(PYTHON) -m pytest -q tests/e2e

@@ -53,6 +53,9 @@ FAMILY_CONFIG = {
     "qwen3": ("Qwen3ForCausalLM", "qwen3"),
     "o200k_harmony": ("GptOssForCausalLM", "gpt_oss"),
 }
+# config.json "vocab_size" of each family (meta-llama/Llama-3.1-8B-Instruct and the Llama 3.2
+# models: 128256; every Qwen3 dense model: 151936; openai/gpt-oss-120b: 201088).
+FAMILY_VOCAB = {"llama3": 128256, "qwen3": 151936, "o200k_harmony": 201088}
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,7 @@ class Model:
     active_params_b: float | None = None
     architecture: str = ""  # config.json architectures[0]; "" when unknown
     model_type: str = ""  # config.json model_type
+    vocab_size: int = 0  # config.json vocab_size; 0 when unknown
     quantization: str = "bf16"
     base_model: str | None = None  # the checkpoint a quantized one was made from
     decode_gib: float | None = None  # read per decode step (no input embedding table)
@@ -354,6 +358,7 @@ def _model(model_id: str, d: dict[str, Any]) -> Model:
         active_params_b=float(active) if active is not None else None,
         architecture=arch,
         model_type=mtype,
+        vocab_size=int(d.get("vocab_size") or FAMILY_VOCAB.get(tokenizer, 0)),
         quantization=str(d.get("quantization") or "bf16"),
         base_model=d.get("base_model"),
         decode_gib=decode,

@@ -55,8 +55,9 @@ _KEY_CHANGES: tuple[tuple[str, frozenset[str], frozenset[str], str], ...] = (
      "0.17.1 vllm/config/speculative.py; PR #35060 removes disable_by_batch_size"),
     ("0.18.1", frozenset({"rejection_sample_method"}), frozenset(),
      "0.18.1 vllm/config/speculative.py"),
-    ("0.19.1", frozenset({"moe_backend", "synthetic_acceptance_rate"}), frozenset(),
-     "0.19.1 vllm/config/speculative.py"),
+    ("0.19.0", frozenset({"moe_backend", "synthetic_acceptance_rate"}), frozenset(),
+     "0.19.0 vllm/config/speculative.py:97,187 (make contract; was dated 0.19.1, the first "
+     "release read before 0.19.0 was)"),
     ("0.20.2", frozenset({"synthetic_acceptance_rates", "synthetic_acceptance_length"}),
      frozenset({"synthetic_acceptance_rate"}), "0.20.2 vllm/config/speculative.py"),
     ("0.21.0", frozenset({"attention_backend", "draft_sample_method"}),
@@ -87,7 +88,8 @@ _METHOD_CHANGES: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("0.10.2", ("ernie_mtp", "qwen3_next_mtp"), ()),
     ("0.11.0", ("mimo_mtp", "longcat_flash_mtp", "mtp"), ()),
     ("0.11.1", ("suffix", "glm4_moe_mtp", "pangu_ultra_moe_mtp"), ()),
-    ("0.14.1", ("exaone_moe_mtp",), ()),
+    # 0.14.0 vllm/config/speculative.py:36 (make contract; was dated 0.14.1, the first read)
+    ("0.14.0", ("exaone_moe_mtp",), ()),
     ("0.15.0", ("glm4_moe_lite_mtp",), ()),
     ("0.15.1", ("step3p5_mtp",), ()),
     ("0.16.0", ("glm_ocr_mtp",), ()),
@@ -179,9 +181,14 @@ METHOD_STATES: dict[str, FactTable[str]] = {
     "suffix": FactTable("suffix", (
         F("absent", "0.9.2-0.11.0 Literal has no 'suffix'", until="0.11.1"),
         F("refused", "0.11.1 vllm/config/speculative.py:465-467 (needs Arctic Inference, which "
-          "no catalog image carries)", since="0.11.1",
+          "no catalog image carries)", since="0.11.1", until="0.14.0",
           error="ImportError: Arctic Inference is required for suffix decoding. Install via "
                 "`pip install arctic-inference==0.0.9`."),
+        F("refused", "0.14.0 vllm/config/speculative.py:476-481 (make contract: the message now "
+          "names arctic-inference==0.1.1; same in 0.19.0:621-626, 0.31.0:1590-1595)",
+          since="0.14.0",
+          error="ImportError: Arctic Inference is required for suffix decoding. Install via "
+                "`pip install arctic-inference==0.1.1`."),
     )),
     "ngram_gpu": FactTable("ngram_gpu", (
         F("absent", "Literal before 0.18.1 has no 'ngram_gpu'", until="0.18.1"),
@@ -235,8 +242,10 @@ EAGLE3_MODEL_TYPES: FactTable[tuple[str, ...] | None] = FactTable("eagle3 target
 _E3_RUNTIME = ("RuntimeError: Model does not support EAGLE3 interface but "
                "aux_hidden_state_outputs was requested")
 EAGLE3_ARCHITECTURES: tuple[Fact[tuple[str, ...]], ...] = (
-    F(("LlamaForCausalLM",), "0.9.2 vllm/model_executor/models/llama.py:559 "
-      "get_eagle3_aux_hidden_state_layers", since="0.9.2", error=_E3_RUNTIME),
+    F(("LlamaForCausalLM", "MistralForCausalLM"), "0.9.2 vllm/model_executor/models/llama.py:559 "
+      "get_eagle3_aux_hidden_state_layers; MistralForCausalLM is served by that class "
+      "(0.9.2 vllm/model_executor/models/registry.py:94; from 0.19.0 mistral.py:230 subclasses "
+      "it)", since="0.9.2", error=_E3_RUNTIME),
     F(("Qwen3ForCausalLM",), "0.10.1.1 vllm/model_executor/models/qwen3.py:264; PR #22642",
       since="0.10.1.1", error=_E3_RUNTIME),
     F(("Qwen2ForCausalLM", "ApertusForCausalLM"), "0.10.2 vllm/model_executor/models/qwen2.py",

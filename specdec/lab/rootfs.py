@@ -8,18 +8,16 @@ recipe gives a new hash and so a rebuild. Downloaded .debs are shared in ``CACHE
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from specdec.errors import LabError
+from specdec.filelock import locked
 from specdec.lab.paths import CACHE_DIR
 from specdec.lab.system import mounts
 
@@ -81,17 +79,6 @@ IMAGE_RECIPE = Recipe(
 )
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def cached_rootfs(recipe: Recipe) -> Path | None:
     """The recipe's cached rootfs, or None when it has not been built."""
     path = recipe.path()
@@ -111,7 +98,7 @@ def ensure_rootfs(recipe: Recipe) -> Path:
     if shutil.which("debootstrap") is None:
         raise LabError("debootstrap is not installed (apt-get install debootstrap)")
     # One build at a time: parallel debootstraps corrupt each other's files in the .deb cache.
-    with _locked(CACHE_DIR / ".rootfs.lock"):
+    with locked(CACHE_DIR / ".rootfs.lock"):
         done = cached_rootfs(recipe)
         if done is not None:
             return done
