@@ -89,6 +89,14 @@ class HostSettings:
     reverify: bool = False
     verify: bool = True  # False: provision and release only (no benchmark/gate)
     service_user: str = SERVICE_USER
+    # NVIDIA Dynamo (specdec_engine: dynamo): the serving group and its frontend, this host's
+    # address for the group's traffic, the worker's system port, the frontend's router.
+    group: str | None = None
+    group_frontend: str | None = None
+    dynamo_address: str | None = None
+    dynamo_system_port: int | None = None
+    dynamo_router_mode: str | None = None
+    dynamo_migration_limit: int | None = None
     keys: frozenset[str] = frozenset()  # the specdec_* keys the data actually set ("pinned")
 
     def pinned(self, field_name: str) -> bool:
@@ -253,6 +261,38 @@ def _gate(r: _Reader) -> GatePolicy:
     return GatePolicy(**kwargs)
 
 
+_GROUP_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,30}")
+_ADDRESS = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:-]{0,252}")
+DYNAMO_KEYS = ("group", "group_frontend", "dynamo_address", "dynamo_system_port",
+               "dynamo_router_mode", "dynamo_migration_limit")
+
+
+def _dynamo(r: _Reader, engine: str | None) -> dict[str, Any]:
+    from specdec.engines.dynamo import ROUTER_MODES
+
+    out: dict[str, Any] = {}
+    group = r.str_("specdec_group")
+    if group is not None and not _GROUP_NAME.fullmatch(group):
+        raise r.fail("specdec_group", group, "a group name is lowercase letters, digits and - "
+                     "(at most 31)")
+    out["group"] = group
+    front = r.get("specdec_group_frontend")
+    out["group_frontend"] = None if front is None else hygiene.check_host_name(front)
+    addr = r.str_("specdec_dynamo_address")
+    if addr is not None and not _ADDRESS.fullmatch(addr):
+        raise r.fail("specdec_dynamo_address", addr, "must be an IP address or a host name")
+    out["dynamo_address"] = addr
+    out["dynamo_system_port"] = r.int_("specdec_dynamo_system_port", 1024, 65535)
+    out["dynamo_router_mode"] = r.str_("specdec_dynamo_router_mode", ROUTER_MODES)
+    out["dynamo_migration_limit"] = r.int_("specdec_dynamo_migration_limit", 0, 16)
+    if engine != "dynamo":
+        for name in DYNAMO_KEYS:
+            if out[name] is not None:
+                raise r.fail(f"specdec_{name}", out[name], "only applies to "
+                             "specdec_engine='dynamo'")
+    return out
+
+
 def parse_host_settings(host: str, data: Any) -> HostSettings:
     """Validate the host name and the ``specdec_*`` keys of ``data`` (other keys are ignored)."""
     hygiene.check_host_name(host)
@@ -309,6 +349,7 @@ def parse_host_settings(host: str, data: Any) -> HostSettings:
         reverify=r.bool_("specdec_reverify", False),
         verify=r.bool_("specdec_verify", True),
         service_user=service_user,
+        **_dynamo(r, engine),
         keys=frozenset(
             k for k, v in mapping.items() if isinstance(k, str) and k.startswith(PREFIX)
             and v is not None
@@ -324,6 +365,6 @@ KNOWN_KEYS = tuple(
         "engine_version", "memlock",
         "env", "extra_args", "jetson_tuning", "health_timeout", "gate", "model_params_b",
         "model_weight_gib", "model_kv_bytes_per_token", "model_tokenizer", "hf_token_file",
-        "reverify", "verify", "service_user",
+        "reverify", "verify", "service_user", *DYNAMO_KEYS,
     )
 )

@@ -11,17 +11,21 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specdec import layout
 from specdec.catalog import GIB, Catalog, Device, Image, Model, load_catalog
 from specdec.engines import Support, Target, Version, support, trtllm_facts, version_in_tag
+from specdec.engines.support import DYNAMO_EAGLE3_ONLY
 from specdec.errors import ConfigError, PlanError
 from specdec.fit import fit, fit_problem, max_model_len_for
-from specdec.hostdata import HostSettings, parse_host_settings
+from specdec.hostdata import HostSettings, as_mapping, parse_host_settings
 from specdec.hygiene import check_image
 from specdec.identify import Identity
-from specdec.plan_types import FitReport, Plan
+from specdec.plan_types import DynamoPlan, FitReport, Plan
+
+if TYPE_CHECKING:
+    from specdec.dynamo.group import Group
 
 __all__ = ["DEFAULT_PORT", "baseline", "check_image", "make_plan"]
 
@@ -147,8 +151,10 @@ def _engine_version(s: HostSettings, engine: str, runtime: str, image: str | Non
     if installed is not None:  # the deploy looked on the host
         found = Version.parse(installed[engine]) if engine in installed else None
         if found is None and pinned is None:
+            where = (f"no ai-dynamo in {layout.DYNAMO_VENV}" if engine == "dynamo" else
+                     "nothing on PATH answers --version")
             raise PlanError(f"specdec_runtime='native': {engine} is not installed on the host "
-                            "(nothing on PATH answers --version)", host=s.host)
+                            f"({where})", host=s.host)
         if found is not None and pinned is not None and found != pinned:
             raise PlanError(
                 f"specdec_engine_version={s.engine_version!r}: the host has {engine} {found} "
@@ -325,9 +331,11 @@ def make_plan(
     identity: Identity | None = None,
     catalog: Catalog | None = None,
     installed: Mapping[str, str] | None = None,
+    group: Group | None = None,
 ) -> Plan:
     """Plan one host. ``data``: its host data (dict, Mapping or pyinfra ``host.data``);
-    ``installed``: engine -> version found on the host (native runtime), when known."""
+    ``installed``: engine -> version found on the host (native runtime), when known;
+    ``group``: its Dynamo serving group (`specdec.dynamo.group.groups_of` over the inventory)."""
     identity, cat = _coerce_args(identity, catalog)
     s = parse_host_settings(host, data)
     if s.model is None:
@@ -363,6 +371,13 @@ def make_plan(
                                 else ("36.4" if device.platform == "l4t" else None))
     version, origin = _engine_version(s, engine, runtime, image, img, installed)
     notes.append(f"{engine} {version} ({origin})")
+    vllm_pin: str | None = None
+    if engine == "dynamo":
+        from specdec.dynamo.plan import vllm_release
+
+        vllm_pin = vllm_release(s, version, origin)
+        notes.append(f"Dynamo {version} runs vLLM {vllm_pin}: its speculative config is "
+                     f"vLLM {vllm_pin}'s")
 
     model = _custom_model(s, cat, device)
     quant = cat.quantizations.get(model.quantization)
@@ -429,6 +444,15 @@ def make_plan(
 
     k = _spec_tokens(s, device, cand.method)
     env = dict(s.env)
+    dyn: DynamoPlan | None = None
+    if vllm_pin is not None:
+        from specdec.dynamo.plan import dynamo_part
+
+        dyn = dynamo_part(s, as_mapping(data), group, vllm_pin, port)
+        if cand.method not in ("none", "eagle3"):
+            notes.append(DYNAMO_EAGLE3_ONLY.format(vllm=vllm_pin))
+        notes.append(f"group {dyn.group}: " + ("etcd, frontend and worker" if dyn.is_frontend
+                     else f"worker (frontend and etcd on {dyn.frontend})"))
     decoding, draft_dir, tiktoken = _engine_details(engine, version, model, cand.method,
                                                     cand.draft)
     return Plan(
@@ -461,6 +485,7 @@ def make_plan(
         decoding_type=decoding,
         draft_dir=draft_dir,
         tiktoken_dir=tiktoken,
+        dynamo=dyn,
     )
 
 
@@ -470,7 +495,7 @@ def _runnable(s: HostSettings, engine: str, version: Version, model: Model,
     naming the first release that can; otherwise each skipped one is noted (fallback order:
     EAGLE-3 -> draft model -> n-gram)."""
     target = Target(model.id, model.architecture, model.model_type)
-    name = "vLLM" if engine == "vllm" else "TensorRT-LLM"
+    name = {"vllm": "vLLM", "trtllm": "TensorRT-LLM", "dynamo": "Dynamo"}[engine]
     out: list[_Candidate] = []
     for cand in candidates:
         sup = support(engine, version, cand.method, target)

@@ -36,10 +36,15 @@ def register(subparsers: Any) -> None:
 
 
 def _plans(inventory: str, limit: str | None) -> list[Plan]:
+    from specdec.dynamo.group import check_plans, groups_of
     from specdec.inventory import load_inventory
     from specdec.plan import make_plan
 
-    return [make_plan(name, data, None) for name, data in load_inventory(inventory, limit)]
+    chosen = load_inventory(inventory, limit)
+    groups = groups_of(load_inventory(inventory) if limit else chosen)
+    plans = [make_plan(name, data, None, group=groups.get(name)) for name, data in chosen]
+    check_plans(plans)
+    return plans
 
 
 def plan_record(plan: Plan) -> dict[str, Any]:
@@ -92,7 +97,26 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for p in plans:
         for note in p.notes:
             print(f"  {p.host}: {note}")
+    _print_groups(plans)
     return 0
+
+
+def _print_groups(plans: list[Plan]) -> None:
+    """Each Dynamo serving group: its frontend endpoint and members."""
+    groups: dict[str, list[Plan]] = {}
+    for p in plans:
+        if p.dynamo is not None:
+            groups.setdefault(p.dynamo.group, []).append(p)
+    for name, ps in groups.items():
+        d = ps[0].dynamo
+        assert d is not None
+        from specdec.verify import engine_url
+
+        members = ", ".join(f"{p.host} ({'etcd, frontend, worker' if p.dynamo and p.dynamo.is_frontend else 'worker'})"
+                            for p in ps)
+        print(f"group {name}: {engine_url(d.frontend_address, ps[0].port)}/v1 (Dynamo "
+              f"{ps[0].engine_version}, vLLM {d.vllm_version}, etcd {d.etcd_endpoint}, router "
+              f"{d.router_mode}); members: {members}")
 
 
 def cmd_render(args: argparse.Namespace) -> int:
@@ -100,10 +124,14 @@ def cmd_render(args: argparse.Namespace) -> int:
     from specdec.plan import make_plan
     from specdec.render import render
 
-    hosts = dict(load_inventory(args.inventory))
+    from specdec.dynamo.group import groups_of
+
+    loaded = load_inventory(args.inventory)
+    hosts = dict(loaded)
     if args.host not in hosts:
         raise ConfigError(f"--host={args.host!r}: not in {args.inventory}")
-    rendered = render(make_plan(args.host, hosts[args.host], None))
+    group = groups_of(loaded).get(args.host)
+    rendered = render(make_plan(args.host, hosts[args.host], None, group=group))
     out = Path(args.out)
     for f in rendered.files:
         dest = out / f.path.lstrip("/")
