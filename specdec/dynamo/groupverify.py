@@ -222,7 +222,7 @@ class GroupVerifier:
             spec = spec_delta(before, self._counters())
         except (SpecdecError, OSError, ValueError) as exc:
             raise GroupFailure(self.front.name, "bench", f"benchmark of the {arm} through the "
-                               f"frontend failed: {one_line(exc)}") from None
+                               f"frontend failed: {one_line(str(exc))}") from None
         if self.time_scale:
             res = to_device_time(res, self.time_scale)
         res["spec_decode"] = spec
