@@ -277,7 +277,7 @@ def explain(gaps: list[tuple[str, float, float, float]], f: dict[str, dict[str, 
     if not gaps:
         return [f"Every gap is within {GAP:.0%}."]
     out = [f"Gaps over {GAP:.0%}:"]
-    for label, e, m, gap in gaps:
+    for label, _e, _m, gap in gaps:
         if "speed-up" in label or "EAGLE-3" in label:
             key = "c1_decode" if "c=1" in label else "c8_thr"
             e_up = f["emulator-spec"][key] / f["emulator-base"][key]

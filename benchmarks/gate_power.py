@@ -1,31 +1,28 @@
-"""Gate power: how often does `decide_adaptive` give the wrong answer, and at what cost?
+"""Gate power: how often does the gate decide wrong, and how long does it benchmark?
 
 Not a test: it prints figures. Run: ``python3 benchmarks/gate_power.py [--scenarios 200]``.
 
-Each scenario is a speculation setup on the AGX Orin 64GB profile (Llama-3.1-8B target; EAGLE-3,
-a 1B or 3B draft model, or n-gram; k and an acceptance-degradation knob drawn at random) whose
-*true* effect is computed with the emulator's pure engine core (`specdec.emulator.core`) over the
-whole built-in prompt set and several seeds:
+Each scenario is a speculation setup on one of the lab's hosts (every host of
+`inventories/lab.py`, with its device, engine and model): a method that exists for it (EAGLE-3
+where the catalog has a head and advises it on the device, a catalog draft model, n-gram —
+whose TPOT is two-peaked over the prompt categories), ``k`` from 1 to 6 and an
+acceptance-degradation knob (sampling temperature 0..1.5). About a third get a concurrency-8
+variant: speculation off above batch 2 (TRT-LLM's ``max_concurrency``), then neutral, slightly
+slower (steps with more than 2 sequences 0-5% slower) or clearly slower (15-40%). The *truth*
+comes from the emulator's pure engine core over the whole built-in prompt set and several seeds,
+at the deploy's ``max_tokens`` (`simlab.World.truth`), and the seed's rule applied to it: keep
+when the c=1 gain ≥ 30%, the c=1 TPOT p50 reduction ≥ 20% and the c=8 ratio ≥ 1 − δ.
 
-* true c=1 throughput gain, true c=1 TPOT p50 reduction (1 − p50 of the candidate's per-request
-  TPOT over p50 of the baseline's, over the whole prompt set and 3 seeds; Harrell–Davis p50,
-  as the gate estimates it), true c=8 throughput ratio;
-* the correct answer is ``keep`` when gain ≥ 30%, TPOT reduction ≥ 20% and c=8 does not
-  regress, else ``disable`` (seed 000; between 10% and 30% the conservative answer is disable).
+A scenario whose truth is within the policy's indifference zone (``indifference``, on the log of
+the ratio to a threshold that decides its truth) is drawn, decided and reported, but not counted
+in the wrong-decision rate (its own row shows how often it differs from the truth).
 
-Scenarios are drawn until ``--scenarios`` of them have a true gain within ``--window`` of the
-thresholds (so they sit *around* the thresholds) and outside an indifference zone of
-``--margin`` around every binding threshold (a setup exactly at +30.0% has no wrong answer).
-
-The gate then measures each scenario the way the deploy's verify step would: ABAB rounds of
-one baseline and one candidate benchmark (``--n1`` requests at c=1, ``--n8`` at c=8, the first
-prompts of the built-in set, ``--max-tokens`` each, ``--warmup`` warmup requests per run), each
-round a fresh seed, optionally with multiplicative timing noise per request and per run
-(``--noise-req``, ``--noise-run``: Jetson clocks/thermal drift), until `decide_adaptive` answers.
-
-Printed: wrong-decision rate (goal ≤ 1%), the same inside the indifference zone (for honesty),
-and benchmark seconds per decision at real time scale on the AGX Orin (goal ≤ 90 s): the sum of
-the emulated durations of every run the gate needed.
+Each scenario is decided the way the deploy's verify step decides it: rounds of both arms, each
+arm benchmarked with the deploy's own `specdec.rounds.BenchSettings` for the levels the gate
+still needs (`specdec.rounds.round_bench`), a fresh seed per round, `specdec.gate.decide` after
+each round until it answers. Twice: without timing noise, and with lognormal noise per request
+(``--noise-req``) and per run and level (``--noise-run``). Printed: wrong decisions and device
+seconds of benchmarking per decision (warmup and every level of both arms, every round).
 """
 
 from __future__ import annotations
@@ -36,295 +33,211 @@ import random
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
 from typing import Any
 
-from specdec.bench.prompts import builtin_prompts
-from specdec.bench.stats import hd_quantile
-from specdec.emulator.core import EngineCore, EngineModel, SeqRequest
-from specdec.emulator.setup import EngineSetup, setup_for
-from specdec.emulator.textgen import category_of, chat_prompt_tokens, stable_int
-from specdec.gate import decide_adaptive
+from simlab import ROWS, Setup, Truth, World
+
+from specdec.catalog import load_catalog
+from specdec.emulator.textgen import stable_int
+from specdec.gate import decide
 from specdec.plan_types import GatePolicy
-
-DEVICE = "agx-orin-64gb"
-TARGET = "meta-llama/Llama-3.1-8B-Instruct"
-CHOICES: list[tuple[str, str | None, tuple[int, int]]] = [
-    ("eagle3", None, (1, 5)),
-    ("draft_model", "meta-llama/Llama-3.2-1B-Instruct", (1, 5)),
-    ("draft_model", "meta-llama/Llama-3.2-3B-Instruct", (1, 3)),
-    ("ngram", None, (1, 6)),
-]
-
-
-@dataclass(frozen=True)
-class P:
-    key: int
-    tokens: int
-    category: str
-    pid: str
-
-
-def prompts(level_tag: str) -> list[P]:
-    out = []
-    for i, p in enumerate(builtin_prompts().measured):
-        text = f"[{level_tag} #{i}] {p.text}"
-        out.append(P(stable_int("chat", text), chat_prompt_tokens([text], "llama3"),
-                     category_of(text), p.id))
-    return out
-
-
-@dataclass(frozen=True)
-class Req:
-    index: int
-    pid: str
-    arrival: float
-    ttft: float
-    e2e: float
-    tokens: int
-
-
-def closed_loop(model: EngineModel, ps: list[P], conc: int, n: int, max_tokens: int,
-                temperature: float) -> tuple[list[Req], float]:
-    """`specdec.emulator.core.simulate`, keeping each request's index (for pairing)."""
-    core = EngineCore(model)
-    now = 0.0
-    issued = 0
-    pending: list[tuple[float, int]] = []
-    info: dict[int, dict[str, float]] = {}
-    done: list[Req] = []
-
-    def issue(at: float) -> None:
-        nonlocal issued
-        if issued < n:
-            pending.append((at, issued))
-            issued += 1
-
-    for _ in range(min(conc, n)):
-        issue(0.0)
-    while len(done) < n:
-        for at, idx in [x for x in pending if x[0] <= now]:
-            pending.remove((at, idx))
-            p = ps[idx % len(ps)]
-            sid = core.add(SeqRequest(prompt_key=p.key, prompt_tokens=p.tokens,
-                                      category=p.category, max_tokens=max_tokens,
-                                      min_tokens=max_tokens, ignore_eos=True,
-                                      temperature=temperature))
-            info[sid] = {"arrival": at, "index": idx}
-        if not core.has_work():
-            now = min(at for at, _ in pending)
-            continue
-        res = core.step()
-        if res is None:
-            break
-        now += res.duration_s
-        for out in res.outputs:
-            rec = info[out.seq_id]
-            rec.setdefault("first", now)
-            if out.finished:
-                idx = int(rec["index"])
-                done.append(Req(idx, ps[idx % len(ps)].pid, rec["arrival"],
-                                rec["first"] - rec["arrival"], now - rec["arrival"],
-                                out.generated))
-                issue(now)
-    done.sort(key=lambda r: r.index)
-    duration = max(r.arrival + r.e2e for r in done) - min(r.arrival for r in done)
-    return done, duration
-
-
-def level_result(reqs: list[Req], duration: float, rng: random.Random, noise_req: float,
-                 noise_run: float) -> dict[str, Any]:
-    f_run = math.exp(rng.gauss(0.0, noise_run)) if noise_run else 1.0
-    recs = []
-    for r in reqs:
-        f = f_run * (math.exp(rng.gauss(0.0, noise_req)) if noise_req else 1.0)
-        ttft, e2e = r.ttft * f, r.e2e * f
-        tpot = (e2e - ttft) / (r.tokens - 1) * 1000 if r.tokens > 1 else None
-        recs.append({"index": r.index, "prompt_id": r.pid, "tpot_ms": tpot,
-                     "e2el_ms": e2e * 1000, "ttft_ms": ttft * 1000, "output_tokens": r.tokens,
-                     "error": None})
-    tokens = sum(r.tokens for r in reqs)
-    tpots = [x["tpot_ms"] for x in recs if x["tpot_ms"] is not None]
-    return {"throughput_tok_s": tokens / (duration * f_run),
-            "tpot_ms_p50": statistics.median(tpots), "requests": recs}
+from specdec.rounds import BenchSettings, round_bench
 
 
 @dataclass
 class Scenario:
     name: str
-    setup: EngineSetup
-    temperature: float
-    gain: float = 0.0
-    tpot_red: float = 0.0
-    c8_ratio: float = 0.0
+    setup: Setup
+    truth: Truth | None = None
 
-    @property
-    def truth(self) -> str:
-        return ("keep" if self.gain >= 0.30 and self.tpot_red >= 0.20 and self.c8_ratio >= 1.0
-                else "disable")
+    def verdict(self, delta: float) -> str:
+        return "keep" if min(self.distances(delta)) >= 0 else "disable"
 
-    def margin(self) -> float:
-        """Distance to the nearest threshold that can change the right answer."""
-        return min(abs(self.gain - 0.30), abs(self.tpot_red - 0.20), abs(self.c8_ratio - 1.0))
+    def distances(self, delta: float) -> list[float]:
+        t = self.truth
+        assert t is not None
+        return [math.log((1.0 + t.gain) / 1.30), math.log(0.80 / max(1e-9, 1.0 - t.tpot_red)),
+                math.log(max(1e-9, t.c8_ratio) / (1.0 - delta))]
 
+    def margin(self, delta: float) -> float:
+        """Distance to the threshold that decides the truth (keep: the nearest; disable: the
+        clearest failing one)."""
+        d = self.distances(delta)
+        return min(d) if min(d) >= 0 else -min(d)
 
-class Bench:
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.a = args
-        self.ps = {c: prompts(f"c{c}") for c in (1, 8)}
-        self.base_setup = setup_for(DEVICE, TARGET)
-        self.last = ""
-        self._base_cache: dict[tuple[int, int, int, int], tuple[list[Req], float]] = {}
-
-    def sim(self, setup: EngineSetup, temperature: float, conc: int, n: int, seed: int,
-            offset: int = 0) -> tuple[list[Req], float]:
-        model = setup.engine_model()
-        model = EngineModel(**{**model.__dict__, "seed": seed})
-        ps = self.ps[conc]
-        ps = [ps[(offset + i) % len(ps)] for i in range(len(ps))]
-        return closed_loop(model, ps, conc, n, self.a.max_tokens,
-                           temperature if setup.speculative else 0.0)
-
-    def base(self, conc: int, n: int, seed: int, offset: int = 0) -> tuple[list[Req], float]:
-        key = (conc, n, seed, offset)
-        if key not in self._base_cache:
-            self._base_cache[key] = self.sim(self.base_setup, 0.0, conc, n, seed, offset)
-        return self._base_cache[key]
-
-    def truth(self, sc: Scenario) -> None:
-        n_all = len(self.ps[1])
-        gains, c8 = [], []
-        tb: list[float] = []
-        tc: list[float] = []
-        for s in range(self.a.truth_seeds):
-            seed = 10_000 + s
-            b1, bd1 = self.base(1, n_all, seed)
-            c1, cd1 = self.sim(sc.setup, sc.temperature, 1, n_all, seed)
-            gains.append((sum(r.tokens for r in c1) / cd1) / (sum(r.tokens for r in b1) / bd1))
-            tb += [(r.e2e - r.ttft) / (r.tokens - 1) for r in b1]
-            tc += [(r.e2e - r.ttft) / (r.tokens - 1) for r in c1]
-            b8, bd8 = self.base(8, n_all, seed)
-            k8, kd8 = self.sim(sc.setup, sc.temperature, 8, n_all, seed)
-            c8.append((sum(r.tokens for r in k8) / kd8) / (sum(r.tokens for r in b8) / bd8))
-        sc.gain = statistics.fmean(gains) - 1.0
-        sc.tpot_red = 1.0 - hd_quantile(tc) / hd_quantile(tb)
-        sc.c8_ratio = statistics.fmean(c8)
-
-    def decide(self, sc: Scenario, rng: random.Random, pol: GatePolicy) -> tuple[str, float, int]:
-        a = self.a
-        seconds = 0.0
-
-        def run(arm: str, i: int) -> dict[str, Any]:
-            nonlocal seconds
-            seed = rng.randrange(1 << 30) if arm == "baseline" else run.seed  # type: ignore
-            if arm == "baseline":
-                run.seed = seed  # type: ignore[attr-defined]
-            levels = {}
-            for conc, n in ((1, a.n1), (8, a.n8)):
-                off = i * n if a.rotate else 0  # each round measures the next prompts
-                if arm == "baseline":
-                    reqs, dur = self.base(conc, n, seed, off)
-                else:
-                    reqs, dur = self.sim(sc.setup, sc.temperature, conc, n, seed, off)
-                seconds += dur
-                if conc == 1 and a.warmup:  # warmup requests are 16 tokens long
-                    seconds += a.warmup * statistics.fmean(
-                        r.ttft + (r.e2e - r.ttft) * 15 / (r.tokens - 1) for r in reqs)
-                levels[str(conc)] = level_result(reqs, dur, rng, a.noise_req, a.noise_run)
-            return {"config": {"max_tokens": a.max_tokens, "endpoint": "chat"},
-                    "concurrency": levels}
-
-        dec = decide_adaptive(run, pol)
-        self.last = "; ".join(f"{r.name} {r.measured:+.3f} [{r.ci[0]:+.3f},{r.ci[1]:+.3f}] "
-                              f"{r.verdict}" for r in dec.rules)
-        return dec.decision, seconds, dec.rounds
+    def kind(self) -> str:
+        f = self.setup.c8_factor
+        if f is None:
+            return self.setup.method
+        return "c8 neutral/slight" if f >= 0.95 else "c8 regressing"
 
 
 def draw(rng: random.Random) -> Scenario:
-    method, draft, (klo, khi) = rng.choice(CHOICES)
-    k = rng.randint(klo, khi)
-    temp = round(rng.uniform(0.0, 2.0), 3)
-    setup = setup_for(DEVICE, TARGET, method, k, draft)
-    name = f"{method}{'/' + draft.split('/')[-1] if draft else ''} k={k} degrade={temp}"
-    return Scenario(name, setup, temp)
+    cat = load_catalog()
+    row = rng.randrange(len(ROWS))
+    _, device, _, model = ROWS[row]
+    m = cat.models[model]
+    choices: list[tuple[str, str | None]] = [("ngram", None)]
+    if m.heads.get("eagle3") and cat.device(device).eagle3:
+        choices.append(("eagle3", None))
+    choices += [("draft_model", d) for d in m.drafts]
+    method, draft = rng.choice(choices)
+    k = rng.randint(1, 6)
+    temp = round(rng.uniform(0.0, 1.5), 3)
+    c8: float | None = None
+    if rng.random() < 0.35:
+        kind = rng.randrange(3)
+        c8 = 1.0 if kind == 0 else rng.uniform(0.95, 1.0) if kind == 1 else rng.uniform(0.6, 0.85)
+    name = (f"{device}/{model.split('/')[-1]} {method}{'/' + draft.split('/')[-1] if draft else ''}"
+            f" k={k} T={temp}" + (f" c8-variant f={c8:.3f}" if c8 is not None else ""))
+    return Scenario(name, Setup(row, method, draft, k, temp, c8))
+
+
+def decide_one(world: World, sc: Scenario, pol: GatePolicy, bs: BenchSettings,
+               rng: random.Random, noise_req: float, noise_run: float
+               ) -> tuple[str, float, int]:
+    """The gate's rounds on a scenario: (decision, benchmark device seconds, rounds)."""
+    seconds = 0.0
+    bases: list[dict[str, Any]] = []
+    cands: list[dict[str, Any]] = []
+    levels: tuple[int, ...] | None = None
+    alloc: dict[str, float] = {}
+    for rnd in range(pol.max_rounds):
+        seed = rng.randrange(1 << 30)
+        used = [r["prompt_id"] for c in cands
+                for r in (c["concurrency"].get(str(pol.keep_concurrency)) or {}).get(
+                    "requests", [])]
+        for arm, out, setup in (("candidate", cands, sc.setup),
+                                ("baseline", bases, sc.setup.baseline)):
+            rb = round_bench(bs, pol, arm, rnd, levels, alloc, used)
+            res, secs = world.bench(setup, rb, seed, rng, noise_req, noise_run)
+            seconds += secs
+            out.append(res)
+        dec = decide(bases, cands, pol)
+        if dec.decision != "inconclusive":
+            return dec.decision, seconds, rnd + 1
+        levels, alloc = dec.pending, dec.allocation
+    return "inconclusive", seconds, pol.max_rounds
+
+
+def evaluate(args: tuple[int, argparse.Namespace]) -> dict[str, Any]:
+    """One scenario: truth and the gate's decision without and with noise (worker process)."""
+    i, a = args
+    rng = random.Random(stable_int("gate-power", a.seed, i))
+    world = World()
+    bs, pol = BenchSettings(), policy(a)
+    sc = draw(rng)
+    sc.truth = world.truth(sc.setup, a.truth_seeds, bs.max_tokens)
+    out: dict[str, Any] = {"sc": sc}
+    for label, nq, nr in (("none", 0.0, 0.0), ("noisy", a.noise_req, a.noise_run)):
+        out[label] = decide_one(world, sc, pol, bs, rng, nq, nr)
+    return out
+
+
+def policy(a: argparse.Namespace) -> GatePolicy:
+    pol = GatePolicy()
+    return pol if a.indifference is None else replace(pol, indifference=a.indifference)
+
+
+def quantile(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scenarios", type=int, default=200)
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--scenarios", type=int, default=200, help="counted scenarios (outside "
+                    "the indifference zone)")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--n1", type=int, default=8, help="requests per run at concurrency 1")
-    ap.add_argument("--n8", type=int, default=8, help="requests per run at concurrency 8")
-    ap.add_argument("--max-tokens", type=int, default=32)
-    ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--no-rotate", dest="rotate", action="store_false",
-                    help="measure the same prompts every round (default: the next ones)")
-    ap.add_argument("--max-rounds", type=int, default=3)
-    ap.add_argument("--noise-req", type=float, default=0.0, help="lognormal sigma per request")
-    ap.add_argument("--noise-run", type=float, default=0.0, help="lognormal sigma per run")
-    ap.add_argument("--margin", type=float, default=0.05, help="indifference zone half-width")
-    ap.add_argument("--window", type=float, default=0.25,
-                    help="true c=1 gain within this of a threshold (10%% or 30%%)")
-    ap.add_argument("--truth-seeds", type=int, default=3)
+    ap.add_argument("--noise-req", type=float, default=0.05, help="lognormal sigma per request")
+    ap.add_argument("--noise-run", type=float, default=0.03, help="lognormal sigma per run")
+    ap.add_argument("--truth-seeds", type=int, default=4)
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--indifference", type=float, default=None,
+                    help="override the policy's indifference zone (a sensitivity run; the "
+                         "deploy uses the policy's)")
     ap.add_argument("--verbose", action="store_true")
     a = ap.parse_args()
     t0 = time.monotonic()
-    bench = Bench(a)
-    pol = GatePolicy(max_rounds=a.max_rounds)
-    rng = random.Random(a.seed)
-    picked: list[Scenario] = []
-    zone: list[Scenario] = []
-    tries = 0
-    while len(picked) < a.scenarios and tries < a.scenarios * 50:
-        tries += 1
-        sc = draw(rng)
-        bench.truth(sc)
-        near = min(abs(sc.gain - 0.30), abs(sc.gain - 0.10)) <= a.window
-        if not near:
+    pol, bs = policy(a), BenchSettings()
+    delta, zone_m = pol.max_regression_c8, pol.indifference
+    counted: list[dict[str, Any]] = []
+    zone: list[dict[str, Any]] = []
+    i = 0
+    with ProcessPoolExecutor(max_workers=a.jobs) as ex:
+        while len(counted) < a.scenarios:
+            batch = list(range(i, i + max(a.jobs, a.scenarios - len(counted))))
+            i += len(batch)
+            for res in ex.map(evaluate, [(j, a) for j in batch]):
+                (counted if res["sc"].margin(delta) >= zone_m else zone).append(res)
+                if len(counted) >= a.scenarios:
+                    break
+    counted = counted[:a.scenarios]
+    drawn = counted + zone
+    print(f"gate power: {len(counted)} scenarios on the lab's {len(ROWS)} hosts (emulator "
+          f"core, seed {a.seed}, {len(drawn)} drawn, {len(zone)} in the ±{zone_m:.0%} "
+          "indifference zone)")
+    print(f"deploy settings per round: warmup {bs.warmup}; c=1 {bs.requests} candidate / "
+          f"{bs.baseline_requests} baseline requests; c=8 {bs.guard_requests} per arm; "
+          f"{bs.max_tokens} tokens each. Policy: confidence {pol.confidence}, up to "
+          f"{pol.max_rounds} rounds, c=8 tolerance {delta:.0%}, run noise {pol.run_noise}, "
+          f"request noise {pol.request_noise}")
+    truths = {t: sum(1 for r in counted if r["sc"].verdict(delta) == t) for t in ("keep",
+                                                                                "disable")}
+    kinds: dict[str, int] = {}
+    for r in counted:
+        kinds[r["sc"].kind()] = kinds.get(r["sc"].kind(), 0) + 1
+    print(f"counted: truth keep {truths['keep']}, disable {truths['disable']}; {kinds}")
+    print()
+    print("| timing noise | wrong (outside zone) | wrong keep | wrong disable | in zone: "
+          "differ from truth | s/decision median | p90 | max | p90 incl. zone | rounds mean |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for label, title in (("none", "none"),
+                         ("noisy", f"req {a.noise_req:g}, run {a.noise_run:g}")):
+        wrong = [r for r in counted if r[label][0] != r["sc"].verdict(delta)]
+        wk = sum(1 for r in wrong if r[label][0] == "keep")
+        zd = sum(1 for r in zone if r[label][0] != r["sc"].verdict(delta))
+        secs = [r[label][1] for r in counted]
+        print(f"| {title} | {len(wrong)}/{len(counted)} = {len(wrong) / len(counted):.1%} | "
+              f"{wk} | {len(wrong) - wk} | {zd}/{len(zone)} | {statistics.median(secs):.1f} | "
+              f"{quantile(secs, 0.9):.1f} | {max(secs):.1f} | "
+              f"{quantile([r[label][1] for r in drawn], 0.9):.1f} | "
+              f"{statistics.fmean(r[label][2] for r in counted):.2f} |")
+        if a.verbose:
+            for r in wrong:
+                sc, t = r["sc"], r["sc"].truth
+                print(f"    wrong ({label}): {sc.name}: truth {sc.verdict(delta)} (gain "
+                      f"{t.gain:+.3f}, TPOT {t.tpot_red:+.3f}, c8 {t.c8_ratio:.3f}, margin "
+                      f"{sc.margin(delta):.3f}), gate {r[label][0]} after {r[label][2]} rounds")
+    print()
+    print("| host (device, engine, model) | scenarios | s/decision median (none / noisy) | "
+          "p90 (none / noisy) | wrong (none / noisy) |")
+    print("|---|---|---|---|---|")
+    for row, (host, device, engine, model) in enumerate(ROWS):
+        rs = [r for r in counted if r["sc"].setup.row == row]
+        if not rs:
             continue
-        if sc.margin() < a.margin:
-            if len(zone) < a.scenarios // 4:
-                zone.append(sc)
-            continue
-        picked.append(sc)
-    wrong = wrong_keep = 0
-    secs: list[float] = []
-    rounds: list[int] = []
-    answers: dict[str, int] = {}
-    for sc in picked:
-        dec, s, r = bench.decide(sc, rng, pol)
-        secs.append(s)
-        rounds.append(r)
-        answers[dec] = answers.get(dec, 0) + 1
-        if dec != sc.truth:
-            wrong += 1
-            wrong_keep += dec == "keep"
-            if a.verbose:
-                print(f"  wrong: {sc.name}: truth {sc.truth} (gain {sc.gain:+.3f}, TPOT "
-                      f"{sc.tpot_red:+.3f}, c8 {sc.c8_ratio:.3f}), gate {dec} after {r} rounds: "
-                      f"{bench.last}")
-    zone_wrong = sum(1 for sc in zone if bench.decide(sc, rng, pol)[0] != sc.truth)
-    truths = {t: sum(1 for sc in picked if sc.truth == t) for t in ("keep", "disable")}
-    gains = sorted(sc.gain for sc in picked)
-    print(f"gate power on {DEVICE} / {TARGET} (emulator core, seed {a.seed})")
-    print(f"plan: c1 {a.n1} req + c8 {a.n8} req x {a.max_tokens} tokens per run, warmup "
-          f"{a.warmup}, up to {a.max_rounds} ABAB rounds; noise req {a.noise_req:g} run "
-          f"{a.noise_run:g}; confidence {pol.confidence}")
-    print(f"scenarios: {len(picked)} (truth keep {truths['keep']}, disable {truths['disable']}; "
-          f"true c1 gain {gains[0]:+.1%}..{gains[-1]:+.1%}; indifference margin "
-          f"{a.margin:.0%}; {tries} drawn)")
-    print(f"gate answers: {answers}")
-    print(f"wrong-decision rate: {wrong}/{len(picked)} = {wrong / max(len(picked), 1):.2%} "
-          f"(goal <= 1%): {wrong_keep} wrong keep, {wrong - wrong_keep} wrong (conservative) "
-          "disable")
-    if zone:
-        print(f"inside the indifference zone (not counted above): {zone_wrong}/{len(zone)} "
-              f"differ from the nearest-threshold truth")
-    secs.sort()
-    print(f"benchmark seconds per decision at real time scale: mean {statistics.fmean(secs):.1f}"
-          f", median {statistics.median(secs):.1f}, p90 {secs[int(0.9 * (len(secs) - 1))]:.1f}"
-          f", max {secs[-1]:.1f} (goal <= 90 s); rounds mean {statistics.fmean(rounds):.2f}")
-    print(f"(computed in {time.monotonic() - t0:.1f} s)")
+        cells = [" / ".join(f"{quantile([r[lb][1] for r in rs], q):.0f}"
+                            for lb in ("none", "noisy")) for q in (0.5, 0.9)]
+        wrong = " / ".join(str(sum(1 for r in rs if r[lb][0] != r["sc"].verdict(delta)))
+                           for lb in ("none", "noisy"))
+        print(f"| {host} ({device}, {engine}, {model.split('/')[-1]}) | {len(rs)} | {cells[0]} "
+              f"| {cells[1]} | {wrong} |")
+    print()
+    print("| scenario kind | counted | wrong (none / noisy) | in zone | in zone differ "
+          "(none / noisy) |")
+    print("|---|---|---|---|---|")
+    for kind in sorted({r["sc"].kind() for r in drawn}):
+        rs = [r for r in counted if r["sc"].kind() == kind]
+        zs = [r for r in zone if r["sc"].kind() == kind]
+        w = " / ".join(str(sum(1 for r in rs if r[lb][0] != r["sc"].verdict(delta)))
+                       for lb in ("none", "noisy"))
+        zd = " / ".join(str(sum(1 for r in zs if r[lb][0] != r["sc"].verdict(delta)))
+                        for lb in ("none", "noisy"))
+        print(f"| {kind} | {len(rs)} | {w} | {len(zs)} | {zd} |")
+    print(f"\n(computed in {time.monotonic() - t0:.0f} s)")
     return 0
 
 

@@ -13,13 +13,15 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.context import ctx_host
 
 from specdec.catalog import load_catalog
+from specdec.dynamo.group import Group, check_limit, check_plans, groups_of
 from specdec.errors import SpecdecError, redact
 from specdec.hftoken import read_token
-from specdec.dynamo.group import Group, check_limit, check_plans, groups_of
 from specdec.hostdata import as_mapping, parse_host_settings
 from specdec.plan import baseline, make_plan
 from specdec.plan_types import Plan
 from specdec.render import Rendered, render
+from specdec.report import reports_root
+from specdec.tunecache import apply_cached
 
 __all__ = [
     "GATED_PREFIXES",
@@ -65,9 +67,11 @@ def plan_host(name: str, data: Any, identity: Any,
               installed: dict[str, str] | None = None, group: Group | None = None) -> HostPlan:
     """Plan and render one host; any `SpecdecError` becomes a one-line `DeployError`."""
     try:
-        plan = make_plan(name, data, identity, installed=installed, group=group)
+        planned = make_plan(name, data, identity, installed=installed, group=group)
+        # k: auto with a tuned entry in the cache: the plan carries the tuned values (noted)
+        plan = apply_cached(planned, reports_root(), parse_host_settings(name, data).reverify)
         rendered = render(plan)
-        base = render(baseline(plan)) if plan.speculative else None
+        base = render(baseline(planned)) if plan.speculative else None
         device = load_catalog().device(plan.device)
     except SpecdecError as exc:
         msg = one_line(exc)

@@ -3,15 +3,17 @@ daemon-reload/restart only on change, and pruning to the last `layout.KEEP_RELEA
 
 The desired release honours the host's recorded verification decision: when
 ``releases/<candidate>/decision.json`` says ``{"outcome": "disabled", "active": "<id>"}``, the
-desired release is that (baseline) one, so a re-run does not undo a rollback. A ``verify`` role
+desired release is that (baseline) one, so a re-run does not undo a rollback; ``"tuned"`` names
+the release the tune phase kept for a ``k: auto`` plan, so a re-run planned without the control
+node's tune cache still runs the verified release. A ``verify`` role
 slots in after `serve` and reads `ServeResult`.
 """
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
-import shlex
 from io import StringIO
 
 from pyinfra import host
@@ -135,7 +137,8 @@ def serve(hp: HostPlan, restart_on: Sequence[OperationMeta | None] = (),
 
     to_upload: Rendered | None = hp.rendered
     if desired != candidate:
-        # Verified before: speculation did not pay, the baseline release runs instead.
+        # Verified before: speculation did not pay (the baseline runs instead), or the tune
+        # phase kept another release of this plan (its tuned k).
         if hp.baseline is not None and hp.baseline.release_id == desired:
             to_upload = hp.baseline
         elif desired in recorded.releases:

@@ -11,10 +11,14 @@ Runs after `serve`. At execution time it reads the host's release pointers again
   released.
 
 Every outcome writes ``reports/<run-id>/<host>.json`` and refreshes the fleet summary.
-Benchmark knobs come from the environment of the control node: ``SPECDEC_BENCH_REQUESTS``
-(32), ``SPECDEC_BENCH_MAX_TOKENS`` (128), ``SPECDEC_BENCH_WARMUP`` (2),
+Benchmark knobs (per gate round and arm, `specdec.rounds.BenchSettings`) come from the
+environment of the control node: ``SPECDEC_BENCH_REQUESTS`` (4, candidate at c=1),
+``SPECDEC_BENCH_BASELINE_REQUESTS`` (2, baseline at c=1), ``SPECDEC_BENCH_GUARD_REQUESTS`` (8,
+at c=8), ``SPECDEC_BENCH_MAX_TOKENS`` (64), ``SPECDEC_BENCH_WARMUP`` (2),
+``SPECDEC_BENCH_RAMP_TOKENS`` (32, the c=8 level's unmeasured first request per client),
 ``SPECDEC_BENCH_TIMEOUT`` (per arm; a hung engine fails here: 600 s, longer for a device
-whose bandwidth roofline makes the benchmark slow).
+whose bandwidth roofline makes the benchmark slow). The figures in the README's gate power
+table hold for the defaults.
 """
 
 from __future__ import annotations
@@ -42,14 +46,19 @@ from specdec.hostdata import parse_host_settings
 from specdec.power import PowerState
 from specdec.release import ReleaseState
 from specdec.report import reports_root, safe_name, write_host_report
+from specdec.rounds import RoundBench
 
 __all__ = ["PyinfraIO", "bench_settings", "make_io", "verify", "verify_spec"]
 
+_DEFAULT = sv.BenchSettings()
 _BENCH_ENV = {
-    "requests": ("SPECDEC_BENCH_REQUESTS", int, 32),
-    "max_tokens": ("SPECDEC_BENCH_MAX_TOKENS", int, 128),
-    "warmup": ("SPECDEC_BENCH_WARMUP", int, 2),
-    "timeout_s": ("SPECDEC_BENCH_TIMEOUT", float, 600.0),
+    "requests": ("SPECDEC_BENCH_REQUESTS", int, _DEFAULT.requests),
+    "baseline_requests": ("SPECDEC_BENCH_BASELINE_REQUESTS", int, _DEFAULT.baseline_requests),
+    "ramp_tokens": ("SPECDEC_BENCH_RAMP_TOKENS", int, _DEFAULT.ramp_tokens),
+    "guard_requests": ("SPECDEC_BENCH_GUARD_REQUESTS", int, _DEFAULT.guard_requests),
+    "max_tokens": ("SPECDEC_BENCH_MAX_TOKENS", int, _DEFAULT.max_tokens),
+    "warmup": ("SPECDEC_BENCH_WARMUP", int, _DEFAULT.warmup),
+    "timeout_s": ("SPECDEC_BENCH_TIMEOUT", float, _DEFAULT.timeout_s),
 }
 
 
@@ -69,7 +78,7 @@ def bench_settings(roofline: sv.Roofline | None = None) -> sv.BenchSettings:
             val = typ(raw)
         except ValueError:
             raise DeployError(f"${env}={raw!r}: must be a number") from None
-        if val < (0 if field == "warmup" else 1):
+        if val < (0 if field in ("warmup", "ramp_tokens") else 1):
             raise DeployError(f"${env}={raw!r}: out of range")
         kw[field] = val
     return sv.BenchSettings(**kw)
@@ -79,7 +88,8 @@ def _roofline_timeout(kw: dict[str, Any], roofline: sv.Roofline | None) -> float
     if roofline is None or roofline.tokens_per_s <= 0:
         return 0.0
     wall_tps = roofline.tokens_per_s / roofline.time_scale
-    tokens = (kw.get("requests", 32) + kw.get("warmup", 2)) * kw.get("max_tokens", 128)
+    tokens = ((kw.get("requests", _DEFAULT.requests) + kw.get("warmup", _DEFAULT.warmup))
+              * kw.get("max_tokens", _DEFAULT.max_tokens))
     return 4.0 * tokens / wall_tps
 
 
@@ -96,10 +106,10 @@ class PyinfraIO:
     def http_get(self, url: str, timeout: float) -> tuple[int, str]:
         return sv.http_get(url, timeout)
 
-    def bench(self, url: str, model: str, out: Path) -> dict[str, Any]:
-        gate = self.spec.plan.gate
-        levels = sorted({gate.keep_concurrency, gate.guard_concurrency})
-        return sv.bench_subprocess(url, model, out, self.spec.bench, levels)
+    def bench(self, url: str, model: str, out: Path, run: RoundBench) -> dict[str, Any]:
+        # the target's tokenizer counts tokens if the server sends no usage
+        return sv.bench_subprocess(url, model, out, run, self.spec.bench.timeout_s,
+                                   tokenizer=self.spec.plan.model)
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)  # gevent-patched under the pyinfra CLI
@@ -147,7 +157,7 @@ def _write(rep: dict[str, Any], secret: str | None, spec: sv.VerifySpec | None =
     try:
         path = write_host_report(run_dir(), rep, secret)
         last = _last_verified(spec) if spec is not None else None
-        if last is not None and rep.get("outcome") in ("kept", "disabled"):
+        if last is not None and rep.get("outcome") in sv.VERIFIED:
             last.parent.mkdir(parents=True, exist_ok=True)
             last.write_text(path.read_text())  # already scrubbed
     except OSError as exc:
@@ -244,6 +254,7 @@ def verify_spec(hp: HostPlan, served: ServeResult, token: HiddenValue | None,
         bench=bench_settings(roofline),
         roofline=roofline,
         run_id=run_id(),
+        tune_root=reports_root(),
     )
 
 

@@ -2,48 +2,49 @@
 
 Seed 000: keep speculation when, at concurrency 1, ``throughput_tok_s`` is ≥ 30% higher *and*
 ``tpot_ms_p50`` is ≥ 20% lower; disable it when the gain is < 10% or ``throughput_tok_s``
-regresses at concurrency 8. Every rule is judged on a confidence interval, not a point:
+regresses at concurrency 8. Read statistically, as a sequential test over ABAB rounds with an
+indifference zone:
 
-* TPOT: the seed's figure, p50(TPOT_cand)/p50(TPOT_base), over per-request TPOTs paired by
-  request index and prompt id (same prompts, same order in both arms) and pooled over rounds;
-  its CI from a paired hierarchical bootstrap (rounds, then prompts), so per-prompt differences
-  in acceptance do not blur it. reduction = 1 − ratio. (The median of per-prompt ratios is
-  reported under ``figures``.)
-* throughput: the point is mean(run throughput_tok_s, candidate)/mean(…, baseline) over rounds;
-  its CI is the wider of (a) a hierarchical paired bootstrap of per-request token rates
-  (Σtokens/ΣE2EL; rounds, then pairs), rescaled to that point, and (b) the bootstrap over
-  run-level figures when there are several rounds. Without per-request records and with one
-  round the CI is the point itself.
+* three rules: the c=1 throughput gain ≥ 30%, the c=1 TPOT p50 reduction ≥ 20%, and no c=8
+  throughput regression beyond the tolerance δ (``max_regression_c8``, 10%: ratio ≥ 1 − δ).
+  Each is a distance θ = log(measured ratio / threshold ratio), positive on the keep side.
+* **indifference zone**: a true θ within ±``indifference`` (0.10) of 0 may be answered either
+  way; outside it, each rule errs with probability ≤ 1 − ``confidence`` over all looks.
+* after each round (a *look*) a rule still open **passes** when its lower bound
+  ``θ̂ − z·SE ≥ −m`` (it is not below the zone), **fails** when its upper bound ``θ̂ + z·SE ≤ m``
+  (not above it), and when both hold (the interval sits inside the zone) goes by the sign of θ̂;
+  ``z`` is the one-sided quantile of ``(1 − confidence)/max_rounds`` (Bonferroni over the
+  looks). A verdict, once reached, stays. At the last round (``max_rounds``) an open rule goes by
+  its point estimate (the seed's rule applied to the estimate).
+* **keep** when every rule passed; **disable** as soon as one failed; otherwise **measure
+  another round** of the levels whose rules are still open (``Decision.pending``): a c=8 that is
+  clearly fine is not measured again while c=1 is refined, and the other way round.
+* **inconclusive, held** when any response's tokens were estimated (no usage, no tokenizer):
+  guessed counts never keep nor disable.
 
-A rule *passes* when the whole CI clears its threshold, *fails* when the whole CI is on the
-wrong side, and is *unclear* otherwise. Each verdict is a one-sided test at level
-``policy.confidence``, so the interval shown is two-sided at 2·confidence − 1 (90% for 0.95).
-
-Decision: ``disable`` when the minimum-gain rule or the concurrency-8 guard fails; ``keep`` when
-both keep rules and the guard pass; else ``inconclusive``. `decide_adaptive` adds ABAB rounds while
-inconclusive, up to ``policy.max_rounds``, then answers ``disable`` (speculation stays off unless
-it proved itself); it stops early with ``disable`` when a keep rule has already failed outright
-(the gain is clearly between the disable and keep thresholds: more samples cannot lead to keep).
+The estimates (`specdec.gatestats`) are per arm and stratified by prompt category; throughput
+as a ratio of token rates (at c=8 the steady-state throughput, by Little's law), TPOT p50 as the
+ratio of the arms' medians over the category mixture.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
-import yaml
-
-from specdec.bench.stats import (
-    paired_median_ratio_ci,
-    paired_rate_ratio_ci,
-    paired_ratio_of_medians_ci,
-    ratio_of_means_ci,
-)
 from specdec.errors import GateError
+from specdec.gateinput import (
+    check_policy,
+    check_result,
+    load_policy,
+    load_result,
+    same_setup,
+    tokens_estimated,
+)
+from specdec.gatestats import Estimate, Obs, compare
 from specdec.plan_types import GatePolicy
 
 __all__ = [
@@ -53,11 +54,11 @@ __all__ = [
     "decide_adaptive",
     "load_policy",
     "load_result",
-    "paired_median_ratio_ci",
-    "ratio_of_means_ci",
+    "observations",
+    "tokens_estimated",
+    "z_for",
 ]
 
-MIN_PAIRS = 5
 Result = Mapping[str, Any]
 
 
@@ -71,17 +72,19 @@ class Rule:
     comparison: str = ">="  # measured must be >= threshold to pass
     method: str = ""
     n: int = 0
+    distance: float = 0.0  # θ̂: log(ratio / threshold ratio), positive on the keep side
+    se: float = 0.0
+    look: int = 0  # round at which the verdict was reached (0: open)
+    by_estimate: bool = False  # reached at the last round by the point estimate
+    level: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "name": self.name,
-            "measured": self.measured,
-            "threshold": self.threshold,
-            "comparison": self.comparison,
-            "verdict": self.verdict,
-            "ci": [self.ci[0], self.ci[1]],
-            "method": self.method,
-            "n": self.n,
+            "name": self.name, "measured": self.measured, "threshold": self.threshold,
+            "comparison": self.comparison, "verdict": self.verdict,
+            "ci": [self.ci[0], self.ci[1]], "method": self.method, "n": self.n,
+            "distance": self.distance, "se": self.se, "look": self.look,
+            "by_estimate": self.by_estimate, "level": self.level,
         }
 
 
@@ -92,230 +95,181 @@ class Decision:
     reason: str
     policy: dict[str, Any] = field(default_factory=dict)
     rounds: int = 1
-    conservative: bool = False  # True: inconclusive at the budget, answered disable
-    keep_possible: bool = True  # False: a keep rule failed outright; more rounds cannot keep
+    conservative: bool = False  # kept for old reports: the gate has no conservative fallback
+    keep_possible: bool = True  # False: more rounds cannot lead to keep
     figures: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    held: bool = False  # inconclusive for good (tokens estimated): stay on last-good
+    code: str = ""  # keep | min_gain | keep_out_of_reach | c8_regression | more_rounds |
+    # tokens_estimated
+    pending: tuple[int, ...] = ()  # levels to measure in the next round (inconclusive only)
+    by_estimate: bool = False  # decided at the last round by a point estimate
+    allocation: dict[str, float] = field(default_factory=dict)  # candidate's keep-level
+    # requests of the next round, by category (shares; empty: one of each, in turn)
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "decision": self.decision,
-            "reason": self.reason,
-            "rules": [r.to_dict() for r in self.rules],
-            "rounds": self.rounds,
-            "conservative": self.conservative,
-            "keep_possible": self.keep_possible,
-            "figures": self.figures,
-            "policy": self.policy,
+            "decision": self.decision, "reason": self.reason,
+            "rules": [r.to_dict() for r in self.rules], "rounds": self.rounds,
+            "conservative": self.conservative, "keep_possible": self.keep_possible,
+            "held": self.held, "code": self.code, "pending": list(self.pending),
+            "by_estimate": self.by_estimate, "allocation": self.allocation,
+            "figures": self.figures, "policy": self.policy,
             "warnings": self.warnings,
-            "ci_level": 2.0 * float(self.policy.get("confidence", 0.95)) - 1.0,
+            "ci_level": 1.0 - 2.0 * (1.0 - float(self.policy.get("confidence", 0.95)))
+            / max(1, int(self.policy.get("max_rounds", 1))),
         }
 
 
-# -- input ------------------------------------------------------------------------------------
-def load_policy(path: str | Path | None) -> GatePolicy:
-    """GatePolicy from a YAML/JSON mapping of its fields (None: seed 000's defaults)."""
-    if path is None:
-        return GatePolicy()
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except OSError as exc:
-        raise GateError(f"policy {path}: cannot read: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise GateError(f"policy {path}: not valid YAML/JSON: "
-                        f"{str(exc).splitlines()[0] if str(exc) else exc!r}") from None
-    if not isinstance(data, dict):
-        raise GateError(f"policy {path}: expected a mapping of GatePolicy fields")
-    fields = {f.name: f for f in dataclasses.fields(GatePolicy)}
-    for key, value in data.items():
-        if key not in fields:
-            raise GateError(f"policy {path}: unknown field {key!r} "
-                            f"(known: {', '.join(sorted(fields))})")
-        if not isinstance(value, int | float) or isinstance(value, bool):
-            raise GateError(f"policy {path}: field {key!r} must be a number, got {value!r}")
-        if fields[key].type in (int, "int") and not float(value).is_integer():
-            raise GateError(f"policy {path}: field {key!r} must be an integer, got {value!r}")
-    kw: dict[str, Any] = {k: (int(v) if fields[k].type in (int, "int") else float(v))
-                          for k, v in data.items()}
-    pol = GatePolicy(**kw)
-    _check_policy(pol, str(path))
-    return pol
-
-
-def _check_policy(pol: GatePolicy, where: str) -> None:
-    if not 0.5 <= pol.confidence < 1.0:
-        raise GateError(f"policy {where}: field 'confidence' must be in [0.5, 1), "
-                        f"got {pol.confidence}")
-    if pol.max_rounds < 1:
-        raise GateError(f"policy {where}: field 'max_rounds' must be >= 1, got {pol.max_rounds}")
-    if pol.keep_concurrency < 1 or pol.guard_concurrency < 1:
-        raise GateError(f"policy {where}: concurrency levels must be >= 1")
-
-
-def _check_result(data: Any, where: str) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise GateError(f"{where}: expected a bench result object")
-    levels = data.get("concurrency")
-    if not isinstance(levels, dict) or not levels:
-        raise GateError(f"{where}: missing field 'concurrency' (not a specdec bench result?)")
-    for name, lvl in levels.items():
-        if not isinstance(lvl, dict):
-            raise GateError(f"{where}: field concurrency.{name} must be an object")
-        for key in ("throughput_tok_s", "tpot_ms_p50"):
-            v = lvl.get(key)
-            if v is not None and (not isinstance(v, int | float) or isinstance(v, bool)):
-                raise GateError(f"{where}: field concurrency.{name}.{key} must be a number, "
-                                f"got {v!r}")
-        reqs = lvl.get("requests")
-        if reqs is not None and (not isinstance(reqs, list)
-                                 or not all(isinstance(r, dict) for r in reqs)):
-            raise GateError(f"{where}: field concurrency.{name}.requests must be a list of "
-                            "objects")
-    return data
-
-
-def load_result(path: str | Path) -> dict[str, Any] | list[dict[str, Any]]:
-    """A bench result (object) or several rounds of one arm (a list of results)."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise GateError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise GateError(f"{path}: not valid JSON ({str(exc).splitlines()[0]})") from None
-    if isinstance(data, list):
-        if not data:
-            raise GateError(f"{path}: empty list of results")
-        return [_check_result(d, f"{path}[{i}]") for i, d in enumerate(data)]
-    return _check_result(data, str(path))
-
-
-# -- measurement helpers ----------------------------------------------------------------------
-def _level(result: Result, conc: int, what: str) -> Mapping[str, Any]:
-    levels = result.get("concurrency")
-    if not isinstance(levels, Mapping) or not isinstance(levels.get(str(conc)), Mapping):
-        raise GateError(f"{what}: missing field concurrency.{conc}")
-    lvl: Mapping[str, Any] = levels[str(conc)]
-    return lvl
-
-
-def _number(lvl: Mapping[str, Any], key: str, what: str, conc: int) -> float:
-    v = lvl.get(key)
-    if not isinstance(v, int | float) or isinstance(v, bool) or v != v:
-        raise GateError(f"{what}: field concurrency.{conc}.{key} must be a number, got {v!r}")
-    return float(v)
-
-
+# -- observations -----------------------------------------------------------------------------
 def _num(x: Any) -> float | None:
     if isinstance(x, int | float) and not isinstance(x, bool) and x == x and x > 0:
         return float(x)
     return None
 
 
-def _pair_key(r: Mapping[str, Any], i: int) -> tuple[Any, Any]:
-    return (r.get("index", i), r.get("prompt_id"))
+def _level(result: Result, conc: int) -> Mapping[str, Any] | None:
+    levels = result.get("concurrency")
+    lvl = levels.get(str(conc)) if isinstance(levels, Mapping) else None
+    return lvl if isinstance(lvl, Mapping) else None
 
 
-def _pairs(base: Sequence[Mapping[str, Any]], cand: Sequence[Mapping[str, Any]]
-           ) -> list[tuple[Mapping[str, Any], Mapping[str, Any]]]:
-    bmap = {_pair_key(r, i): r for i, r in enumerate(base) if r.get("error") is None}
-    out = []
-    for i, r in enumerate(cand):
-        b = bmap.get(_pair_key(r, i))
-        if b is not None and r.get("error") is None:
-            out.append((b, r))
+def _intrinsic(r: Mapping[str, Any]) -> float:
+    """Variance of log(seconds per token) its own chunk sizes imply: CV² of tokens per engine
+    step over its decode steps (0 without speculation: one token per step)."""
+    sd, mean, chunks = _num(r.get("chunk_tokens_sd")), _num(r.get("tokens_per_chunk")), \
+        _num(r.get("chunks"))
+    if sd is None or mean is None or chunks is None or chunks < 2:
+        return 0.0
+    return (sd / mean) ** 2 / (chunks - 1)
+
+
+def observations(results: Sequence[Result], conc: int, what: str) -> list[Obs]:
+    """One `Obs` per successful request of level ``conc``, round = index in ``results``; a
+    result without usable per-request records gives one from its level figures."""
+    out: list[Obs] = []
+    for rnd, res in enumerate(results):
+        lvl = _level(res, conc)
+        if lvl is None:
+            continue
+        reqs = [r for r in (lvl.get("requests") or []) if isinstance(r, Mapping)]
+        got = False
+        for r in reqs:
+            tok, e2e = _num(r.get("output_tokens")), _num(r.get("e2el_ms"))
+            if r.get("error") is not None or tok is None or e2e is None:
+                continue
+            tpot = _num(r.get("tpot_ms"))
+            out.append(Obs(str(r.get("category") or "all"), rnd, tok, e2e / 1000,
+                           tpot / 1000 if tpot else None, _intrinsic(r),
+                           str(r.get("prompt_id") or "")))
+            got = True
+        if got:
+            continue
+        thr = _num(lvl.get("throughput_tok_s"))
+        if thr is None:
+            raise GateError(f"{what}: field concurrency.{conc}.throughput_tok_s must be a "
+                            f"positive number, got {lvl.get('throughput_tok_s')!r}")
+        tp = _num(lvl.get("tpot_ms_p50"))
+        out.append(Obs("all", rnd, thr, 1.0, tp / 1000 if tp else None))
     return out
 
 
-def _requests(result: Result, conc: int, what: str) -> list[Mapping[str, Any]]:
-    reqs = _level(result, conc, what).get("requests") or []
-    return [r for r in reqs if isinstance(r, Mapping)]
+def _population(results: Sequence[Result]) -> dict[str, float] | None:
+    """Category counts of the measured prompt set (the population the rule is about)."""
+    pops = []
+    for r in results:
+        p = r.get("prompts")
+        cats = p.get("categories") if isinstance(p, Mapping) else None
+        if not isinstance(cats, Mapping) or not cats:
+            return None
+        pops.append({str(k): float(v) for k, v in cats.items() if _num(v)})
+    return pops[0] if all(p == pops[0] for p in pops) else None
 
 
-def _verdict(lo: float, hi: float, thr: float) -> str:
-    return "pass" if lo >= thr else "fail" if hi < thr else "unclear"
+# -- the rules --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Spec:
+    name: str
+    kind: str  # rate | median
+    level: int
+    threshold: float  # as the seed states it
+    ratio_threshold: float  # the ratio candidate/baseline at the threshold
+    sign: int  # +1: a larger ratio is better; -1: smaller (TPOT)
+    comparison: str
 
 
-def _throughput(bases: Sequence[Result], cands: Sequence[Result], conc: int,
-                conf: float) -> tuple[float, float, float, str, int]:
-    """(ratio, lo, hi, method, n) of throughput_tok_s candidate/baseline at ``conc``."""
-    tb = [_number(_level(r, conc, "baseline"), "throughput_tok_s", "baseline", conc)
-          for r in bases]
-    tc = [_number(_level(r, conc, "candidate"), "throughput_tok_s", "candidate", conc)
-          for r in cands]
-    if min(tb) <= 0:
-        raise GateError(f"baseline: field concurrency.{conc}.throughput_tok_s must be positive")
-    point, lo, hi = ratio_of_means_ci(tb, tc, conf)
-    methods = [f"runs({len(tb)}+{len(tc)})"]
-    rounds = []
-    for rb, rc in zip(bases, cands, strict=False):
-        pr = []
-        for b, c in _pairs(_requests(rb, conc, "baseline"), _requests(rc, conc, "candidate")):
-            bt, bs = _num(b.get("output_tokens")), _num(b.get("e2el_ms"))
-            ct, cs = _num(c.get("output_tokens")), _num(c.get("e2el_ms"))
-            if bt and bs and ct and cs:
-                pr.append((bt, bs, ct, cs))
-        if pr:
-            rounds.append(pr)
-    n = sum(len(r) for r in rounds)
-    if n >= MIN_PAIRS:
-        pp, plo, phi = paired_rate_ratio_ci(rounds, conf)
-        lo = min(lo, point * plo / pp)
-        hi = max(hi, point * phi / pp)
-        methods.append(f"paired-requests({n})")
-    return point, lo, hi, "+".join(methods), n
+def _specs(pol: GatePolicy, guard: bool) -> list[_Spec]:
+    k1, k8 = pol.keep_concurrency, pol.guard_concurrency
+    out = [
+        _Spec(f"throughput_gain_c{k1}", "rate", k1, pol.keep_min_throughput_gain,
+              1.0 + pol.keep_min_throughput_gain, 1, ">="),
+        _Spec(f"tpot_p50_reduction_c{k1}", "median", k1, pol.keep_min_tpot_reduction,
+              1.0 - pol.keep_min_tpot_reduction, -1, ">="),
+    ]
+    if guard:
+        out.append(_Spec(f"no_regression_c{k8}", "rate", k8, -pol.max_regression_c8,
+                         1.0 - pol.max_regression_c8, 1, ">="))
+    return out
 
 
-def _tpot(bases: Sequence[Result], cands: Sequence[Result], conc: int,
-          conf: float) -> tuple[float, float, float, str, int, float | None]:
-    """(ratio, lo, hi, method, n, median per-prompt ratio) of TPOT p50 candidate/baseline."""
-    rounds: list[list[tuple[float, float]]] = []
-    for rb, rc in zip(bases, cands, strict=False):
-        pr = []
-        for b, c in _pairs(_requests(rb, conc, "baseline"), _requests(rc, conc, "candidate")):
-            tb, tc = _num(b.get("tpot_ms")), _num(c.get("tpot_ms"))
-            if tb and tc:
-                pr.append((tb, tc))
-        if pr:
-            rounds.append(pr)
-    n = sum(len(r) for r in rounds)
-    if n >= MIN_PAIRS:
-        r, lo, hi = paired_ratio_of_medians_ci(rounds, conf)
-        flat = [x for rr in rounds for x in rr]
-        per_prompt = paired_median_ratio_ci([b for b, _ in flat], [c for _, c in flat], conf)[0]
-        return r, lo, hi, f"paired-p50-ratio({n})", n, per_prompt
-    p50b = [_number(_level(x, conc, "baseline"), "tpot_ms_p50", "baseline", conc) for x in bases]
-    p50c = [_number(_level(x, conc, "candidate"), "tpot_ms_p50", "candidate", conc)
-            for x in cands]
-    if min(p50b) <= 0:
-        raise GateError(f"baseline: field concurrency.{conc}.tpot_ms_p50 must be positive")
-    r, lo, hi = ratio_of_means_ci(p50b, p50c, conf)
-    return r, lo, hi, f"p50-runs({len(p50b)}+{len(p50c)})", 0, None
+def z_for(policy: GatePolicy) -> float:
+    """One-sided normal quantile per look: the error ``1 − confidence`` split over the rounds."""
+    return NormalDist().inv_cdf(1.0 - (1.0 - policy.confidence) / policy.max_rounds)
 
 
-def _same_setup(bases: Sequence[Result], cands: Sequence[Result]) -> list[str]:
-    """Refuse arms measured differently; return warnings for softer differences."""
-    warnings: list[str] = []
+def _look_verdict(theta: float, se: float, z: float, m: float, final: bool) -> str:
+    if final:
+        return "pass" if theta >= 0 else "fail"
+    up, down = theta - z * se >= -m, theta + z * se <= m
+    if up and down:
+        return "pass" if theta >= 0 else "fail"
+    return "pass" if up else "fail" if down else "unclear"
 
-    def conf(r: Result) -> Mapping[str, Any]:
-        c = r.get("config")
-        return c if isinstance(c, Mapping) else {}
 
-    for key in ("max_tokens", "endpoint"):
-        vals = {json.dumps(conf(r).get(key)) for r in [*bases, *cands]}
-        if len(vals) > 1:
-            raise GateError(f"baseline and candidate were measured with different {key} "
-                            f"({', '.join(sorted(vals))}); rerun with the same settings")
-    for key in ("requests", "prompts"):
-        b = {json.dumps(r.get(key) if key == "prompts" else conf(r).get(key)) for r in bases}
-        c = {json.dumps(r.get(key) if key == "prompts" else conf(r).get(key)) for r in cands}
-        if b != c:
-            warnings.append(f"baseline and candidate differ in {key}")
-    for r in [*bases, *cands]:
-        for w in r.get("warnings") or []:
-            warnings.append(f"bench: {w}")
-    return warnings
+def _measured(s: _Spec, e: Estimate) -> tuple[float, tuple[float, float]]:
+    """The rule's figure as the seed states it (gain, reduction, change) and its interval."""
+    if s.kind == "median":
+        return 1.0 - e.ratio, (1.0 - e.hi, 1.0 - e.lo)
+    return e.ratio - 1.0, (e.lo - 1.0, e.hi - 1.0)
+
+
+def _rule(s: _Spec, cand: list[Obs], base: list[Obs], pop: Mapping[str, float] | None,
+          pol: GatePolicy, z: float, look: int) -> tuple[Rule, Estimate] | None:
+    """The rule's state after ``look`` rounds: its verdict is fixed at the first look that
+    crossed a boundary (the last round decides by the point estimate)."""
+    rounds = sorted({o.round for o in cand if o.round < look})
+    verdict, at, est, theta, by_estimate = "unclear", 0, None, 0.0, False
+    for t in rounds:
+        c = [o for o in cand if o.round <= t]
+        b = [o for o in base if o.round <= t]
+        if not b:
+            continue
+        try:
+            est = compare(s.kind, c, b, pop, z, pol.run_noise, pol.request_noise)
+        except ValueError:
+            return None
+        theta = s.sign * (est.log - math.log(s.ratio_threshold))
+        verdict = _look_verdict(theta, est.se, z, pol.indifference, False)
+        if verdict == "unclear" and t + 1 >= pol.max_rounds:
+            verdict = _look_verdict(theta, est.se, z, pol.indifference, True)
+            by_estimate = True
+        if verdict != "unclear":
+            at = t + 1
+            break
+    if est is None:
+        return None
+    measured, ci = _measured(s, est)
+    return Rule(s.name, measured, s.threshold, verdict, ci, s.comparison, est.method, est.n,
+                theta, est.se, at, by_estimate, s.level), est
+
+
+# -- the decision -----------------------------------------------------------------------------
+def _held(pol: GatePolicy, where: list[str], rounds: int) -> Decision:
+    return Decision(
+        "inconclusive", [], "tokens estimated: the server sent no usage and the model's "
+        "tokenizer is not on the control node, so output tokens were not counted ("
+        + "; ".join(where[:3]) + "); the host stays on its last-good release",
+        pol.to_dict(), rounds=rounds, keep_possible=False, held=True, code="tokens_estimated")
 
 
 def _as_list(x: Result | Sequence[Result], what: str) -> list[Result]:
@@ -325,120 +279,133 @@ def _as_list(x: Result | Sequence[Result], what: str) -> list[Result]:
     return out
 
 
-# -- the decision -----------------------------------------------------------------------------
+def _reason(dec: str, rules: list[Rule], pol: GatePolicy, look: int) -> tuple[str, str]:
+    by = {r.name: r for r in rules}
+    gain = next(r for r in rules if r.name.startswith("throughput_gain"))
+    failed = [r for r in rules if r.verdict == "fail"]
+    note = " (point estimate at the last round)"
+
+    def fig(r: Rule) -> str:
+        return f"{r.name} {r.measured:+.1%} (CI {r.ci[0]:+.1%}..{r.ci[1]:+.1%})"
+
+    if dec == "disable":
+        c8 = [r for r in failed if r.name.startswith("no_regression")]
+        if c8:
+            return "c8_regression", (
+                f"c={pol.guard_concurrency} throughput regresses beyond the "
+                f"{pol.max_regression_c8:.0%} tolerance: {fig(c8[0])}"
+                + (note if c8[0].by_estimate else ""))
+        if gain.verdict == "fail" and gain.measured < pol.disable_below_gain:
+            return "min_gain", (f"c={pol.keep_concurrency} throughput gain {fig(gain)} is "
+                                f"below {pol.disable_below_gain:.0%}"
+                                + (note if gain.by_estimate else ""))
+        return "keep_out_of_reach", ("the gain does not reach the keep threshold: " + ", ".join(
+            f"{fig(r)} < {r.threshold:.0%}" + (note if r.by_estimate else "") for r in failed))
+    if dec == "keep":
+        est = any(r.by_estimate for r in rules)
+        return "keep", (", ".join(f"{fig(r)} clears {r.threshold:+.0%}" for r in rules)
+                        + (f" (at round {look}, by the point estimates)" if est else
+                           f" at the {pol.confidence:.0%} bound outside the "
+                           f"±{pol.indifference:.0%} indifference zone"))
+    open_ = [f"{n} ({fig(r)})" for n, r in by.items() if r.verdict == "unclear"]
+    return "more_rounds", "not decisive yet: " + ", ".join(open_)
+
+
 def decide(
     baseline: Result | Sequence[Result],
     candidate: Result | Sequence[Result],
     policy: GatePolicy | None = None,
 ) -> Decision:
-    """Decide from one or several rounds (ABAB runs) of benchmark results per arm."""
+    """Decide from one or several rounds (ABAB runs) of benchmark results per arm (round i of
+    an arm is its i-th result; a round may lack a level the gate no longer needed). The number
+    of rounds given is the look of the sequential test (the last is ``policy.max_rounds``)."""
     pol = policy or GatePolicy()
-    _check_policy(pol, "(given)")
+    check_policy(pol, "(given)")
     bases = _as_list(baseline, "baseline")
     cands = _as_list(candidate, "candidate")
     for i, r in enumerate([*bases, *cands]):
-        _check_result(dict(r), f"result {i}")
-    warnings = _same_setup(bases, cands)
+        check_result(dict(r), f"result {i}")
+    warnings = same_setup(bases, cands)
+    look = min(len(bases), len(cands))
+    est = tokens_estimated([*bases, *cands])
+    if est:
+        return _held(pol, est, look)
     k1, k8 = pol.keep_concurrency, pol.guard_concurrency
-    # Each rule is a one-sided test at level `confidence`: the CI reported is two-sided at
-    # 2·confidence − 1 (0.95 → a 90% interval whose bounds are 95% one-sided bounds).
-    conf = 2.0 * pol.confidence - 1.0
-
-    g, glo, ghi, gmeth, gn = _throughput(bases, cands, k1, conf)
-    gain, gain_lo, gain_hi = g - 1.0, glo - 1.0, ghi - 1.0
-    t, tlo, thi, tmeth, tn, per_prompt = _tpot(bases, cands, k1, conf)
-    red, red_lo, red_hi = 1.0 - t, 1.0 - thi, 1.0 - tlo
-
-    rules = [
-        Rule(f"throughput_gain_c{k1}", gain, pol.keep_min_throughput_gain,
-             _verdict(gain_lo, gain_hi, pol.keep_min_throughput_gain), (gain_lo, gain_hi),
-             method=gmeth, n=gn),
-        Rule(f"tpot_p50_reduction_c{k1}", red, pol.keep_min_tpot_reduction,
-             _verdict(red_lo, red_hi, pol.keep_min_tpot_reduction), (red_lo, red_hi),
-             method=tmeth, n=tn),
-        Rule(f"min_gain_c{k1}", gain, pol.disable_below_gain,
-             _verdict(gain_lo, gain_hi, pol.disable_below_gain), (gain_lo, gain_hi),
-             method=gmeth, n=gn),
-    ]
-    figures: dict[str, Any] = {
-        f"throughput_ratio_c{k1}": g, f"tpot_p50_ratio_c{k1}": t,
-        f"tpot_median_per_prompt_ratio_c{k1}": per_prompt,
-        "baseline_throughput_tok_s": {str(k1): [
-            _number(_level(r, k1, "baseline"), "throughput_tok_s", "baseline", k1)
-            for r in bases]},
-        "candidate_throughput_tok_s": {str(k1): [
-            _number(_level(r, k1, "candidate"), "throughput_tok_s", "candidate", k1)
-            for r in cands]},
-    }
-    has_guard = all(isinstance((r.get("concurrency") or {}).get(str(k8)), Mapping)
-                    for r in [*bases, *cands])
-    guard_v = "unclear"
-    if has_guard and k8 != k1:
-        r8, r8lo, r8hi, m8, n8 = _throughput(bases, cands, k8, conf)
-        thr8 = -pol.max_regression_c8
-        guard_v = _verdict(r8lo - 1.0, r8hi - 1.0, thr8)
-        rules.append(Rule(f"no_regression_c{k8}", r8 - 1.0, thr8, guard_v,
-                          (r8lo - 1.0, r8hi - 1.0), method=m8, n=n8))
-        figures[f"throughput_ratio_c{k8}"] = r8
-    else:
-        warnings.append(f"no concurrency {k8} level in both arms: the regression guard cannot "
-                        "pass, so the result cannot be keep")
-    v = {r.name: r.verdict for r in rules}
-    if v[f"min_gain_c{k1}"] == "fail":
+    guard = k8 != k1 and any(_level(r, k8) is not None for r in cands) and any(
+        _level(r, k8) is not None for r in bases)
+    if not guard:
+        warnings.append(f"no concurrency {k8} level in both arms: the regression guard has no "
+                        "data, so the result cannot be keep")
+    z = z_for(pol)
+    pop = _population([*bases, *cands])
+    rules: list[Rule] = []
+    scores: list[dict[str, float]] = []
+    figures: dict[str, Any] = {"z": z, "look": look, "indifference": pol.indifference}
+    for s in _specs(pol, guard):
+        c, b = observations(cands, s.level, "candidate"), observations(bases, s.level,
+                                                                       "baseline")
+        got = _rule(s, c, b, pop, pol, z, look) if c and b else None
+        if got is None:
+            if s.kind == "median":
+                raise GateError(f"no TPOT at concurrency {s.level} in both arms (need tpot_ms "
+                                "per request or tpot_ms_p50)")
+            raise GateError(f"no measured requests at concurrency {s.level} in both arms")
+        rule, e = got
+        rules.append(rule)
+        if rule.verdict == "unclear" and s.level == k1 and e.cand is not None:
+            sc = e.cand.allocation_score()
+            tot = sum(sc.values())
+            if tot > 0 and e.cand.stratified:
+                scores.append({c: v / tot for c, v in sc.items()})
+        figures[f"{'tpot_p50' if s.kind == 'median' else 'throughput'}_ratio_c{s.level}"] = \
+            e.ratio
+        figures.setdefault("category_weights", e.weights)
+    verdicts = [r.verdict for r in rules]
+    if "fail" in verdicts:
         dec = "disable"
-        reason = (f"c={k1} throughput gain {gain:+.1%} (CI {gain_lo:+.1%}..{gain_hi:+.1%}) is "
-                  f"below {pol.disable_below_gain:.0%}")
-    elif guard_v == "fail":
-        dec = "disable"
-        reason = f"c={k8} throughput regresses ({rules[-1].measured:+.1%}, CI " \
-                 f"{rules[-1].ci[0]:+.1%}..{rules[-1].ci[1]:+.1%})"
-    elif (v[f"throughput_gain_c{k1}"] == "pass" and v[f"tpot_p50_reduction_c{k1}"] == "pass"
-          and guard_v == "pass"):
+    elif guard and all(v == "pass" for v in verdicts):
         dec = "keep"
-        reason = (f"c={k1} throughput {gain:+.1%} and TPOT p50 {-red:+.1%} clear the keep "
-                  f"thresholds at the {pol.confidence:.0%} one-sided bound; c={k8} does not "
-                  "regress")
     else:
         dec = "inconclusive"
-        unclear = [f"{r.name} ({r.verdict})" for r in rules if r.verdict != "pass"]
-        reason = "not decisive: " + ", ".join(unclear)
-    keep_possible = dec == "keep" or (
-        v[f"throughput_gain_c{k1}"] != "fail" and v[f"tpot_p50_reduction_c{k1}"] != "fail"
-        and guard_v != "fail" and (has_guard and k8 != k1))
-    return Decision(dec, rules, reason, pol.to_dict(), rounds=min(len(bases), len(cands)),
-                    figures=figures, warnings=warnings, keep_possible=keep_possible)
+    if dec == "inconclusive" and not guard and (look >= pol.max_rounds
+                                                 or "unclear" not in verdicts):
+        code, reason = "no_guard", (f"no concurrency {k8} measurements: speculation is not "
+                                    "kept without the regression guard")
+        dec = "disable"
+    else:
+        code, reason = _reason(dec, rules, pol, look)
+    pending = tuple(sorted({r.level for r in rules if r.verdict == "unclear"}))
+    alloc = {c: sum(sc.get(c, 0.0) for sc in scores) / len(scores)
+             for c in sorted({c for sc in scores for c in sc})} if scores else {}
+    return Decision(dec, rules, reason, pol.to_dict(), rounds=look, figures=figures,
+                    warnings=warnings, keep_possible=dec == "keep" or (
+                        dec == "inconclusive" and guard),
+                    code=code, pending=pending if dec == "inconclusive" else (),
+                    by_estimate=any(r.by_estimate for r in rules),
+                    allocation=alloc if dec == "inconclusive" else {})
 
 
 def decide_adaptive(
-    run_round: Callable[[str, int], Mapping[str, Any]],
+    run_round: Callable[[str, int, tuple[int, ...]], Mapping[str, Any]],
     policy: GatePolicy | None = None,
     on_round: Callable[[Decision], None] | None = None,
 ) -> Decision:
-    """ABAB rounds: ``run_round(arm, i)`` runs one benchmark of arm ``baseline``/``candidate``.
-
-    Adds rounds while the decision is inconclusive, up to ``policy.max_rounds``; still
-    inconclusive then means ``disable`` (conservative, ``Decision.conservative`` True).
-    """
+    """ABAB rounds: ``run_round(arm, i, levels)`` benchmarks arm ``baseline``/``candidate`` at
+    ``levels`` (every level in round 0, then the ones the gate still needs)."""
     pol = policy or GatePolicy()
-    _check_policy(pol, "(given)")
+    check_policy(pol, "(given)")
+    levels = tuple(sorted({pol.keep_concurrency, pol.guard_concurrency}))
     bases: list[Mapping[str, Any]] = []
     cands: list[Mapping[str, Any]] = []
     dec: Decision | None = None
     for i in range(pol.max_rounds):
-        bases.append(run_round("baseline", i))
-        cands.append(run_round("candidate", i))
+        bases.append(run_round("baseline", i, levels))
+        cands.append(run_round("candidate", i, levels))
         dec = decide(bases, cands, pol)
         if on_round is not None:
             on_round(dec)
-        if dec.decision != "inconclusive":
-            return dec
-        if not dec.keep_possible:
-            return dataclasses.replace(
-                dec, decision="disable", conservative=True,
-                reason=f"keep is out of reach after {len(bases)} round(s) (a keep rule failed "
-                       f"at the CI bound); conservative answer: {dec.reason}")
+        if dec.decision != "inconclusive" or dec.held:
+            break
+        levels = dec.pending
     assert dec is not None
-    return dataclasses.replace(
-        dec, decision="disable", conservative=True,
-        reason=f"still inconclusive after {len(bases)} round(s) (budget {pol.max_rounds}); "
-               f"conservative answer: {dec.reason}")
+    return dec

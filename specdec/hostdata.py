@@ -68,7 +68,7 @@ class HostSettings:
     model: str | None = None
     method: str | None = None
     draft: str | None = None
-    num_speculative_tokens: int | None = None
+    num_speculative_tokens: int | None = None  # None: auto (tuned on the host)
     gpu_memory_utilization: float | None = None
     max_model_len: int | None = None
     max_num_seqs: int | None = None
@@ -169,6 +169,18 @@ def _check_unknown(host: str, data: Mapping[str, Any]) -> None:
         close = difflib.get_close_matches(key[len(PREFIX):], names, n=1, cutoff=0.6)
         hint = f"; did you mean {PREFIX}{close[0]}?" if close else ""
         raise ConfigError(f"unknown key {_show(key, data[key])}{hint}", host=host)
+
+
+def _spec_tokens(r: _Reader) -> int | None:
+    """An integer pins k; ``auto`` (the default) tunes it on the host."""
+    key = "specdec_num_speculative_tokens"
+    value = r.get(key)
+    if value == "auto":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | None) or (
+            isinstance(value, int) and not 1 <= value <= 16):
+        raise r.fail(key, value, "must be auto or an integer in 1..16")
+    return r.int_(key, 1, 16)
 
 
 def _memlock(r: _Reader) -> str:
@@ -327,7 +339,7 @@ def parse_host_settings(host: str, data: Any) -> HostSettings:
         model=r.repo_id("specdec_model"),
         method=r.str_("specdec_method", METHODS),
         draft=r.repo_id("specdec_draft"),
-        num_speculative_tokens=r.int_("specdec_num_speculative_tokens", 1, 16),
+        num_speculative_tokens=_spec_tokens(r),
         gpu_memory_utilization=util,
         max_model_len=r.int_("specdec_max_model_len", 128, MAX_MODEL_LEN),
         max_num_seqs=r.int_("specdec_max_num_seqs", 1, 1024),

@@ -13,16 +13,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from specdec import layout
 from specdec.catalog import GIB, Catalog, Device, Image, Model, load_catalog
-from specdec.engines import Support, Target, Version, support, trtllm_facts, version_in_tag
 from specdec.engines.support import DYNAMO_EAGLE3_ONLY
 from specdec.errors import ConfigError, PlanError
 from specdec.fit import fit, fit_problem, max_model_len_for
 from specdec.hostdata import HostSettings, as_mapping, parse_host_settings
 from specdec.hygiene import check_image
 from specdec.identify import Identity
+from specdec.plan_engine import (
+    engine_details,
+    engine_version,
+    image_for_host,
+    release_details,
+    runnable,
+)
 from specdec.plan_types import DynamoPlan, FitReport, Plan
+from specdec.tune import K_MAX
 
 if TYPE_CHECKING:
     from specdec.dynamo.group import Group
@@ -104,73 +110,6 @@ def _resolve_device(s: HostSettings, identity: Identity | None, cat: Catalog) ->
             host=s.host,
         )
     return cat.device(device_id)
-
-
-def _image(s: HostSettings, cat: Catalog, device: Device, engine: str,
-           identity: Identity | None) -> tuple[str, Image | None]:
-    """The image reference to run and the catalog image it is (or mirrors), if any."""
-    if s.image is not None:
-        ref = check_image(s.host, "specdec_image", s.image)
-        return ref, cat.image_for(ref)
-    l4t = identity.l4t if identity and identity.l4t else None
-    if device.platform == "l4t" and l4t is None:
-        l4t = "36.4"  # offline plan of a Jetson: the catalog's JetPack 6 line
-    img = cat.default_image(device, engine, l4t)
-    if img is None:
-        where = f"L4T {l4t}" if device.platform == "l4t" else device.platform.upper()
-        raise PlanError(
-            f"specdec_engine={engine!r}: the catalog has no {engine} image for {device.id} on "
-            f"{where}; set specdec_image (and specdec_engine_version)",
-            host=s.host,
-        )
-    return check_image(s.host, f"catalog image for {device.id}/{engine}", img.ref), img
-
-
-def _engine_version(s: HostSettings, engine: str, runtime: str, image: str | None,
-                    img: Image | None, installed: Mapping[str, str] | None
-                    ) -> tuple[Version, str]:
-    """The engine release this host runs, and where that is known from."""
-    pinned = Version.parse(s.engine_version) if s.engine_version else None
-    if runtime == "docker":
-        assert image is not None
-        if img is not None and img.engine != engine:
-            raise ConfigError(f"specdec_image={image!r}: carries {img.engine}, not {engine}",
-                              host=s.host)
-        tag = (image.split("@")[0].rsplit("/", 1)[-1].partition(":")[2])
-        found = img.engine_version if img is not None else version_in_tag(tag)
-        origin = f"image {img.ref}" if img is not None else f"image tag {tag!r}"
-        if found is not None and pinned is not None and found != pinned:
-            raise ConfigError(
-                f"specdec_engine_version={s.engine_version!r}: the {origin} carries {engine} "
-                f"{found}", host=s.host)
-        if found is None and pinned is None:
-            raise ConfigError(
-                f"specdec_image={image!r}: the tag does not say which {engine} version it "
-                "carries; set specdec_engine_version", host=s.host)
-        return (found or pinned), (origin if found else "specdec_engine_version")  # type: ignore
-    if installed is not None:  # the deploy looked on the host
-        found = Version.parse(installed[engine]) if engine in installed else None
-        if found is None and pinned is None:
-            where = (f"no ai-dynamo in {layout.DYNAMO_VENV}" if engine == "dynamo" else
-                     "nothing on PATH answers --version")
-            raise PlanError(f"specdec_runtime='native': {engine} is not installed on the host "
-                            f"({where})", host=s.host)
-        if found is not None and pinned is not None and found != pinned:
-            raise PlanError(
-                f"specdec_engine_version={s.engine_version!r}: the host has {engine} {found} "
-                "installed", host=s.host)
-        version = found or pinned
-        assert version is not None
-        return version, ("installed on the host" if found else "specdec_engine_version")
-    if pinned is not None:
-        return pinned, "specdec_engine_version"
-    if img is None:
-        raise ConfigError(
-            f"specdec_runtime='native': the {engine} version on the host is not known; set "
-            "specdec_engine_version", host=s.host)
-    # An offline plan: assume the release of the device's default image (the deploy checks).
-    return img.engine_version, f"assumed from {img.ref}; the deploy reads the host's"
-
 
 
 def _tokenizer_of(cat: Catalog, draft: str) -> str | None:
@@ -363,13 +302,13 @@ def make_plan(
     image: str | None = None
     img: Image | None = None
     if runtime == "docker":
-        image, img = _image(s, cat, device, engine, identity)
+        image, img = image_for_host(s, cat, device, engine, identity)
     else:
         if s.image is not None:
             notes.append("specdec_image ignored: runtime is native")
         img = cat.default_image(device, engine, identity.l4t if identity and identity.l4t
                                 else ("36.4" if device.platform == "l4t" else None))
-    version, origin = _engine_version(s, engine, runtime, image, img, installed)
+    version, origin = engine_version(s, engine, runtime, image, img, installed)
     notes.append(f"{engine} {version} ({origin})")
     vllm_pin: str | None = None
     if engine == "dynamo":
@@ -399,7 +338,7 @@ def make_plan(
 
     candidates, cand_notes = _candidates(s, cat, device, model)
     notes += cand_notes
-    candidates = _runnable(s, engine, version, model, candidates, notes)
+    candidates = runnable(s, engine, version, model, candidates, notes)
 
     pinned_choice = s.method is not None or s.draft is not None
     def budget(cand: _Candidate, length: int) -> tuple[float, FitReport]:
@@ -443,6 +382,21 @@ def make_plan(
         notes.append(f"method {cand.method}: {cand.why}, fits")
 
     k = _spec_tokens(s, device, cand.method)
+    k_auto = s.num_speculative_tokens is None and cand.method != "none"
+    if k_auto and engine == "dynamo":
+        # the tune searches k on one engine's own API; a group is measured through its frontend
+        k_auto = False
+        notes.append(f"num_speculative_tokens auto: not tuned for a Dynamo group, k={k} from "
+                     "the device table")
+    methods: tuple[tuple[str, str | None], ...] = ()
+    if k_auto:
+        methods = ((cand.method, cand.draft),)
+        # n-gram needs no weights nor memory: the tune measures it too, unless pinned
+        if not pinned_choice and cand.method != "ngram" and any(
+                c.method == "ngram" for c in candidates):
+            methods += (("ngram", None),)
+        notes.append(f"num_speculative_tokens auto: tuned on the host from k={k} over 1.."
+                     f"{K_MAX}" + (" (and against n-gram)" if len(methods) > 1 else ""))
     env = dict(s.env)
     dyn: DynamoPlan | None = None
     if vllm_pin is not None:
@@ -453,7 +407,7 @@ def make_plan(
             notes.append(DYNAMO_EAGLE3_ONLY.format(vllm=vllm_pin))
         notes.append(f"group {dyn.group}: " + ("etcd, frontend and worker" if dyn.is_frontend
                      else f"worker (frontend and etcd on {dyn.frontend})"))
-    decoding, draft_dir, tiktoken = _engine_details(engine, version, model, cand.method,
+    decoding, draft_dir, tiktoken = engine_details(engine, version, model, cand.method,
                                                     cand.draft)
     return Plan(
         host=host,
@@ -486,57 +440,9 @@ def make_plan(
         draft_dir=draft_dir,
         tiktoken_dir=tiktoken,
         dynamo=dyn,
+        k_auto=k_auto,
+        tune_methods=methods,
     )
-
-
-def _runnable(s: HostSettings, engine: str, version: Version, model: Model,
-              candidates: list[_Candidate], notes: list[str]) -> list[_Candidate]:
-    """The candidates this engine release can run. A pinned method it cannot run is an error
-    naming the first release that can; otherwise each skipped one is noted (fallback order:
-    EAGLE-3 -> draft model -> n-gram)."""
-    target = Target(model.id, model.architecture, model.model_type)
-    name = {"vllm": "vLLM", "trtllm": "TensorRT-LLM", "dynamo": "Dynamo"}[engine]
-    out: list[_Candidate] = []
-    for cand in candidates:
-        sup = support(engine, version, cand.method, target)
-        if sup.ok:
-            if sup.caveat:
-                notes.append(sup.caveat.strip())
-            out.append(cand)
-            continue
-        if cand.method == "eagle3" and not model.architecture:
-            out.append(cand)  # a model outside the catalog: its architecture is not known
-            notes.append(f"eagle3 for {model.id}: architecture unknown, not checked against "
-                         f"{name} {version}")
-            continue
-        why = f"{name} {version} cannot run {cand.method} for {model.id}: {_why(sup)}"
-        if s.method is not None and s.method == cand.method:
-            raise PlanError(f"specdec_method={cand.method!r}: {why}", host=s.host)
-        notes.append(f"{cand.method}{' ' + cand.draft if cand.draft else ''} skipped: {why} "
-                     f"[{sup.source}]")
-    if not out:
-        raise PlanError(f"no speculative method {name} {version} can run for {model.id}",
-                        host=s.host)
-    return out
-
-
-def _why(sup: Support) -> str:
-    reason = " ".join(sup.reason.split())
-    first = (f"; first release that can: {sup.first_ok}" if sup.first_ok
-             else "; no release in the capability table can")
-    return f"{reason}{first}"
-
-
-def _engine_details(engine: str, version: Version, model: Model, method: str,
-                    draft: str | None) -> tuple[str | None, str | None, str | None]:
-    """(TensorRT-LLM decoding_type, local draft dir, TIKTOKEN_ENCODINGS_BASE) for the release."""
-    if engine != "trtllm":
-        return None, None, None
-    facts = trtllm_facts(version)
-    decoding = facts.decoding_type(method) if method != "none" else None
-    draft_dir = layout.local_model_dir(draft) if draft and facts.head_local_dir.value else None
-    tiktoken = layout.TIKTOKEN_DIR if model.tokenizer == "o200k_harmony" else None
-    return decoding, draft_dir, tiktoken
 
 
 def baseline(plan: Plan, catalog: Catalog | None = None) -> Plan:
@@ -565,7 +471,21 @@ def baseline(plan: Plan, catalog: Catalog | None = None) -> Plan:
         notes=(*plan.notes, "baseline: speculation off"),
         decoding_type=None,
         draft_dir=None,
+        k_auto=False,
+        tune_methods=(),
+        k_by_batch=(),
+        tuned=None,
     )
+
+
+def speculating(plan: Plan, method: str, draft: str | None, k: int,
+                k_by_batch: tuple[tuple[int, int, int], ...] = ()) -> Plan:
+    """The plan with another speculation setting (a tune point); the release-specific details
+    (TensorRT-LLM's decoding_type, a local draft directory) follow the method and draft."""
+    decoding, draft_dir = release_details(plan.engine, plan.engine_version, method, draft)
+    return dataclasses.replace(plan, method=method, draft=draft, num_speculative_tokens=k,
+                               k_by_batch=k_by_batch, decoding_type=decoding,
+                               draft_dir=draft_dir)
 
 
 def _target_kv(cat: Catalog, plan: Plan) -> int:

@@ -13,16 +13,20 @@ __all__ = ["DynamoPlan", "FitReport", "GatePolicy", "Plan"]
 
 @dataclass(frozen=True)
 class GatePolicy:
-    """Seed 000's rule, as data. Ratios are candidate vs baseline."""
+    """Seed 000's rule, as data (read statistically: see `specdec.gate`). Ratios are candidate
+    vs baseline."""
 
     keep_min_throughput_gain: float = 0.30  # c=1: throughput_tok_s >= +30%
     keep_min_tpot_reduction: float = 0.20  # c=1: tpot_ms_p50 >= 20% lower
-    disable_below_gain: float = 0.10  # c=1: gain < 10% -> disable
-    max_regression_c8: float = 0.0  # c=8: throughput must not regress
+    disable_below_gain: float = 0.10  # c=1: gain < 10% -> disable (named in the reason)
+    max_regression_c8: float = 0.10  # c=8 tolerance: a regression counts beyond -10%
     keep_concurrency: int = 1
     guard_concurrency: int = 8
-    confidence: float = 0.95
-    max_rounds: int = 3  # repeated runs per arm before an inconclusive result is final
+    confidence: float = 0.95  # per rule, for a true value outside the indifference zone
+    indifference: float = 0.10  # zone half-width around each threshold, on the log ratio
+    max_rounds: int = 4  # ABAB rounds; the last one decides by the point estimates
+    run_noise: float = 0.03  # assumed sd of a whole run's speed (log scale), per arm
+    request_noise: float = 0.05  # least sd of one request's speed (log scale), per arm
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -105,6 +109,10 @@ class Plan:
     decoding_type: str | None = None  # TensorRT-LLM's spelling of the method for engine_version
     draft_dir: str | None = None  # local directory of the draft/head, when the engine needs one
     tiktoken_dir: str | None = None  # TIKTOKEN_ENCODINGS_BASE (gpt-oss on trtllm-serve)
+    k_auto: bool = False  # k is tuned on the host (specdec_num_speculative_tokens: auto)
+    tune_methods: tuple[tuple[str, str | None], ...] = ()  # compared by the tune (first: this)
+    k_by_batch: tuple[tuple[int, int, int], ...] = ()  # num_speculative_tokens_per_batch_size
+    tuned: str | None = None  # the tune cache entry whose values this plan carries
     dynamo: DynamoPlan | None = None  # engine dynamo: the host's part in its serving group
 
     @property

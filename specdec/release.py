@@ -161,10 +161,12 @@ def parse_state(lines: Iterable[str]) -> ReleaseState:
 
 def desired_release(candidate: str, state: ReleaseState) -> str:
     """The release that should be current: the candidate, unless the host already verified it
-    and recorded that speculation was disabled in favour of another (baseline) release."""
+    and recorded that speculation was disabled in favour of another (baseline) release, or that
+    the tune phase kept another release of it (its tuned k: outcome ``tuned``)."""
     decision = state.decisions.get(candidate) or {}
     active = decision.get("active")
-    if decision.get("outcome") == "disabled" and isinstance(active, str) and _ID.fullmatch(active):
+    if decision.get("outcome") in ("disabled", "tuned") and isinstance(active, str) \
+            and _ID.fullmatch(active):
         return active
     return candidate
 

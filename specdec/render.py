@@ -134,6 +134,10 @@ def speculative_config(plan: Plan) -> dict[str, object] | None:
     cfg["draft_tensor_parallel_size"] = 1
     if plan.method in ("ngram", "ngram_gpu"):
         cfg["prompt_lookup_min"], cfg["prompt_lookup_max"] = NGRAM_PROMPT_LOOKUP
+    if plan.k_by_batch:
+        # [[start, end, k], ...], the first range starting at 1, k = 0 off: vLLM 0.24.0
+        # vllm/config/speculative.py:161-167 (PR #32374); refused below for older releases
+        cfg["num_speculative_tokens_per_batch_size"] = [list(r) for r in plan.k_by_batch]
     unknown = set(cfg) - vllm_facts(version).spec_keys
     if unknown:
         raise RenderError(f"vLLM {version} has no speculative-config key "
@@ -250,6 +254,9 @@ def _engine_yaml(plan: Plan) -> dict[str, object]:
         if decoding is None:
             raise RenderError(f"method={plan.method!r}: TensorRT-LLM {plan.engine_version} has "
                               "no decoding_type for it", host=plan.host)
+        if plan.k_by_batch:
+            raise RenderError("num_speculative_tokens per batch size: trtllm-serve has no such "
+                              "setting", host=plan.host)
         spec: dict[str, object] = {
             "decoding_type": decoding,
             "max_draft_len": plan.num_speculative_tokens,

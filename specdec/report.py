@@ -1,7 +1,7 @@
 """Per-host and fleet reports on the control node, under ``reports/<run-id>/``.
 
-* ``<host>.json`` — one per host: outcome (kept | disabled | rolled_back | failed | unchanged |
-  skipped), phase, message, every measurement (value, threshold, time), acceptance length and
+* ``<host>.json`` — one per host: outcome, phase, message, every measurement (value,
+  threshold, time), the tune phase's curve and choice, acceptance length and
   per-position rates, the host's power mode and clocks, and two roofline figures (see
   `specdec.roofline`: baseline decode as % of the bandwidth limit, speculative decode as % of
   acceptance length x that limit), written by the deploy's verify step, or by `specdec rollout`
@@ -9,7 +9,13 @@
   "emulated";
 * ``summary.md`` — the fleet table;
 * ``index.html`` — the same with inline SVG charts (TPOT and throughput, baseline vs
-  speculation, per host; acceptance rate per draft position).
+  speculation, per host; acceptance rate per draft position; the tuning curve per host).
+
+Outcomes: ``kept`` (the gate kept speculation), ``disabled`` (the gate disabled it),
+``held`` (the gate could not answer: tokens estimated; the host stays on last-good),
+``not_verified`` (``specdec_verify: false``: healthy, no benchmark), ``no_speculation`` (the
+plan has speculation off: healthy, nothing to gate), ``rolled_back``, ``failed``,
+``unchanged`` (verified before, nothing changed), ``skipped`` (never reached).
 
 Nothing secret goes in: in every text written the HF token (when known) and every token-shaped
 string are replaced by ``<redacted>`` (`specdec.errors.redact`).
@@ -28,6 +34,7 @@ from typing import Any
 
 from specdec.errors import RolloutError, redact
 from specdec.roofline import HOW
+from specdec.tunechart import tune_chart, tune_line
 
 __all__ = [
     "OUTCOMES",
@@ -49,7 +56,9 @@ __all__ = [
     "write_host_report",
 ]
 
-OUTCOMES = ("kept", "disabled", "rolled_back", "failed", "unchanged", "skipped")
+OUTCOMES = ("kept", "disabled", "held", "not_verified", "no_speculation", "rolled_back",
+            "failed", "unchanged", "skipped")
+GATED = ("kept", "disabled")  # a gate decision was made
 REPORTS_ENV = "SPECDEC_REPORTS_DIR"
 RUN_ID_ENV = "SPECDEC_RUN_ID"
 CACHE_DIR = "cache"
@@ -206,10 +215,14 @@ def summary_markdown(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
     for r in reports:
         counts[str(r.get("outcome"))] = counts.get(str(r.get("outcome")), 0) + 1
     tally = ", ".join(f"{counts[o]} {o}" for o in OUTCOMES if counts.get(o)) or "no hosts"
+    gated = sum(counts.get(o, 0) for o in GATED)
     lines = [
         f"# specdec rollout {run_id}",
         "",
         f"{len(reports)} host(s): {tally}.",
+        f"Gated by the benchmark: {gated} (kept or disabled); `not_verified`: no benchmark "
+        "(specdec_verify false); `no_speculation`: nothing to gate; `held`: the gate could not "
+        "count tokens, last-good kept.",
         "",
         "| host | device | power mode | method | outcome | c1 throughput gain | TPOT change | "
         "c8 gain | acceptance length | decode % of bw limit | spec % of AL x limit | reason |",
@@ -224,6 +237,10 @@ def summary_markdown(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
         method = r.get("method") or "-"
         if r.get("draft"):
             method = f"{method} ({r['draft']}, k={r.get('num_speculative_tokens')})"
+        elif r.get("num_speculative_tokens"):
+            method = f"{method} (k={r.get('num_speculative_tokens')})"
+        if r.get("tune"):
+            method += f"; tuned: {tune_line(r.get('tune'))}"
         outcome = str(r.get("outcome"))
         if r.get("previous_outcome"):
             outcome += f" ({r['previous_outcome']})"
@@ -287,8 +304,10 @@ def group_lines(reports: Sequence[Mapping[str, Any]]) -> list[str]:
 # -- HTML ----------------------------------------------------------------------------------------
 
 _COLORS = {"baseline": "#8c8c8c", "speculation": "#2b7bb9"}
-_OUTCOME_COLORS = {"kept": "#1a7f37", "disabled": "#9a6700", "rolled_back": "#cf222e",
-                   "failed": "#cf222e", "unchanged": "#57606a", "skipped": "#57606a"}
+_OUTCOME_COLORS = {"kept": "#1a7f37", "disabled": "#9a6700", "held": "#bc4c00",
+                   "not_verified": "#6639ba", "no_speculation": "#57606a",
+                   "rolled_back": "#cf222e", "failed": "#cf222e", "unchanged": "#57606a",
+                   "skipped": "#57606a"}
 
 
 def _bars(title: str, unit: str, rows: Sequence[tuple[str, float | None, float | None]]) -> str:
@@ -355,6 +374,17 @@ def _acceptance_chart(rows: Sequence[tuple[str, Sequence[float]]]) -> str:
     return "\n".join(out)
 
 
+def _method(r: Mapping[str, Any]) -> str:
+    m = str(r.get("method") or "-")
+    k = r.get("num_speculative_tokens")
+    if m != "none" and isinstance(k, int) and k > 0:
+        m += f" k={k}"
+    sched = r.get("k_by_batch") or []
+    if sched:
+        m += " (per batch " + ", ".join(f"{a}-{b}: {kk}" for a, b, kk in sched) + ")"
+    return m + (" [tuned]" if r.get("tune") or r.get("tuned") else "")
+
+
 def index_html(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
     e = html.escape
     rows = []
@@ -371,8 +401,7 @@ def index_html(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
         device = str(r.get("device") or "-") + (" (emulated)" if f["emulated"] else "")
         rows.append(
             "<tr>" + "".join(f"<td>{x}</td>" for x in (
-                e(host), e(device), e(str(f["power_mode"] or "-")),
-                e(str(r.get("method") or "-")),
+                e(host), e(device), e(str(f["power_mode"] or "-")), e(_method(r)),
                 f'<b style="color:{color}">{e(str(r.get("outcome")))}</b>'
                 + (f' ({e(str(r["previous_outcome"]))})' if r.get("previous_outcome") else ""),
                 e(_pct(f["c1_gain"])), e(_pct(f["tpot_change"])), e(_pct(f["c8_gain"])),
@@ -384,6 +413,17 @@ def index_html(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
         "host", "device", "power mode", "method", "outcome", "c1 throughput gain",
         "TPOT change", "c8 gain", "acceptance length", "decode % of bw limit",
         "spec % of AL x limit", "phase", "reason"))
+    counts: dict[str, int] = {}
+    for r in reports:
+        counts[str(r.get("outcome"))] = counts.get(str(r.get("outcome")), 0) + 1
+    tally = ", ".join(f'<b style="color:{_OUTCOME_COLORS.get(o, "#000")}">{counts[o]} {o}</b>'
+                      for o in OUTCOMES if counts.get(o)) or "no hosts"
+    gated = sum(counts.get(o, 0) for o in GATED)
+    charts = [tune_chart(str(r.get("host")), r.get("tune")) for r in reports]
+    tuning = ("<h2>Tuning (num_speculative_tokens: auto)</h2>\n"
+              "<p>Throughput vs the baseline as the tune phase fitted it from the points it "
+              "measured on the host (dots); lines per method compared.</p>\n"
+              + "\n".join(c for c in charts if c)) if any(charts) else ""
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>specdec rollout {e(run_id)}</title>
 <style>
@@ -393,6 +433,7 @@ table {{ border-collapse: collapse; }} td, th {{ border: 1px solid #ccc; padding
 svg {{ display: block; margin: 1.5em 0; font-family: system-ui, sans-serif; }}
 </style></head><body>
 <h1>specdec rollout {e(run_id)}</h1>
+<p>{len(reports)} host(s): {tally}. Gated by the benchmark: {gated}.</p>
 <table><thead><tr>{head}</tr></thead><tbody>
 {chr(10).join(rows)}
 </tbody></table>
@@ -405,6 +446,7 @@ time (what the device would show).</p>
 {_bars("Output throughput at concurrency 8", "tok/s", thr8)}
 <h2>Acceptance</h2>
 {_acceptance_chart(acc)}
+{tuning}
 </body></html>
 """
 

@@ -2,11 +2,16 @@
 
 Definitions (see docs in `specdec.bench`; they follow `vllm bench serve` where it is sound):
 
-* ``t_send`` is taken just before the POST; every content chunk (non-empty ``delta.content`` or
-  ``text``) is timestamped on arrival with ``time.perf_counter()``.
+* ``t_send`` is when the request is on the wire: httpx's ``trace`` event for the request body
+  sent (``http11.send_request_body.complete``, or HTTP/2's), not when the coroutine was
+  scheduled (at c=8 the client's own event loop would add its queueing to TTFT); every content
+  chunk (non-empty ``delta.content`` or ``text``) is timestamped on arrival with
+  ``time.perf_counter()``.
 * TTFT = t(first content chunk) − t_send; E2EL = t(last content chunk) − t_send (the trailing
   usage-only chunk and ``[DONE]`` are not tokens); N = ``usage.completion_tokens``;
-  TPOT = (E2EL − TTFT)/(N − 1), only for N > 1.
+  TPOT = (E2EL − TTFT)/(N − 1), only for N > 1. Without usage, N is the output text counted
+  with the model's tokenizer when it is on the control node (`specdec.bench.tokens`), else the
+  chunk count marked *estimated* (``tokens_source``; the level's ``tokens_estimated``).
 * ITL keys (``*_itl_ms``) are inter-*chunk* gaps, pooled over requests, as vLLM reports them;
   under speculation a chunk carries several tokens, so gate on TPOT, never on ITL.
 * ``throughput_tok_s`` = ``output_throughput`` = Σ N over successful requests / (last completion
@@ -18,6 +23,9 @@ Definitions (see docs in `specdec.bench`; they follow `vllm bench serve` where i
   the drain tail). Token times are exact with ``continuous_usage_stats`` (each chunk carries the
   running ``completion_tokens``), else interpolated linearly between a request's first and last
   chunk. None when the window is empty (requests ≤ C).
+* At C > 1 the clients keep C requests in flight until the last measured request ends (extra,
+  unmeasured requests on the next prompts, cancelled then), so every measured request ran at
+  full concurrency: their Σtokens/ΣE2EL is the steady-state rate (the gate's c=8 figure).
 
 Per level the client scrapes the server's speculation counters before and after (vLLM
 Prometheus text; TRT-LLM iteration stats, polled during the level) and reports acceptance.
@@ -27,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import json
 import math
 import sys
@@ -50,6 +59,7 @@ from specdec.bench.metrics import (
 )
 from specdec.bench.prompts import Prompt, PromptSet, builtin_prompts
 from specdec.bench.stats import summarize
+from specdec.bench.tokens import load_counter
 from specdec.errors import BenchError, ConfigError
 
 __all__ = [
@@ -78,7 +88,8 @@ class BenchConfig:
     max_tokens: int = 128
     warmup: int = 4  # warmup requests (prompts outside the measured set)
     warmup_max_tokens: int = 16  # warmup only has to touch every code path
-    prompt_offset: int = 0  # first measured prompt (rounds of a gate rotate through the set)
+    prompt_offset: int | tuple[int, ...] = 0  # first measured prompt (one, or one per level):
+    # rounds of a gate rotate through the set
     prompts: PromptSet | None = None  # None: the built-in set
     endpoint: str = "chat"  # chat | completions
     fixed_length: bool = True  # send ignore_eos + min_tokens = max_tokens
@@ -89,6 +100,12 @@ class BenchConfig:
     max_failed_fraction: float = 0.05
     progress: bool | None = None  # None: only when stderr is a terminal
     trtllm_poll_s: float = 0.5
+    tokenizer: str | None = None  # repo id or local dir: counts tokens when there is no usage
+    fill: bool = True  # at C > 1 keep C requests in flight until the last measured one ends
+    ramp_tokens: int = 0  # at C > 1 each client first sends one unmeasured request this long,
+    # so measured requests start staggered, as in a steady state (0: no ramp)
+    prompt_ids: tuple[tuple[int, tuple[str, ...]], ...] = ()  # (level, measured prompt ids):
+    # exactly these prompts at that level, instead of --requests/--prompt-offset
 
     def validate(self) -> BenchConfig:
         parts = urlsplit(self.url)
@@ -107,13 +124,20 @@ class BenchConfig:
                               f"got {self.max_tokens}")
         if self.warmup < 0:
             raise ConfigError(f"--warmup: must be >= 0, got {self.warmup}")
-        if self.prompt_offset < 0:
+        offs = self.prompt_offset if isinstance(self.prompt_offset, tuple) else (
+            self.prompt_offset,)
+        if isinstance(self.prompt_offset, tuple) and len(offs) != len(self.concurrency):
+            raise ConfigError(f"--prompt-offset: expected one offset or one per concurrency "
+                              f"level {self.concurrency}, got {self.prompt_offset}")
+        if min(offs) < 0:
             raise ConfigError(f"--prompt-offset: must be >= 0, got {self.prompt_offset}")
         if self.endpoint not in ENDPOINTS:
             raise ConfigError(f"--endpoint: expected chat or completions, got {self.endpoint!r}")
         if not 0.0 <= self.max_failed_fraction < 1.0:
             raise ConfigError(f"max_failed_fraction: must be in [0, 1), got "
                               f"{self.max_failed_fraction}")
+        if self.ramp_tokens < 0 or self.ramp_tokens == 1:
+            raise ConfigError(f"--ramp-tokens: must be 0 or >= 2, got {self.ramp_tokens}")
         if self.request_timeout_s <= 0:
             raise ConfigError(f"--timeout: must be > 0, got {self.request_timeout_s}")
         return self
@@ -177,7 +201,8 @@ def _one_line(exc: BaseException) -> str:
 class _Rec:
     index: int
     prompt: Prompt
-    send: float = 0.0
+    send: float = 0.0  # on the wire (request body sent)
+    queued: float = 0.0  # when the client started the request
     first: float | None = None
     last: float | None = None
     end: float | None = None
@@ -187,6 +212,8 @@ class _Rec:
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
     chunks: int = 0
+    text: list[str] = field(default_factory=list)
+    tokens_source: str = "usage"  # usage | tokenizer | estimated
     finish_reason: str | None = None
     times: list[float] = field(default_factory=list)
     cums: list[int] = field(default_factory=list)
@@ -223,6 +250,31 @@ class _Rec:
         span = self.last - self.first
         return 1.0 + (self.tokens - 1) * (t - self.first) / span if span > 0 else 1.0
 
+    def chunk_sizes(self) -> list[int] | None:
+        """Tokens per chunk after the first (one chunk per engine step: accepted drafts + 1);
+        None without exact per-chunk counts."""
+        if not self.ok or not self.exact or len(self.cums) < 2:
+            return None
+        return [b - a for a, b in zip(self.cums, self.cums[1:], strict=False)]
+
+    def chunk_tokens_sd(self) -> float | None:
+        sizes = self.chunk_sizes()
+        if not sizes or len(sizes) < 2:
+            return None
+        m = sum(sizes) / len(sizes)
+        return (sum((x - m) ** 2 for x in sizes) / (len(sizes) - 1)) ** 0.5
+
+    def chunk_hist(self) -> list[int] | None:
+        """Counts of decode chunks by size (index = tokens in the chunk)."""
+        sizes = self.chunk_sizes()
+        if sizes is None:
+            return None
+        out = [0] * (max(sizes, default=0) + 1)
+        for s in sizes:
+            if s >= 0:
+                out[s] += 1
+        return out
+
     def record(self, t0: float) -> dict[str, Any]:
         gaps = self.chunks - 1
         return {
@@ -237,7 +289,11 @@ class _Rec:
             "prompt_tokens": self.prompt_tokens,
             "cached_tokens": self.cached_tokens,
             "chunks": self.chunks,
+            "tokens_source": self.tokens_source if self.ok else None,
+            "client_queue_ms": round((self.send - self.queued) * 1000, 3),
             "tokens_per_chunk": (self.tokens - 1) / gaps if self.ok and gaps > 0 else None,
+            "chunk_tokens_sd": self.chunk_tokens_sd(),
+            "chunk_hist": self.chunk_hist(),
             "finish_reason": self.finish_reason,
             "error": self.error,
             "error_kind": self.error_kind,
@@ -280,15 +336,36 @@ def _content(ev: dict[str, Any], endpoint: str) -> tuple[str | None, str | None]
             reason if isinstance(reason, str) else None)
 
 
+# httpcore trace events: the request (headers and body) has been written to the socket
+_SENT_EVENTS = ("http11.send_request_body.complete", "http2.send_request_body.complete")
+
+
+def _count_without_usage(rec: _Rec, counter: Callable[[str], int] | None) -> None:
+    """No usage in the stream: count the text with the tokenizer, else estimate by chunks."""
+    if counter is not None:
+        rec.tokens = counter("".join(rec.text))
+        rec.tokens_source = "tokenizer"
+        # chunk times stay, but their cumulative counts were guesses: interpolate instead
+    else:
+        rec.tokens = rec.chunks
+        rec.tokens_source = "estimated"
+    rec.exact = False
+
+
 async def _request(client: httpx.AsyncClient, cfg: BenchConfig, model: str, rec: _Rec,
-                   text: str) -> None:
+                   text: str, counter: Callable[[str], int] | None = None) -> None:
     url = cfg.base_url + ENDPOINTS[cfg.endpoint]
     body = _body(cfg, model, text)
-    rec.send = time.perf_counter()
+    rec.queued = rec.send = time.perf_counter()
+
+    async def trace(event: str, info: dict[str, Any]) -> None:
+        if event in _SENT_EVENTS:
+            rec.send = time.perf_counter()
+
     done = False
     try:
         async with asyncio.timeout(cfg.request_timeout_s), \
-                client.stream("POST", url, json=body) as resp:
+                client.stream("POST", url, json=body, extensions={"trace": trace}) as resp:
             if resp.status_code != 200:
                 raw = (await resp.aread()).decode(errors="replace")
                 try:
@@ -335,6 +412,7 @@ async def _request(client: httpx.AsyncClient, cfg: BenchConfig, model: str, rec:
                     rec.first = now
                 rec.last = now
                 rec.chunks += 1
+                rec.text.append(content)
                 if cum is None:
                     rec.exact = False
                     cum = (rec.cums[-1] + 1) if rec.cums else 1
@@ -347,8 +425,7 @@ async def _request(client: httpx.AsyncClient, cfg: BenchConfig, model: str, rec:
             raise _StreamError("connection", "connection closed before the stream finished "
                                              "(no [DONE], no finish_reason)")
         if not rec.usage_seen:
-            rec.tokens = rec.chunks  # no usage: chunks are the best count there is
-            rec.exact = False
+            _count_without_usage(rec, counter)
     except _StreamError as exc:
         rec.error, rec.error_kind = str(exc), exc.kind
     except TimeoutError:
@@ -519,25 +596,61 @@ def _prompt_text(cfg: BenchConfig, tag: str, p: Prompt) -> str:
 
 async def _run_requests(client: httpx.AsyncClient, cfg: BenchConfig, model: str,
                         prompts: list[Prompt], conc: int, tag: str, progress: _Progress,
-                        check: Callable[[], None] | None = None) -> list[_Rec]:
+                        check: Callable[[], None] | None = None,
+                        counter: Callable[[str], int] | None = None,
+                        fillers: list[Prompt] | None = None,
+                        ramp: int = 0) -> list[_Rec]:
+    """Run ``prompts`` with ``conc`` workers. With ``fillers``, a worker without a measured
+    request left sends filler requests (not recorded) while measured ones are in flight, and
+    the fillers still running are cancelled when the last measured request ends; with
+    ``ramp``, each worker first sends one unrecorded request of ``ramp`` tokens."""
     recs = [_Rec(i, p) for i, p in enumerate(prompts)]
     nxt = 0
     finished = failed = 0
+    all_done = asyncio.Event()
+    ramp_cfg = replace(cfg, max_tokens=ramp) if ramp else cfg
+    ramps = (fillers or prompts)
 
-    async def worker() -> None:
+    fill_next = 0
+
+    async def filler() -> None:
+        nonlocal fill_next
+        assert fillers
+        i = fill_next
+        fill_next += 1
+        await _request(client, cfg, model, _Rec(-1, fillers[i % len(fillers)]),
+                       _prompt_text(cfg, f"{tag} fill #{i}", fillers[i % len(fillers)]),
+                       counter)
+
+    async def worker(w: int) -> None:
         nonlocal nxt, finished, failed
+        if ramp:
+            p = ramps[w % len(ramps)]
+            await _request(client, ramp_cfg, model, _Rec(-1, p),
+                           _prompt_text(cfg, f"{tag} ramp #{w}", p), counter)
         while nxt < len(recs):
             rec = recs[nxt]
             nxt += 1
             await _request(client, cfg, model, rec, _prompt_text(cfg, f"{tag} #{rec.index}",
-                                                                   rec.prompt))
+                                                                   rec.prompt), counter)
             finished += 1
             failed += 0 if rec.ok else 1
             progress.show(tag, finished, len(recs), failed)
             if check is not None:
                 check()
+        if finished == len(recs):
+            all_done.set()
+        while fillers and not all_done.is_set():
+            task = asyncio.ensure_future(filler())
+            waiter = asyncio.ensure_future(all_done.wait())
+            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            if not task.done():
+                task.cancel()  # closes the stream: the server aborts the request
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            waiter.cancel()
 
-    await asyncio.gather(*(worker() for _ in range(min(conc, len(recs)))))
+    await asyncio.gather(*(worker(w) for w in range(min(conc, len(recs)))))
     progress.end()
     return recs
 
@@ -615,6 +728,8 @@ def _level_result(cfg: BenchConfig, recs: list[_Rec], conc: int) -> dict[str, An
     lvl["throughput_tok_s"] = lvl["output_throughput"]
     lvl["length_mismatches"] = sum(1 for r in ok if r.tokens != cfg.max_tokens)
     lvl["usage_missing"] = sum(1 for r in ok if not r.usage_seen)
+    lvl["tokens_counted"] = sum(1 for r in ok if r.tokens_source == "tokenizer")
+    lvl["tokens_estimated"] = sum(1 for r in ok if r.tokens_source == "estimated")
     cats: dict[str, list[_Rec]] = {}
     for r in ok:
         cats.setdefault(r.prompt.category, []).append(r)
@@ -644,9 +759,13 @@ def _check_tokens(lvl: dict[str, Any], conc: int, cfg: BenchConfig,
         warnings.append(f"concurrency {conc}: {mism} of {lvl['completed']} responses had "
                         f"completion_tokens != max_tokens={cfg.max_tokens} (the server may "
                         "ignore ignore_eos/min_tokens)")
-    if lvl["usage_missing"]:
-        warnings.append(f"concurrency {conc}: {lvl['usage_missing']} responses had no usage; "
-                        "chunks were counted as tokens")
+    if lvl["tokens_counted"]:
+        warnings.append(f"concurrency {conc}: {lvl['tokens_counted']} responses had no usage; "
+                        "their text was counted with the model's tokenizer")
+    if lvl["tokens_estimated"]:
+        warnings.append(f"concurrency {conc}: {lvl['tokens_estimated']} responses had no usage "
+                        "and no tokenizer is on this machine: tokens estimated (chunks); the "
+                        "gate will not decide on these counts")
 
 
 async def run_bench_async(cfg: BenchConfig, *, stderr: TextIO | None = None) -> dict[str, Any]:
@@ -660,12 +779,27 @@ async def run_bench_async(cfg: BenchConfig, *, stderr: TextIO | None = None) -> 
         counts = dict(zip(cfg.concurrency, cfg.requests, strict=True))
     else:
         counts = {c: cfg.requests or len(pset.measured) for c in cfg.concurrency}
-    off = cfg.prompt_offset
+    offsets = dict(zip(cfg.concurrency, cfg.prompt_offset, strict=True)) if isinstance(
+        cfg.prompt_offset, tuple) else dict.fromkeys(cfg.concurrency, cfg.prompt_offset)
 
-    def measured(n: int) -> list[Prompt]:
+    by_id = {p.id: p for p in pset.measured}
+    chosen: dict[int, list[Prompt]] = {}
+    for conc, ids in cfg.prompt_ids:
+        missing = [i for i in ids if i not in by_id]
+        if missing or conc not in counts:
+            raise ConfigError(f"--prompt-ids {conc}={','.join(ids)}: "
+                              + (f"no measured prompt {missing[0]!r} in {pset.source}"
+                                 if missing else f"{conc} is not a --concurrency level"))
+        chosen[conc] = [by_id[i] for i in ids]
+        counts[conc] = len(ids)
+
+    def measured(n: int, off: int, conc: int) -> list[Prompt]:
+        if conc in chosen:
+            return chosen[conc]
         return [pset.measured[(off + i) % len(pset.measured)] for i in range(n)]
 
     warm = [pset.warmup[i % len(pset.warmup)] for i in range(cfg.warmup)]
+
     started = datetime.now(UTC).isoformat()
     warnings: list[str] = []
     limits = httpx.Limits(max_connections=max(cfg.concurrency) + 4,
@@ -688,7 +822,7 @@ async def run_bench_async(cfg: BenchConfig, *, stderr: TextIO | None = None) -> 
         if warm:
             wcfg = replace(cfg, max_tokens=max(2, min(cfg.max_tokens, cfg.warmup_max_tokens)))
             wrecs = await _run_requests(client, wcfg, model, warm, max(cfg.concurrency),
-                                        "warmup", progress)
+                                        "warmup", progress, counter=load_counter(None))
             bad = [r for r in wrecs if not r.ok]
             warm_failed = len(bad)
             if len(bad) == len(wrecs):
@@ -698,12 +832,17 @@ async def run_bench_async(cfg: BenchConfig, *, stderr: TextIO | None = None) -> 
         total = Counters()
         any_spec = False
         last: Counters | None = None
+        counter = load_counter(cfg.tokenizer or model)
         for conc in cfg.concurrency:
             probe = _SpecProbe(client, base, server, cfg.trtllm_poll_s, last)
             await probe.start()
-            recs = await _run_requests(client, cfg, model, measured(counts[conc]), conc,
-                                       f"c{conc}", progress,
-                                       probe.check)
+            n, off = counts[conc], offsets[conc]
+            fill = [pset.measured[(off + n + i) % len(pset.measured)] for i in range(conc)]
+            recs = await _run_requests(client, cfg, model, measured(n, off, conc), conc,
+                                       f"c{conc}" + (f" o{off}" if off else ""), progress,
+                                       probe.check, counter,
+                                       fill if conc > 1 and cfg.fill else None,
+                                       cfg.ramp_tokens if conc > 1 else 0)
             fig, delta = await probe.stop()
             last = probe.after
             lvl = _level_result(cfg, recs, conc)
@@ -720,6 +859,8 @@ async def run_bench_async(cfg: BenchConfig, *, stderr: TextIO | None = None) -> 
     conf.pop("prompts")
     conf["requests"] = [counts[c] for c in cfg.concurrency]
     conf["concurrency"] = list(cfg.concurrency)
+    conf["prompt_offset"] = [offsets[c] for c in cfg.concurrency]
+    conf["prompt_ids"] = {str(c): [p.id for p in ps] for c, ps in chosen.items()}
     return {
         "schema": SCHEMA,
         "tool": "specdec bench",
@@ -735,6 +876,9 @@ async def run_bench_async(cfg: BenchConfig, *, stderr: TextIO | None = None) -> 
         "warmup": {"requests": len(warm), "failed": warm_failed},
         "concurrency": levels,
         "spec_decode": spec,
+        "tokens": {"tokenizer": cfg.tokenizer or model, "tokenizer_found": counter is not None,
+                   "estimated": sum(lv["tokens_estimated"] for lv in levels.values()),
+                   "counted": sum(lv["tokens_counted"] for lv in levels.values())},
         "warnings": warnings,
     }
 

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from specdec.errors import ConfigError
+from specdec.yamlfile import read_yaml
 
 __all__ = ["Prompt", "PromptSet", "builtin_prompts", "load_prompts"]
 
@@ -107,11 +108,5 @@ def load_prompts(path: str | Path | None = None) -> PromptSet:
     """The built-in set (``path`` None) or a user file; ConfigError names the field."""
     if path is None:
         return builtin_prompts()
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except OSError as exc:
-        raise ConfigError(f"--prompts {path}: cannot read: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ConfigError(f"--prompts {path}: not valid YAML/JSON: {first}") from None
+    data = read_yaml(path, "--prompts", ConfigError)
     return _parse(data, f"--prompts {path}")

@@ -57,19 +57,39 @@ def _levels(text: str) -> tuple[int, ...]:
 
 
 def _counts(text: str | None, levels: tuple[int, ...]) -> int | tuple[int, ...] | None:
-    if text is None:
-        return None
+    return None if text is None else _per_level("--requests", "counts", text, levels)
+
+
+def _offsets(text: str, levels: tuple[int, ...]) -> int | tuple[int, ...]:
+    return _per_level("--prompt-offset", "offsets", str(text), levels)
+
+
+def _per_level(flag: str, noun: str, text: str, levels: tuple[int, ...]) -> int | tuple[int, ...]:
+    """One integer for every level, or one per level."""
     try:
-        counts = tuple(int(x) for x in text.split(","))
+        values = tuple(int(x) for x in text.split(","))
     except ValueError:
-        raise ConfigError(f"--requests: not an integer or a comma-separated list: "
-                          f"{text!r}") from None
-    if len(counts) == 1:
-        return counts[0]
-    if len(counts) != len(levels):
-        raise ConfigError(f"--requests: {len(counts)} counts for {len(levels)} concurrency "
+        raise ConfigError(f"{flag}: not an integer or a comma-separated list: {text!r}") from None
+    if len(values) == 1:
+        return values[0]
+    if len(values) != len(levels):
+        raise ConfigError(f"{flag}: {len(values)} {noun} for {len(levels)} concurrency "
                           f"levels ({text!r})")
-    return counts
+    return values
+
+
+def _prompt_ids(items: list[str] | None) -> tuple[tuple[int, tuple[str, ...]], ...]:
+    out = []
+    for item in items or []:
+        level, sep, ids = item.partition("=")
+        try:
+            conc = int(level)
+        except ValueError:
+            conc = 0
+        if not sep or conc < 1 or not ids.strip():
+            raise ConfigError(f"--prompt-ids: expected LEVEL=ID,ID,..., got {item!r}")
+        out.append((conc, tuple(i for i in ids.split(",") if i)))
+    return tuple(out)
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -80,11 +100,13 @@ def _bench(args: argparse.Namespace) -> int:
     cfg = BenchConfig(
         url=args.url, model=args.model, concurrency=levels,
         requests=_counts(args.requests, levels), max_tokens=args.max_tokens, warmup=args.warmup,
-        prompt_offset=args.prompt_offset,
+        prompt_offset=_offsets(args.prompt_offset, levels),
         prompts=load_prompts(args.prompts), endpoint=args.endpoint,
         fixed_length=not args.no_fixed_length, continuous_usage=not args.no_continuous_usage,
         request_timeout_s=args.timeout, max_failed_fraction=args.max_failed,
-        progress=False if args.no_progress else None,
+        progress=False if args.no_progress else None, tokenizer=args.tokenizer,
+        fill=not args.no_fill, ramp_tokens=args.ramp_tokens,
+        prompt_ids=_prompt_ids(args.prompt_ids),
     ).validate()
     res: dict[str, Any] = run_bench(cfg)
     if not args.wall_time:
@@ -123,8 +145,9 @@ def register(sub: Any) -> None:
     b.add_argument("--max-tokens", type=int, default=128, help="output tokens per request")
     b.add_argument("--warmup", type=int, default=4, help="warmup requests (not measured)")
     b.add_argument("--prompts", default=None, help="YAML/JSON prompt file (default: built-in)")
-    b.add_argument("--prompt-offset", type=int, default=0,
-                   help="start at this measured prompt (rotate prompts across gate rounds)")
+    b.add_argument("--prompt-offset", default="0",
+                   help="start at this measured prompt, or one offset per level (0,4): gate "
+                        "rounds rotate through the prompts")
     b.add_argument("--endpoint", choices=("chat", "completions"), default="chat")
     b.add_argument("--timeout", type=float, default=300.0, help="per-request timeout, seconds")
     b.add_argument("--max-failed", type=float, default=0.05,
@@ -134,6 +157,18 @@ def register(sub: Any) -> None:
     b.add_argument("--no-continuous-usage", action="store_true",
                    help="do not ask for per-chunk usage (continuous_usage_stats)")
     b.add_argument("--no-progress", action="store_true", help="no progress display on stderr")
+    b.add_argument("--no-fill", action="store_true",
+                   help="at concurrency > 1, let the level drain instead of keeping it full with "
+                        "unmeasured requests until the last measured one ends")
+    b.add_argument("--prompt-ids", action="append", default=None, metavar="LEVEL=ID,ID",
+                   help="measure exactly these prompts (ids of the prompt set) at that "
+                        "concurrency level (repeatable)")
+    b.add_argument("--ramp-tokens", type=int, default=0,
+                   help="at concurrency > 1, each client first sends one unmeasured request of "
+                        "this many tokens, so measured requests start staggered (steady state)")
+    b.add_argument("--tokenizer", default=None,
+                   help="tokenizer.json, its directory or a repo id in the local HF cache, to "
+                        "count tokens of a server that sends no usage (default: --model)")
     b.add_argument("--wall-time", action="store_true",
                    help="keep an engine emulator's wall-clock figures (default: device time)")
     b.add_argument("--json", help="write the result here (default: print it)")

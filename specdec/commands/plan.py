@@ -36,15 +36,29 @@ def register(subparsers: Any) -> None:
 
 
 def _plans(inventory: str, limit: str | None) -> list[Plan]:
+    """Plans as the deploy makes them: with the tuned values of the tune cache, if any."""
     from specdec.dynamo.group import check_plans, groups_of
+    from specdec.hostdata import parse_host_settings
     from specdec.inventory import load_inventory
     from specdec.plan import make_plan
+    from specdec.report import reports_root
+    from specdec.tunecache import apply_cached
 
     chosen = load_inventory(inventory, limit)
     groups = groups_of(load_inventory(inventory) if limit else chosen)
-    plans = [make_plan(name, data, None, group=groups.get(name)) for name, data in chosen]
+    plans = [apply_cached(make_plan(name, data, None, group=groups.get(name)), reports_root(),
+                          parse_host_settings(name, data).reverify)
+             for name, data in chosen]
     check_plans(plans)
     return plans
+
+
+def _k(p: Plan) -> str:
+    if not p.speculative:
+        return "0"
+    sched = ("/" + ",".join(f"{a}-{b}:{k}" for a, b, k in p.k_by_batch)) if p.k_by_batch else ""
+    return f"{p.num_speculative_tokens}{sched}" + (
+        " (tuned)" if p.tuned else " (auto)" if p.k_auto else "")
 
 
 def plan_record(plan: Plan) -> dict[str, Any]:
@@ -88,8 +102,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for p in plans:
         rows.append([
             p.host, p.device, f"{p.engine} {p.engine_version}", p.runtime, _short(p.model, 34),
-            p.method,
-            _short(p.draft, 34), str(p.num_speculative_tokens), f"{p.gpu_memory_utilization:g}",
+            p.method, _short(p.draft, 34), _k(p), f"{p.gpu_memory_utilization:g}",
             str(p.max_model_len), str(p.max_num_seqs),
             f"{p.fit.kv_gib:.1f}/{p.fit.kv_needed_gib:.2f}", p.release_id(),
         ])
@@ -112,7 +125,8 @@ def _print_groups(plans: list[Plan]) -> None:
         assert d is not None
         from specdec.verify import engine_url
 
-        members = ", ".join(f"{p.host} ({'etcd, frontend, worker' if p.dynamo and p.dynamo.is_frontend else 'worker'})"
+        roles = {True: "etcd, frontend, worker", False: "worker"}
+        members = ", ".join(f"{p.host} ({roles[bool(p.dynamo and p.dynamo.is_frontend)]})"
                             for p in ps)
         print(f"group {name}: {engine_url(d.frontend_address, ps[0].port)}/v1 (Dynamo "
               f"{ps[0].engine_version}, vLLM {d.vllm_version}, etcd {d.etcd_endpoint}, router "
@@ -120,18 +134,12 @@ def _print_groups(plans: list[Plan]) -> None:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from specdec.inventory import load_inventory
-    from specdec.plan import make_plan
     from specdec.render import render
 
-    from specdec.dynamo.group import groups_of
-
-    loaded = load_inventory(args.inventory)
-    hosts = dict(loaded)
-    if args.host not in hosts:
+    plans = [p for p in _plans(args.inventory, None) if p.host == args.host]
+    if not plans:
         raise ConfigError(f"--host={args.host!r}: not in {args.inventory}")
-    group = groups_of(loaded).get(args.host)
-    rendered = render(make_plan(args.host, hosts[args.host], None, group=group))
+    rendered = render(plans[0])
     out = Path(args.out)
     for f in rendered.files:
         dest = out / f.path.lstrip("/")

@@ -52,9 +52,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     if not inventory.is_file():
         raise RolloutError(f"inventory {args.inventory!r}: no such file")
 
-    from specdec.inventory import load_inventory
-
     from specdec.dynamo.group import check_limit, groups_of, units
+    from specdec.inventory import load_inventory
 
     loaded = load_inventory(str(inventory), args.limit)
     ro.check_hosts(loaded, args.data)

@@ -32,20 +32,15 @@ from specdec import layout, release
 from specdec.bench.device_time import to_device_time
 from specdec.bench.metrics import Counters, add_counters, parse_vllm, spec_delta
 from specdec.engines.dynamo import READY_PATH
-from specdec.errors import BenchError, GateError, SpecdecError, one_line
+from specdec.errors import BenchError, SpecdecError, one_line
+from specdec.phases.bench import Bench, bench_summary
+from specdec.phases.gate import Arm, run_gate
+from specdec.phases.health import unit_failure
+from specdec.phases.host import SERVICE, Ctx, VerifyFailure, now_iso, upload_command
+from specdec.phases.process import check_process
 from specdec.plan_types import DynamoPlan
-from specdec.verify import (
-    SERVICE,
-    FileSpec,
-    HostIO,
-    Verifier,
-    VerifyFailure,
-    VerifySpec,
-    bench_summary,
-    engine_url,
-    now_iso,
-    upload_command,
-)
+from specdec.rounds import RoundBench
+from specdec.verify import FileSpec, HostIO, Verifier, VerifySpec, engine_url
 
 __all__ = ["GroupFailure", "GroupVerifier", "Member", "ready_workers"]
 
@@ -60,12 +55,16 @@ class Member:
 
     def __post_init__(self) -> None:
         self.v = Verifier(self.spec, self.io)
-        self.v.running = self.state.current
-        self.v.releases = set(self.state.releases)
-        self.v.last_good = self.state.last_good
+        ctx = self.ctx
+        ctx.running, ctx.releases, ctx.last_good = (self.state.current, set(self.state.releases),
+                                                    self.state.last_good)
         self.v.report["last_good"] = self.state.last_good
         prior = self.spec.prior_current
-        self.restore_to = self.state.last_good or (prior if prior in self.v.releases else None)
+        self.restore_to = self.state.last_good or (prior if prior in ctx.releases else None)
+
+    @property
+    def ctx(self) -> Ctx:
+        return self.v.ctx
 
     @property
     def name(self) -> str:
@@ -98,9 +97,44 @@ def ready_workers(body: str) -> int:
         return 0
 
 
+class GroupBench(Bench):
+    """`specdec.phases.bench.Bench` for a whole group, so the gate's rounds
+    (`specdec.phases.gate.run_gate`) run unchanged: activating an arm switches every member,
+    a measurement goes through the frontend, and no baseline is cached (it is the group's)."""
+
+    def __init__(self, gv: GroupVerifier) -> None:
+        super().__init__(gv.front.ctx)
+        self.gv = gv
+
+    def activate(self, rid: str, label: str, files: Sequence[FileSpec] = ()) -> None:
+        gv = self.gv
+        arm = "baseline" if rid == gv.bases[gv.front.name] else "candidate"
+        rids = gv.bases if arm == "baseline" else gv.cands
+        if all(m.ctx.running == rids[m.name] for m in gv.members):
+            return
+        gv.each(f"uploading the {arm}", lambda m: m.ctx.ensure_uploaded(
+            rids[m.name], m.spec.baseline_files if arm == "baseline" else ()))
+        gv.switch(rids)
+        gv.wait_ready(arm)
+        gv.each("process check", lambda m: check_process(m.ctx, rids[m.name], arm))
+
+    def measure(self, arm: str, rid: str, rb: RoundBench, n: int, name: str = ""
+                ) -> tuple[dict[str, Any], float]:
+        t0 = self.ctx.io.monotonic()
+        res = self.gv.bench(arm, rb, n)
+        return res, self.ctx.io.monotonic() - t0
+
+    def cached_baseline(self, rid: str) -> dict[str, Any] | None:
+        return None
+
+    def store_baseline(self, rid: str, res: Mapping[str, Any]) -> None:
+        return None
+
+
 class GroupVerifier:
     """One group's verification; `run` returns a report per member and never raises for a
-    verification failure (``rolled_back``/``failed`` members must be failed by the caller)."""
+    verification failure (``rolled_back``/``failed``/``held`` members must be failed by the
+    caller)."""
 
     def __init__(self, members: Sequence[Member], time_scale: float | None = None) -> None:
         self.members = list(members)
@@ -110,7 +144,8 @@ class GroupVerifier:
         self.model = plan.served_model_name
         self.time_scale = time_scale
         self.io = self.front.io
-        self.levels = self.front.v.levels
+        self.cands = {m.name: m.spec.candidate for m in self.members}
+        self.bases = {m.name: m.spec.baseline_id or "" for m in self.members}
         self.shared: list[dict[str, Any]] = []  # group measurements, copied to every member
         self.info: dict[str, Any] = {
             "name": self.front.dyn.group, "frontend": self.front.name, "url": self.url,
@@ -118,7 +153,7 @@ class GroupVerifier:
         }
 
     # -- members ---------------------------------------------------------------------------------
-    def _all(self, what: str, fn: Any) -> None:
+    def each(self, what: str, fn: Any) -> None:
         for m in self.members:
             try:
                 fn(m)
@@ -130,26 +165,26 @@ class GroupVerifier:
         the release changes their units."""
         for m in self.members:
             rid = rids[m.name]
-            if m.v.running == rid:
+            if m.ctx.running == rid:
                 continue
-            arm = m.v._guard_arm(rid, m.spec.plan.health_timeout_s)
+            arm = m.ctx._guard_arm(rid, m.spec.plan.health_timeout_s)
             new = f"releases/{rid}"
             cmd = (f"cd {layout.STATE_DIR} && old=$(readlink current || true) && "
                    f"{release.activate(rid)} && {arm + ' && ' if arm else ''}"
                    f"systemctl daemon-reload && {{ {release.aux_restart('$old', new)}; }} && "
                    f"systemctl restart {SERVICE}")
             try:
-                m.v.sh(cmd, f"activating release {rid}", 300)
+                m.ctx.sh(cmd, f"activating release {rid}", 300)
             except VerifyFailure as f:
                 raise GroupFailure(m.name, "release", f.reason) from None
-            m.v.running = rid
-            m.v.event(f"activated release {rid} and restarted the worker")
+            m.ctx.running = rid
+            m.ctx.event(f"activated release {rid} and restarted the worker")
 
     def wait_ready(self, label: str, phase: str = "health") -> float:
         """Every member's worker up and healthy, then the frontend ready with all of them."""
         timeout = float(max(m.spec.plan.health_timeout_s for m in self.members))
         t0 = self.io.monotonic()
-        restarts0 = {m.name: _int(m.v.unit_state().get("NRestarts")) for m in self.members}
+        restarts0 = {m.name: _int(m.ctx.unit_state().get("NRestarts")) for m in self.members}
         healthy: set[str] = set()
         inactive: dict[str, int] = {}
         last = "no answer yet"
@@ -157,20 +192,20 @@ class GroupVerifier:
             for m in self.members:
                 if m.name in healthy:
                     continue
-                st = m.v.unit_state()
+                st = m.ctx.unit_state()
                 active, sub = st.get("ActiveState", ""), st.get("SubState", "")
                 n0, n = restarts0[m.name], _int(st.get("NRestarts"))
                 inactive[m.name] = inactive.get(m.name, 0) + 1 if active == "inactive" else 0
                 if (active == "failed" or sub == "auto-restart" or inactive[m.name] >= 2
                         or (n0 is not None and n is not None and n > n0)):
-                    f = m.v.unit_failure(f"{label} on {m.name}", st)
+                    f = unit_failure(m.ctx, f"{label} on {m.name}", st)
                     raise GroupFailure(m.name, f.phase, f.reason)
                 status, _ = m.io.http_get(m.system_url + "/health", 5.0)
                 if status == 200:
                     healthy.add(m.name)
-                    m.v.measure(phase, f"time_to_healthy[{label}]",
-                                round(self.io.monotonic() - t0, 2), timeout, True, "s",
-                                release=m.v.running)
+                    m.ctx.measure(phase, f"time_to_healthy[{label}]",
+                                  round(self.io.monotonic() - t0, 2), timeout, True, "s",
+                                  release=m.ctx.running)
                 else:
                     last = f"{m.name}'s worker /health answered {status or 'nothing'}"
             if len(healthy) == len(self.members):
@@ -211,14 +246,19 @@ class GroupVerifier:
                     continue
         return total
 
-    def bench(self, arm: str, n: int) -> dict[str, Any]:
-        self._all("arming the guard", lambda m: m.v.arm(m.spec.bench.timeout_s))
+    def bench(self, arm: str, rb: RoundBench, n: int) -> dict[str, Any]:
+        """One round of ``arm`` through the frontend; acceptance from the workers' counters."""
+        for m in self.members:
+            try:
+                m.ctx.arm(m.spec.bench.timeout_s)
+            except VerifyFailure as f:
+                raise GroupFailure(m.name, f.phase, f"arming the guard: {f.reason}") from None
         work = self.front.spec.work_dir or Path(".")
         out = work / f"group-{self.info['name']}.{arm}.r{n}.bench.json"
         out.parent.mkdir(parents=True, exist_ok=True)
         before = self._counters()
         try:
-            res = dict(self.io.bench(self.url, self.model, out))
+            res = dict(self.io.bench(self.url, self.model, out, rb))
             spec = spec_delta(before, self._counters())
         except (SpecdecError, OSError, ValueError) as exc:
             raise GroupFailure(self.front.name, "bench", f"benchmark of the {arm} through the "
@@ -226,8 +266,8 @@ class GroupVerifier:
         if self.time_scale:
             res = to_device_time(res, self.time_scale)
         res["spec_decode"] = spec
-        summ = bench_summary(res, self.levels)
-        for c in self.levels:
+        summ = bench_summary(res, rb.levels)
+        for c in rb.levels:
             lvl = summ[f"c{c}"]
             if not lvl["throughput_tok_s"]:
                 raise GroupFailure(self.front.name, "bench", f"benchmark of the {arm} measured "
@@ -243,78 +283,49 @@ class GroupVerifier:
             return self._verify()
         except GroupFailure as fail:
             return self._recover(fail)
+        except VerifyFailure as f:  # from the gate's rounds: the frontend member's
+            return self._recover(GroupFailure(self.front.name, f.phase, f.reason))
 
     def _verify(self) -> dict[str, dict[str, Any]]:
-        cands = {m.name: m.spec.candidate for m in self.members}
-        bases = {m.name: m.spec.baseline_id for m in self.members}
         for m in self.members:
-            if m.v.running is None:
+            if m.ctx.running is None:
                 raise GroupFailure(m.name, "release", "no release is current on the host")
-        self._all("arming the guard", lambda m: m.v.arm(m.spec.plan.health_timeout_s))
+        self.each("arming the guard", lambda m: m.ctx.arm(m.spec.plan.health_timeout_s))
         self.wait_ready("running release")
-        self._all("process check", lambda m: m.v.check_process(m.v.running or "", "worker"))
+        self.each("process check", lambda m: check_process(m.ctx, m.ctx.running or "",
+                                                            "worker"))
         plan = self.front.spec.plan
-        if any(b is None for b in bases.values()) or not plan.speculative or \
+        if not all(self.bases.values()) or not plan.speculative or \
                 not self.front.spec.benchmark:
             why = ("the benchmark phase is off (specdec_verify=false)"
                    if not self.front.spec.benchmark else "speculation is off in the plan")
-            self._commit({m.name: m.v.running or "" for m in self.members})
-            return self._finish("kept", f"{why}; every member is healthy and marked last-good")
-        from specdec.gate import decide
-
-        rounds: dict[str, list[dict[str, Any]]] = {"baseline": [], "candidate": []}
-        n = 0
-        while True:
-            n += 1
-            first = "baseline" if self.front.v.running == bases[self.front.name] else "candidate"
-            for arm in (first, "candidate" if first == "baseline" else "baseline"):
-                rids = cands if arm == "candidate" else bases
-                if any(m.v.running != rids[m.name] for m in self.members):
-                    if arm == "baseline":
-                        self._all("uploading the baseline", lambda m: m.v.ensure_uploaded(
-                            bases[m.name] or "", m.spec.baseline_files))
-                    self.switch({k: v or "" for k, v in rids.items()})
-                    self.wait_ready(arm)
-                    self._all("process check", lambda m: m.v.check_process(
-                        m.v.running or "", arm))
-                rounds[arm].append(self.bench(arm, n))
-            try:
-                dec = decide(rounds["baseline"], rounds["candidate"], plan.gate)
-            except GateError as exc:
-                raise GroupFailure(self.front.name, "gate",
-                                   f"the gate refused the results: {exc}") from None
-            self._measure("gate", "decision", dec.decision, round=n)
-            if (dec.decision != "inconclusive" or n >= max(1, plan.gate.max_rounds)
-                    or not getattr(dec, "keep_possible", True)):
-                break
-        for arm in ("baseline", "candidate"):
-            self.front.v._summarise(arm, "group", rounds[arm], False)
-        self.front.v.report["gate"] = dec.to_dict()
-        for r in dec.rules:
-            self._measure("gate", r.name, r.measured, r.threshold, r.verdict == "pass",
-                          verdict=r.verdict, ci=list(r.ci))
-        self.front.v._acceptance(rounds["candidate"][-1])
+            self._commit({m.name: m.ctx.running or "" for m in self.members})
+            outcome = "not_verified" if not self.front.spec.benchmark else "no_speculation"
+            return self._finish(outcome, f"{why}; every member is healthy and marked last-good")
+        front = self.front.name
+        dec, last = run_gate(self.front.ctx, GroupBench(self),
+                             Arm(self.cands[front]), Arm(self.bases[front]))
+        self.front.v._acceptance(last, self.cands[front])
         if dec.decision == "keep":
-            self.switch({k: v or "" for k, v in cands.items()})
-            if any(m.v.running != m.state.current for m in self.members):
-                self.wait_ready("candidate")
-            self._commit(cands, drop_decision=True)
+            GroupBench(self).activate(self.cands[front], "candidate")
+            self._commit(self.cands, drop_decision=True)
             return self._finish("kept", f"speculation kept on every member: {dec.reason}")
+        if dec.held:
+            return self._recover(GroupFailure(front, "gate", dec.reason), "held")
         reason = dec.reason if dec.decision == "disable" else \
             f"inconclusive, disabled conservatively: {dec.reason}"
-        self.switch({k: v or "" for k, v in bases.items()})
-        self.wait_ready("baseline")
+        GroupBench(self).activate(self.bases[front], "baseline")
         for m in self.members:
-            doc = {"outcome": "disabled", "active": bases[m.name], "candidate": cands[m.name],
-                   "reason": reason, "time": now_iso(), "run_id": m.spec.run_id,
-                   "group": self.info["name"]}
-            path = f"{layout.release_dir(cands[m.name])}/decision.json"
+            doc = {"outcome": "disabled", "active": self.bases[m.name],
+                   "candidate": self.cands[m.name], "reason": reason, "time": now_iso(),
+                   "run_id": m.spec.run_id, "group": self.info["name"]}
+            path = f"{layout.release_dir(self.cands[m.name])}/decision.json"
             try:
-                m.v.sh(upload_command(FileSpec(path, json.dumps(doc, indent=2) + "\n")),
-                       "recording the decision")
+                m.ctx.sh(upload_command(FileSpec(path, json.dumps(doc, indent=2) + "\n")),
+                         "recording the decision")
             except VerifyFailure as f:
                 raise GroupFailure(m.name, f.phase, f.reason) from None
-        self._commit({k: v or "" for k, v in bases.items()})
+        self._commit(self.bases)
         return self._finish("disabled", f"speculation disabled on every member: {reason}")
 
     def _commit(self, rids: Mapping[str, str], drop_decision: bool = False) -> None:
@@ -323,12 +334,13 @@ class GroupVerifier:
             extra = (f"rm -f {shlex.quote(layout.release_dir(rid) + '/decision.json')}"
                      if drop_decision else "")
             try:
-                m.v.commit(rid, extra)
+                m.ctx.commit(rid, extra)
             except VerifyFailure as f:
                 raise GroupFailure(m.name, "commit", f.reason) from None
 
     def _finish(self, outcome: str, message: str) -> dict[str, dict[str, Any]]:
         self.info["outcome"] = outcome
+        done = outcome in ("kept", "disabled", "not_verified", "no_speculation")
         figures = {k: self.front.v.report.get(k) for k in ("baseline", "candidate", "gate",
                                                            "acceptance")}
         out: dict[str, dict[str, Any]] = {}
@@ -339,20 +351,21 @@ class GroupVerifier:
             m.v.report["group"] = {**self.info, "role": role}
             if outcome in ("kept", "disabled"):
                 m.v._roofline()
-            out[m.name] = m.v.finish(outcome, "done" if outcome in ("kept", "disabled")
-                                     else self.info.get("phase", "group"),
-                                     f"group {self.info['name']}: {message}")
+            out[m.name] = m.ctx.finish(outcome, "done" if done else
+                                       self.info.get("phase", "group"),
+                                       f"group {self.info['name']}: {message}")
         return out
 
-    def _recover(self, fail: GroupFailure) -> dict[str, dict[str, Any]]:
+    def _recover(self, fail: GroupFailure, outcome: str = "rolled_back"
+                 ) -> dict[str, dict[str, Any]]:
         self.info.update(failed_member=fail.member, phase=fail.phase)
         what = f"{fail.member}: {fail.phase}: {fail.reason}"
         for m in self.members:
-            m.v.event(f"group failure ({what}); restoring last-good on every member")
+            m.ctx.event(f"group failure ({what}); restoring last-good on every member")
         restored: dict[str, str] = {}
         problems: list[str] = []
         for m in self.members:
-            if m.restore_to is None or m.restore_to not in m.v.releases:
+            if m.restore_to is None or m.restore_to not in m.ctx.releases:
                 problems.append(f"{m.name} has no last-good release")
                 _stop_failing(m)
                 continue
@@ -363,30 +376,24 @@ class GroupVerifier:
                 self.switch(restored)
                 self.wait_ready("last-good", phase="restore")
                 for m in self.members:
-                    if m.v.last_good != restored[m.name]:
-                        m.v.commit(restored[m.name])  # it had committed before the failure
+                    if m.ctx.last_good != restored[m.name]:
+                        m.ctx.commit(restored[m.name])  # it had committed before the failure
                     else:
-                        m.v.sh(_disarm(), "disarming the guard")
+                        m.ctx.disarm()
         except (GroupFailure, VerifyFailure) as again:
             problems.append(f"restoring last-good failed too: {getattr(again, 'reason', again)} "
                             "(each host's guard reverts it unless confirmed)")
         finally:
             self.members = everyone
-        outcome = "failed" if problems else "rolled_back"
+        outcome = "failed" if problems else outcome
         note = "; ".join(problems) if problems else \
             "every member rolled back to its last-good release (serving)"
         return self._finish(outcome, f"member {what}; {note}")
 
 
-def _disarm() -> str:
-    from specdec.guard import disarm_command
-
-    return disarm_command()
-
-
 def _stop_failing(m: Member) -> None:
     try:
-        st = m.v.unit_state()
+        st = m.ctx.unit_state()
         if st.get("ActiveState") in ("failed", "activating") or st.get("SubState") == \
                 "auto-restart":
             m.io.run(f"systemctl stop {SERVICE}", 120)

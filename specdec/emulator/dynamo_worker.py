@@ -99,14 +99,14 @@ class EmulatedWorker:
         text = self.card.text_of(list(request.get("token_ids") or []))
         stop = request.get("stop_conditions") or {}
         sampling = request.get("sampling_options") or {}
+        temp = sampling.get("temperature")
         prompt = max(1, count_tokens(text))
         max_tokens = stop.get("max_tokens") or max(1, self.cfg.setup.model_len - prompt)
         seq = SeqRequest(
             prompt_key=stable_int("chat", text), prompt_tokens=prompt,
             category=category_of(text), max_tokens=int(max_tokens),
             min_tokens=int(stop.get("min_tokens") or 0), ignore_eos=bool(stop.get("ignore_eos")),
-            temperature=float(sampling.get("temperature") if sampling.get("temperature")
-                              is not None else self.cfg.default_temperature),
+            temperature=float(temp if temp is not None else self.cfg.default_temperature),
             seed=sampling.get("seed"), prefix_blocks=_prefix_blocks(text, prompt))
         gen = GenRequest(kind="chat", model=self.cfg.served_model_names[0], stream=True,
                          include_usage=True, continuous_usage=False)
@@ -178,7 +178,7 @@ class EmulatedWorker:
 def _engine_class() -> type:
     from dynamo.common.backend.engine import LLMEngine
 
-    class Engine(EmulatedWorker, LLMEngine):  # type: ignore[misc, valid-type]
+    class Engine(EmulatedWorker, LLMEngine):
         @classmethod
         async def from_args(cls, argv: list[str] | None = None) -> Any:
             raise NotImplementedError("constructed by specdec.emulator.dynamo_worker.main")

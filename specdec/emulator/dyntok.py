@@ -15,6 +15,7 @@ import json
 import re
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from specdec.emulator import textgen
 
@@ -108,7 +109,7 @@ class ModelCard:
                   "rstrip": False, "normalized": False, "special": True} for s in self.specials]
         byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
                       "use_regex": True}
-        tokenizer = {
+        tokenizer: dict[str, Any] = {
             "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
             "normalizer": None, "pre_tokenizer": byte_level, "post_processor": None,
             "decoder": byte_level,

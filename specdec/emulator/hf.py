@@ -2,7 +2,8 @@
 
 ``python3 -m specdec.emulator.hf download REPO [--local-dir DIR]`` "downloads" a catalog model or
 EAGLE head: it writes small metadata files (``config.json`` describing the catalog entry,
-``generation_config.json``, ``model.safetensors.index.json`` with the real total size) into the
+``generation_config.json``, ``model.safetensors.index.json`` with the real total size, a
+``tokenizer.json`` whose pieces are the emulator's output tokens) into the
 HF cache exactly as huggingface_hub lays it out::
 
     $HF_HOME/hub/models--ORG--NAME/blobs/<sha256>
@@ -26,6 +27,7 @@ import time
 from pathlib import Path
 
 from specdec.emulator.profiles import ModelSpec, model_spec
+from specdec.emulator.textgen import tokenizer_json
 
 __all__ = [
     "GATED_ORGS",
@@ -126,6 +128,8 @@ def _files(spec: ModelSpec) -> dict[str, str]:
         "config.json": json.dumps(cfg, indent=2) + "\n",
         "generation_config.json": json.dumps(gen, indent=2) + "\n",
         "model.safetensors.index.json": json.dumps(index, indent=2) + "\n",
+        # counts the emulator's output tokens exactly (specdec.bench.tokens)
+        "tokenizer.json": tokenizer_json(),
     }
 
 

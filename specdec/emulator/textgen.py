@@ -8,12 +8,14 @@ import re
 from collections.abc import Sequence
 
 __all__ = [
+    "OUTPUT_TOKEN_REGEX",
     "category_of",
     "chat_prompt_tokens",
     "count_tokens",
     "natural_length",
     "stable_int",
     "TextGenerator",
+    "tokenizer_json",
 ]
 
 _WORD = re.compile(r"\w+|[^\w\s]")
@@ -127,3 +129,30 @@ class TextGenerator:
             out.extend(self._pending[:take])
             del self._pending[:take]
         return out
+
+
+# The boundaries of the pieces `TextGenerator` emits: a newline, or optional blanks (not
+# newlines) followed by a word or by one punctuation character. Splitting generated text with it
+# gives back exactly the emitted tokens.
+OUTPUT_TOKEN_REGEX = r"\n|[^\S\n]*\w+|[^\S\n]*[^\w\s]"
+
+
+def tokenizer_json() -> str:
+    """A Hugging Face ``tokenizer.json`` (WordLevel) whose pieces are the generator's tokens, so
+    the `tokenizers` library counts an emulated output exactly as the engine counted it."""
+    import json
+
+    words = {w for w in (*_CHAT, *_SUM, *_NAMES)}
+    vocab = ["[UNK]", "\n", ".", ",", "!", "?", "(", ")", ":", "=", "+", "#", "[", "]"]
+    for w in sorted(words):
+        vocab += [w, " " + w, " " + w.capitalize(), w.capitalize()]
+    ids = {t: i for i, t in enumerate(dict.fromkeys(vocab))}
+    doc: dict[str, object] = {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "Split", "pattern": {"Regex": OUTPUT_TOKEN_REGEX},
+                          "behavior": "Isolated", "invert": False},
+        "post_processor": None, "decoder": None,
+        "model": {"type": "WordLevel", "vocab": ids, "unk_token": "[UNK]"},
+    }
+    return json.dumps(doc, indent=1) + "\n"

@@ -3,8 +3,10 @@ and the engine emulator as the groups' vLLM workers.
 
 * **The Dynamo venv** (`ensure_venv`): ``ai-dynamo-runtime`` and ``ai-dynamo`` at the release
   the catalog's Dynamo image carries, installed once into a venv under the lab cache (keyed by
-  a hash of what goes in) by this machine's ``python3``, which is the lab hosts' Python
-  (Debian 12, 3.11). ``ai-dynamo`` installs without its dependencies, then with every
+  a hash of what goes in) by this machine's Debian ``/usr/bin/python3``, which is the lab
+  hosts' Python (Debian 12, 3.11; the venv's interpreter is a link to it, so another Python
+  here, e.g. pyenv's, would not exist inside the hosts). ``ai-dynamo`` installs without its
+  dependencies, then with every
   ``Requires-Dist`` of its wheel that has no extra except two that cannot be satisfied from
   PyPI: ``aisimulate`` (a stub that downloads from a registry these machines cannot reach;
   only the mocker's AIS timing needs it) and ``certifi>=2026.10.19`` (newer than any certifi
@@ -27,7 +29,6 @@ import hashlib
 import json
 import shutil
 import subprocess
-import sys
 import time
 import zipfile
 from collections.abc import Iterator
@@ -47,7 +48,8 @@ PACKAGE = "ai-dynamo"
 # Requires-Dist that cannot be met from PyPI (see the module doc): dropped / relaxed.
 _DROP = {"aisimulate"}
 _RELAX = {"certifi"}
-MAIN_STANDIN = '''"""specdec lab: Dynamo's vLLM worker is the engine emulator on this host (no vLLM, no GPU).
+HOST_PYTHON = "/usr/bin/python3"  # the lab hosts' interpreter (their rootfs is Debian 12 too)
+MAIN_STANDIN = '''"""specdec lab: Dynamo's vLLM worker is the engine emulator (no vLLM, no GPU).
 Bound over dynamo/vllm/main.py by the lab; see specdec/lab/dynamo.py."""
 import sys
 
@@ -72,9 +74,19 @@ def dynamo_release() -> str:
 
 
 def _key(version: str) -> str:
-    doc = {"version": version, "python": sys.version.split()[0], "drop": sorted(_DROP),
+    doc = {"version": version, "python": _host_python_version(), "drop": sorted(_DROP),
            "relax": sorted(_RELAX), "recipe": 1}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:10]
+
+
+def _host_python_version() -> str:
+    try:
+        out = subprocess.run([HOST_PYTHON, "--version"], capture_output=True, text=True,
+                             timeout=30, check=False)
+    except OSError:
+        raise LabError(f"Dynamo venv: {HOST_PYTHON} is missing (apt-get install python3 "
+                       "python3-venv)") from None
+    return out.stdout.strip().split()[-1] if out.returncode == 0 else "?"
 
 
 def venv_path(version: str | None = None) -> Path:
@@ -140,10 +152,11 @@ def ensure_venv(version: str | None = None, log: Any = None) -> Path:
         if log is not None:
             log(f"dynamo: installing {RUNTIME}=={v} and {PACKAGE}=={v} into {final} (once)")
         t0 = time.monotonic()
-        proc = subprocess.run([sys.executable, "-m", "venv", str(work)], capture_output=True,
+        proc = subprocess.run([HOST_PYTHON, "-m", "venv", str(work)], capture_output=True,
                               text=True, check=False)
         if proc.returncode != 0:
-            raise LabError(f"Dynamo venv: python3 -m venv failed: {proc.stderr.strip()[-200:]} "
+            raise LabError(f"Dynamo venv: {HOST_PYTHON} -m venv failed: "
+                           f"{proc.stderr.strip()[-200:]} "
                            "(apt-get install python3-venv)")
         _pip(work, "install", f"{RUNTIME}=={v}", what=f"pip install {RUNTIME}=={v}", log=logf)
         wheels = root / "wheels"

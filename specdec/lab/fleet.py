@@ -36,7 +36,7 @@ from specdec.lab.state import (
     own_dir,
     save_state,
 )
-from specdec.lab.system import Proc, proc_alive, run
+from specdec.lab.system import Proc, first_child, proc_alive, run
 from specdec.lab.teardown import teardown
 
 __all__ = [
@@ -402,14 +402,6 @@ def set_link(name: str, up_: bool, instance: Instance | None = None) -> None:
     run(["ip", "link", "set", veth, "up" if up_ else "down"], f"ip link set {veth}")
 
 
-def _first_child(pid: int) -> int | None:
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        return None
-    return int(children[0]) if children else None
-
-
 def reboot(name: str, *, wait: bool = True, log: Log = _noop,
            instance: Instance | None = None) -> float:
     """Reboot the host (``systemctl reboot`` inside; the boot loop starts it again) and, with
@@ -418,7 +410,7 @@ def reboot(name: str, *, wait: bool = True, log: Log = _noop,
     h, loop = r.spec, r.nspawn
     if loop is None or not proc_alive(loop):
         raise LabError(f"{name}: its systemd-nspawn is not running")
-    before = _first_child(loop.pid)
+    before = first_child(loop.pid)
     t0 = time.monotonic()
     subprocess.run(ssh_argv(h, "systemctl reboot"), capture_output=True, check=False,
                    timeout=30)
@@ -426,7 +418,7 @@ def reboot(name: str, *, wait: bool = True, log: Log = _noop,
     if not wait:
         return 0.0
     deadline = t0 + BOOT_TIMEOUT
-    while time.monotonic() < deadline and _first_child(loop.pid) in (before, None):
+    while time.monotonic() < deadline and first_child(loop.pid) in (before, None):
         if not proc_alive(loop):
             raise LabError(f"{name}: the boot loop ended instead of rebooting")
         time.sleep(0.2)

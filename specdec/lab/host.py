@@ -11,11 +11,11 @@ import subprocess
 from pathlib import Path
 
 from specdec.catalog import load_catalog
+from specdec.lab.dynamo import nspawn_binds as dynamo_binds
 from specdec.lab.identity import device_files, meminfo
 from specdec.lab.images import INSTALL_DIR, emulator_files, wrapper_scripts
 from specdec.lab.instance import Instance
 from specdec.lab.paths import NSPAWN_LOCK, NSPAWN_RUN, REGISTRY_DIR
-from specdec.lab.dynamo import nspawn_binds as dynamo_binds
 from specdec.lab.spec import LabHost
 from specdec.lab.state import BOOT_LOOP_NAME, shared_lock
 from specdec.lab.system import Proc, is_mounted, run

@@ -18,6 +18,7 @@ __all__ = [
     "Mount",
     "Proc",
     "cmdline",
+    "first_child",
     "is_mounted",
     "mount_at",
     "mounts",
@@ -161,3 +162,12 @@ def mount_at(path: Path) -> Mount | None:
 
 def is_mounted(path: Path) -> bool:
     return mount_at(path) is not None
+
+
+def first_child(pid: int) -> int | None:
+    """The first child of ``pid`` (e.g. the nspawn started by a host's boot loop), or None."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return None
+    return int(children[0]) if children else None

@@ -19,7 +19,16 @@ from specdec.errors import LabError
 from specdec.lab import paths
 from specdec.lab.instance import Instance
 from specdec.lab.state import HostRecord, check_state, shared_lock
-from specdec.lab.system import Proc, cmdline, mount_at, mounts, proc_alive, run, stop_process
+from specdec.lab.system import (
+    Proc,
+    cmdline,
+    first_child,
+    mount_at,
+    mounts,
+    proc_alive,
+    run,
+    stop_process,
+)
 
 __all__ = ["NSPAWN_TMPFS", "nspawn_running", "release_nspawn_run", "teardown"]
 
@@ -29,14 +38,6 @@ LINKS_DIR = Path("/sys/class/net")
 Log = Callable[[str], None]
 
 
-def _first_child(pid: int) -> int | None:
-    try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:
-        return None
-    return int(children[0]) if children else None
-
-
 def _stop_host(r: HostRecord) -> None:
     loop = r.nspawn
     if proc_alive(loop):
@@ -44,12 +45,12 @@ def _stop_host(r: HostRecord) -> None:
         # boot loop → nspawn → the container's PID 1 (killing it ends its PID namespace);
         # the child counts only if it is this host's nspawn.
         nspawn = leader = None
-        child = _first_child(loop.pid)
+        child = first_child(loop.pid)
         argv = cmdline(child) if child else []
         if child and argv and argv[0].endswith("systemd-nspawn") and \
                 f"--directory={Instance(r.spec.instance).host_dir(r.name) / 'root'}" in argv:
             nspawn = Proc(child)
-            pid1 = _first_child(child)
+            pid1 = first_child(child)
             leader = Proc(pid1) if pid1 else None
         # SIGTERM makes nspawn power the container off cleanly (units, Docker stop).
         stop_process(loop, grace=30)

@@ -8,7 +8,9 @@
 * faults: ``500``, ``errstream`` (error object inside a 200 stream), ``badsse``, ``slow``
   (sleeps before answering), ``drop`` (closes the connection mid-stream), ``backwards``
   (counters reset at the end of the second level), ``notopenai`` (404 everywhere),
-  ``short`` (ignores min_tokens: fewer tokens than asked).
+  ``short`` (ignores min_tokens: fewer tokens than asked), ``nousage3`` (three tokens per chunk
+  and no usage at all, whatever stream_options asks), ``ttft`` (the first token comes
+  ``TTFT_S`` after the request was read, then one token per chunk).
 
 Speculation counters: per request of N tokens, d = N // 2 drafts of 3 draft tokens each with
 exactly one accepted token at position 0, so acceptance length 2.0, rate 1/3, per position
@@ -25,6 +27,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+TTFT_S = 0.05
 
 
 @dataclass
@@ -110,12 +114,17 @@ def make_handler(st: State) -> type[BaseHTTPRequestHandler]:
                 return
             if mode == "slow":
                 time.sleep(1.0)
+            if mode == "ttft":
+                time.sleep(TTFT_S)
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
             toks = int(req["max_tokens"]) - (2 if mode == "short" else 0)
             chat = self.path.endswith("/chat/completions")
             cont = bool((req.get("stream_options") or {}).get("continuous_usage_stats"))
+            per = 3 if mode == "nousage3" else 1 if mode == "ttft" else 2
+            if mode == "nousage3":
+                cont = False
             if chat:
                 ev0 = {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
                 self.wfile.write(f"data: {json.dumps(ev0)}\n\n".encode())
@@ -131,9 +140,9 @@ def make_handler(st: State) -> type[BaseHTTPRequestHandler]:
                     self.wfile.flush()
                     self.connection.shutdown(2)
                     return
-                step = min(2, toks - sent)  # two tokens per chunk, like a speculative engine
+                step = min(per, toks - sent)  # several tokens per chunk, like speculation
                 sent += step
-                text = "ab" if step == 2 else "a"
+                text = " the" * step
                 ch: dict[str, Any] = ({"index": 0, "delta": {"content": text}} if chat
                                       else {"index": 0, "text": text})
                 ch["finish_reason"] = "length" if sent == toks else None
@@ -157,15 +166,26 @@ def make_handler(st: State) -> type[BaseHTTPRequestHandler]:
                                                        "numRequestsWithDraftTokens": d}})
             ev2 = {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": toks,
                                             "total_tokens": 7 + toks}}
-            self.wfile.write(f"data: {json.dumps(ev2)}\n\ndata: [DONE]\n\n".encode())
+            if mode != "nousage3":
+                self.wfile.write(f"data: {json.dumps(ev2)}\n\n".encode())
+            self.wfile.write(b"data: [DONE]\n\n")
 
     return H
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that closed its stream (a cancelled filler request) is not an error."""
+        import sys
+
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 @contextmanager
 def serve(mode: str) -> Iterator[tuple[str, State]]:
     st = State(mode)
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(st))
+    srv = _Server(("127.0.0.1", 0), make_handler(st))
     srv.daemon_threads = True
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
@@ -174,3 +194,26 @@ def serve(mode: str) -> Iterator[tuple[str, State]]:
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def _serve_forever(mode: str, q: Any) -> None:
+    srv = _Server(("127.0.0.1", 0), make_handler(State(mode)))
+    srv.daemon_threads = True
+    q.put(srv.server_address[1])
+    srv.serve_forever()
+
+
+@contextmanager
+def serve_process(mode: str) -> Iterator[str]:
+    """The same server in a child process (timing tests: no GIL shared with the client)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    proc = ctx.Process(target=_serve_forever, args=(mode, q), daemon=True)
+    proc.start()
+    try:
+        yield f"http://127.0.0.1:{q.get(timeout=10)}"
+    finally:
+        proc.terminate()
+        proc.join(5)

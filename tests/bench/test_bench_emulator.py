@@ -32,6 +32,7 @@ def vllm_spec() -> Iterator[str]:
 def test_vllm_eagle3_matches_truth(vllm_spec: str) -> None:
     reset_truth(vllm_spec)
     res = run_bench(BenchConfig(url=vllm_spec, concurrency=(1, 4), requests=8, max_tokens=32,
+                                fill=False,
                                 warmup=0))
     truth = lab_truth(vllm_spec)
     assert res["server"]["kind"] == "vllm" and res["model"] == MODEL
@@ -67,6 +68,7 @@ def test_wrong_model_against_emulator(vllm_spec: str) -> None:
 def test_baseline_has_no_spec_decode() -> None:
     with emulator("vllm", MODEL, [], ORIN) as url:
         res = run_bench(BenchConfig(url=url, concurrency=(2,), requests=4, max_tokens=16,
+                                    fill=False,
                                     warmup=1, endpoint="completions"))
     assert res["spec_decode"] is None and res["concurrency"]["2"]["completed"] == 4
 
@@ -80,6 +82,7 @@ def test_trtllm_iteration_stats(tmp_path: Path) -> None:
     with emulator("trtllm-serve", MODEL, ["--extra_llm_api_options", str(opts)], env) as url:
         reset_truth(url)
         res = run_bench(BenchConfig(url=url, concurrency=(1, 4), requests=8, max_tokens=32,
+                                fill=False,
                                     warmup=0))
         truth = lab_truth(url)
     assert res["server"]["kind"] == "trtllm" and res["server"]["metrics"] == "trtllm-json"

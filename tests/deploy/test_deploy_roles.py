@@ -423,3 +423,19 @@ def test_native_plans_with_the_installed_release(agx_world, monkeypatch):
         run_deploy(monkeypatch, world, data)
     assert str(err.value) == (f"{HOST}: specdec_runtime='native': vllm is not installed on the "
                               "host (nothing on PATH answers --version)")
+
+
+def test_spark_gpt_oss_gets_its_local_head_and_tiktoken(spark_world, monkeypatch):
+    """TensorRT-LLM 1.2.1 (the default) needs the EAGLE-3 head as a local directory, and gpt-oss
+    reads its harmony encoding from TIKTOKEN_ENCODINGS_BASE on an offline host: both are
+    fetched before the engine starts, and a second run fetches nothing."""
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    hp = _hp(spark_world, SPARK)
+    assert hp.plan.draft_dir and hp.plan.tiktoken_dir
+    r = run_deploy(monkeypatch, spark_world, SPARK)
+    local = [c for c in r.commands if "--local-dir" in c or f" {hp.plan.draft_dir}" in c]
+    assert any(hp.plan.draft_dir in c and "command -v hf" in c for c in local), r.commands
+    fetches = [c for c in r.commands if "openaipublic.blob.core.windows.net/encodings/" in c]
+    assert len(fetches) == 2 and all("sha256sum -c" in c for c in fetches)
+    again = run_deploy(monkeypatch, converged(spark_world, hp, TOKEN), SPARK)
+    assert again.commands == []

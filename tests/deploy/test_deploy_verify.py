@@ -16,13 +16,15 @@ from pyinfra.api.exceptions import PyinfraError
 from roles import facts as rfacts
 from specdec import release
 from tests.deploy.conftest import TOKEN
-from tests.deploy.harness import AGX, World, converged, run_deploy
+from tests.deploy.harness import AGX as AGX_AUTO
+from tests.deploy.harness import World, converged, run_deploy
 from tests.deploy.harness import host_plan as _hp
 from tests.unit.test_verify import FAST, PLAIN, SLOW8, Behaviour, FakeHost
 
 OLD = "0ld0ld0ld0ld"
 # `roles.verify` the attribute is the deploy function; the module is in sys.modules.
 VERIFY_MOD = importlib.import_module("roles.verify")
+AGX = {**AGX_AUTO, "specdec_num_speculative_tokens": 3}  # pinned: the gate flow, no tune
 # The @fake connector executes nothing: script the lock and the failing one-liner.
 FAILS = {"'specdec: ": {"success": False, "stderr": "specdec: ..."}}
 ACQUIRED = {**FAILS, "deploy.lock 2>/dev/null": "@@specdec-lock acquired"}
@@ -172,7 +174,7 @@ def test_verified_then_unchanged_carries_figures(agx_world, monkeypatch, on):
     assert not deploy(monkeypatch, world, AGX).failed
     rep = report(on.parent / "t2")
     assert rep["outcome"] == "unchanged" and rep["previous_outcome"] == "kept"
-    assert rep["carried_from"] == "t1" and rep["candidate"]["c1"]["throughput_tok_s"] == 28.0
+    assert rep["carried_from"] == "t1" and rep["candidate"]["c1"]["throughput_tok_s"] == 40.0
     assert "| unchanged (kept) |" in (on.parent / "t2" / "summary.md").read_text()
 
 
@@ -266,7 +268,11 @@ def test_bench_settings_from_environment(monkeypatch):
     monkeypatch.setenv("SPECDEC_BENCH_REQUESTS", "8")
     monkeypatch.setenv("SPECDEC_BENCH_TIMEOUT", "45")
     s = VERIFY_MOD.bench_settings()
-    assert (s.requests, s.max_tokens, s.timeout_s) == (8, 128, 45.0)
+    assert (s.requests, s.max_tokens, s.timeout_s) == (8, 64, 45.0)
+    monkeypatch.setenv("SPECDEC_BENCH_BASELINE_REQUESTS", "3")
+    monkeypatch.setenv("SPECDEC_BENCH_RAMP_TOKENS", "0")
+    s = VERIFY_MOD.bench_settings()
+    assert (s.baseline_requests, s.ramp_tokens) == (3, 0)
     monkeypatch.setenv("SPECDEC_BENCH_REQUESTS", "lots")
     with pytest.raises(DeployError, match=r"\$SPECDEC_BENCH_REQUESTS='lots'"):
         VERIFY_MOD.bench_settings()

@@ -170,6 +170,7 @@ def test_gate_keeps_eagle3_on_agx_and_disables_the_nx_draft(lab: LabFleet,
         plan = json.loads(lab.ssh("lab-agx", f"cat {RELEASES_DIR}/{current}/plan.json").stdout)
         assert plan["method"] == "eagle3", plan
         assert _decision(lab, "lab-agx", current) is None
+    _tuned_k_per_host_with_its_curve(lab, deployed)
     if "lab-nx" in names:
         # Disabled: the candidate's decision names the baseline, which runs and is last-good.
         current, good = lab.ssh("lab-nx", pointers).stdout.split()
@@ -181,6 +182,32 @@ def test_gate_keeps_eagle3_on_agx_and_disables_the_nx_draft(lab: LabFleet,
         nx = _decision(lab, "lab-nx", cand)
         assert nx is not None and nx["outcome"] == "disabled" and nx["active"] == current, nx
         assert _models(lab.host("lab-nx").address, lab.host("lab-nx").port)
+
+
+def _tuned_k_per_host_with_its_curve(lab: LabFleet, deployed: PyinfraRun) -> None:
+    """Every k: auto host ran the tune phase: the release that runs carries the tuned k (its
+    plan says so), the report has the points and the curve, index.html charts it."""
+    from specdec.report import load_reports
+
+    assert deployed.reports is not None
+    reps = {r["host"]: r for r in load_reports(deployed.reports)}
+    html = (deployed.reports / "index.html").read_text()
+    tuned = 0
+    for h in lab.hosts:
+        rep = reps[h.name]
+        if not rep.get("k_auto"):
+            continue  # k pinned (lab-nx)
+        tune = rep["tune"]
+        assert tune and len(tune["measured"]) >= 2 and tune["curves"], (h.name, tune)
+        current = lab.ssh(h.name, "basename $(readlink /var/lib/specdec/current)").stdout.strip()
+        if rep["outcome"] == "kept":
+            assert current == tune["release"], (h.name, current, tune["release"])
+            plan = json.loads(lab.ssh(h.name, f"cat {RELEASES_DIR}/{current}/plan.json").stdout)
+            assert plan["num_speculative_tokens"] == tune["config"]["k"], plan
+            assert any(n.startswith("tuned on the host") for n in plan["notes"]), plan["notes"]
+        assert f"{h.name}: throughput vs baseline by k" in html, h.name
+        tuned += 1
+    assert tuned >= 1 and "Tuning (num_speculative_tokens: auto)" in html
 
 
 def test_weights_are_in_the_host_cache_with_completion_records(lab: LabFleet,

@@ -13,6 +13,7 @@ from specdec.dynamo.groupverify import GroupVerifier, Member, ready_workers
 from specdec.errors import BenchError
 from specdec.plan import baseline, make_plan
 from specdec.render import render
+from specdec.rounds import RoundBench
 from specdec.verify import FileSpec, VerifySpec
 from tests.unit.test_verify import FAST, PLAIN, SLOW8, TOKEN, Behaviour, FakeHost
 
@@ -54,7 +55,7 @@ class Front(Worker):
             return (200, json.dumps(body)) if n else (404, "")
         return super().http_get(url, timeout)
 
-    def bench(self, url: str, model: str, out: Path) -> dict[str, Any]:
+    def bench(self, url: str, model: str, out: Path, run: RoundBench) -> dict[str, Any]:
         every = [self, *self.peers]
         self.benched.append(tuple(w.current for w in every))
         if len(self.up()) < len(every):
@@ -147,7 +148,7 @@ def test_bench_failure_through_the_frontend_rolls_back(tmp_path: Path) -> None:
     front, worker, gv = group(tmp_path, {"spark-01": Behaviour(bench=FAST),
                                          "spark-02": Behaviour(bench=FAST)})
 
-    def hang(url: str, model: str, out: Path) -> dict[str, Any]:
+    def hang(url: str, model: str, out: Path, run: RoundBench) -> dict[str, Any]:
         raise BenchError("no result within 600s (engine hung?)")
 
     front.bench = hang  # type: ignore[method-assign]

@@ -155,7 +155,7 @@ def test_extra_args_with_percent_and_dollar_are_literal_in_the_unit() -> None:
 
 
 def test_journal_line_is_redacted_before_it_is_cut() -> None:
-    from specdec.verify import _journal_reason
+    from specdec.phases.health import journal_reason as _journal_reason
 
     line = "E" * 190 + " RuntimeError: token " + TOK + " rejected"
     kind, reason = _journal_reason(["start", line])

@@ -15,7 +15,9 @@ from specdec import release
 from specdec.errors import BenchError
 from specdec.plan import baseline, make_plan
 from specdec.render import render
+from specdec.rounds import RoundBench
 from specdec.verify import (
+    FAILURE_OUTCOMES,
     FileSpec,
     Roofline,
     Verifier,
@@ -31,6 +33,7 @@ from specdec.verify import (
 TOKEN = "hf_MARKERtoken123"
 PLAN = make_plan("orin-1", {"specdec_device": "agx-orin-64gb",
                             "specdec_model": "meta-llama/Llama-3.1-8B-Instruct",
+                            "specdec_num_speculative_tokens": 3,  # pinned: no tune phase
                             "specdec_health_timeout": 60}, None)
 CAND = render(PLAN)
 BASE = render(baseline(PLAN))
@@ -47,9 +50,9 @@ def result(thr1: float, tpot1: float, thr8: float, n: int = 30,
     }, "spec_decode": spec}
 
 
-FAST = result(28.0, 35.0, 105.0, spec={"acceptance_length": 2.4, "acceptance_rate": 0.47,
+FAST = result(40.0, 25.0, 160.0, spec={"acceptance_length": 2.4, "acceptance_rate": 0.47,
                                        "per_position": [0.7, 0.45, 0.25], "drafts": 100})
-SLOW8 = result(30.0, 30.0, 80.0)
+SLOW8 = result(40.0, 25.0, 60.0)
 PLAIN = result(20.0, 50.0, 100.0)
 
 
@@ -76,6 +79,7 @@ class FakeHost:
         self.restarts = 0
         self.stopped = False
         self.benched: list[str] = []
+        self.offsets: list[int] = []
         self.guard: list[tuple[Any, ...]] = []  # ("arm", release, seconds) | ("disarm",)
         self.guard_reverted: str | None = None  # set: the host's guard already reverted
 
@@ -148,8 +152,9 @@ class FakeHost:
             return 200, ""
         return 200, json.dumps({"data": [{"id": PLAN.served_model_name}]})
 
-    def bench(self, url: str, model: str, out: Path) -> dict[str, Any]:
+    def bench(self, url: str, model: str, out: Path, run: RoundBench) -> dict[str, Any]:
         assert self.current is not None
+        self.offsets.append(run.offsets[0])
         self.benched.append(self.current)
         b = self.beh().bench
         if isinstance(b, str):
@@ -192,12 +197,13 @@ def test_paying_config_is_kept(tmp_path):
     assert rep["acceptance"]["length"] == 2.4
     assert rep["acceptance"]["per_position"] == [0.7, 0.45, 0.25]
     # limit: 204.8 GB/s / 8 GB = 25.6 tok/s; baseline decode 1000/50 ms = 20 tok/s; the
-    # speculative decode 1000/35 ms against 2.4 (acceptance length) x the limit.
+    # speculative decode 1000/25 ms against 2.4 (acceptance length) x the limit.
     roof = rep["roofline"]
     assert roof["limit_tok_s"] == pytest.approx(25.6)
     assert roof["baseline_pct"] == pytest.approx(100 * 20 / 25.6, abs=0.05)
-    assert roof["speculative_pct"] == pytest.approx(100 * (1000 / 35) / (2.4 * 25.6), abs=0.05)
+    assert roof["speculative_pct"] == pytest.approx(100 * (1000 / 25) / (2.4 * 25.6), abs=0.05)
     assert roof["speculative_pct"] <= 100 and "acceptance length" in roof["how"]
+    assert host.offsets == [0, 0]
     names = {m["name"] for m in rep["measurements"]}
     assert {"memlock", "hf_token_in_argv", "throughput_gain_c1", "no_regression_c8",
             "acceptance_length", "roofline.baseline_pct", "roofline.speculative_pct"} <= names
@@ -323,12 +329,43 @@ def test_restore_that_fails_is_failed(tmp_path):
     assert "restoring last-good" in rep["message"]
 
 
-def test_plan_without_speculation_is_kept_after_health(tmp_path):
+def test_plan_without_speculation_is_no_speculation_after_health(tmp_path):
     bplan = baseline(PLAN)
     host = FakeHost(B, OLD, (B, OLD), {B: Behaviour()})
     rep = run(host, spec(tmp_path, plan=bplan, candidate=B, desired=B, baseline_id=None))
-    assert rep["outcome"] == "kept" and host.last_good == B
-    assert host.benched == []
+    assert rep["outcome"] == "no_speculation" and host.last_good == B
+    assert host.benched == [] and "speculation is off" in rep["message"]
+
+
+def test_verify_off_is_not_verified(tmp_path):
+    host = FakeHost(C, OLD, (C, OLD), {C: Behaviour(bench=FAST), B: Behaviour(bench=PLAIN)})
+    rep = run(host, spec(tmp_path, benchmark=False))
+    assert rep["outcome"] == "not_verified" and host.last_good == C and host.benched == []
+    assert "specdec_verify=false" in rep["message"]
+
+
+def _estimated(res: dict[str, Any]) -> dict[str, Any]:
+    out = json.loads(json.dumps(res))
+    out["concurrency"]["1"]["tokens_estimated"] = 3
+    return out
+
+
+def test_estimated_tokens_hold_the_host_on_last_good(tmp_path):
+    host = FakeHost(C, OLD, (C, OLD, B), {C: Behaviour(bench=_estimated(FAST)),
+                                          B: Behaviour(bench=PLAIN), OLD: Behaviour()})
+    rep = run(host, spec(tmp_path))
+    assert rep["outcome"] == "held" and rep["phase"] == "gate"
+    assert host.current == OLD and host.last_good == OLD and host.benched == [C, B]
+    assert "tokens estimated" in rep["message"] and rep["gate"]["held"]
+    assert "held" in FAILURE_OUTCOMES
+
+
+def test_estimated_tokens_without_last_good_fall_back_to_the_baseline(tmp_path):
+    host = FakeHost(C, None, (C,), {C: Behaviour(bench=_estimated(FAST)),
+                                    B: Behaviour(bench=PLAIN)})
+    rep = run(host, spec(tmp_path))
+    assert rep["outcome"] == "held" and host.current == B and host.last_good == B
+    assert "no last-good release" in rep["message"]
 
 
 def test_recorded_disable_reverified_measures_baseline_first(tmp_path):
@@ -415,14 +452,16 @@ def test_inconclusive_measures_more_rounds_then_disables(tmp_path, monkeypatch):
     monkeypatch.setattr(gate, "decide", unclear)
     host = FakeHost(C, OLD, (C, OLD), {C: Behaviour(bench=FAST), B: Behaviour(bench=PLAIN)})
     rep = run(host, spec(tmp_path))
-    assert PLAN.gate.max_rounds == 3
-    assert seen == [1, 2, 3]
-    assert host.benched == [C, B, B, C, C, B]  # one restart per extra round (ABAB)
+    assert PLAN.gate.max_rounds == 4
+    assert seen == [1, 2, 3, 4]
+    assert host.benched == [C, B, B, C, C, B, B, C]  # one restart per extra round (ABAB)
+    # each round measures the next prompts (the baseline 2 at c=1 a round, the candidate 4)
+    assert host.offsets == [0, 0, 2, 4, 8, 4, 6, 12]
     assert rep["outcome"] == "disabled" and host.current == B
     assert "inconclusive" in rep["message"]
-    assert rep["candidate"]["rounds"] == 3 and rep["baseline"]["rounds"] == 3
+    assert rep["candidate"]["rounds"] == 4 and rep["baseline"]["rounds"] == 4
     decisions = [m["value"] for m in rep["measurements"] if m["name"] == "decision"]
-    assert decisions == ["inconclusive"] * 3
+    assert decisions == ["inconclusive"] * 4
 
 
 def test_extra_round_that_decides_keep(tmp_path, monkeypatch):
@@ -443,7 +482,7 @@ def test_extra_round_that_decides_keep(tmp_path, monkeypatch):
 
 
 def test_no_more_rounds_when_keep_is_impossible(tmp_path):
-    low = result(24.0, 40.0, 101.0)  # +20%: can never reach the +30% keep threshold
+    low = result(21.0, 48.0, 101.0)  # +5%: shown below the +30% keep threshold
     host = FakeHost(C, OLD, (C, OLD), {C: Behaviour(bench=low), B: Behaviour(bench=PLAIN)})
     rep = run(host, spec(tmp_path))
     assert host.benched == [C, B]
@@ -476,7 +515,8 @@ def test_roofline_accounts_for_the_emulator_time_scale(tmp_path):
 def test_a_cached_baseline_of_another_time_basis_is_measured_again(tmp_path):
     host = FakeHost(C, OLD, (C, OLD), {C: Behaviour(bench=FAST), B: Behaviour(bench=PLAIN)})
     (tmp_path / "cache").mkdir()
-    emulated = {**PLAIN, "config": {"requests": 32, "max_tokens": 128},
+    emulated = {**PLAIN, "config": {"requests": [2, 8], "max_tokens": 64,
+                                    "prompt_offset": [0, 0]},
                 "device_time": {"emulated": True, "time_scale": 0.1}}
     (tmp_path / "cache" / f"{B}.json").write_text(json.dumps(emulated))
     rep = run(host, spec(tmp_path))  # a real device's plan: no emulator time scale

@@ -13,14 +13,18 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from specdec import release
 from specdec.plan import baseline, make_plan
-from specdec.plan_types import Plan
+from specdec.plan_types import FitReport, GatePolicy, Plan
 from specdec.render import engine_argv, render
+from specdec.rounds import RoundBench
+from specdec.tunecache import apply_cached
 from specdec.verify import (
     BenchSettings,
     FileSpec,
@@ -102,6 +106,9 @@ class LoopbackHost:
             path = re.findall(r"mv -f \S+ (\S+)$", command)[0]
             data = re.findall(r"printf '%s' (\S+) \| base64", command)[0].strip("'")
             self.files[path] = base64.b64decode(data).decode()
+            if path.endswith("/plan.json"):  # a release the verifier rendered (tune points)
+                rid = path.split("/releases/")[1].split("/")[0]
+                self.argv[rid] = _argv(_plan_from_json(self.files[path]))
             return True, []
         if command.startswith("systemctl show"):
             if self.proc is None:
@@ -137,9 +144,8 @@ class LoopbackHost:
     def http_get(self, url: str, timeout: float) -> tuple[int, str]:
         return http_get(url, timeout)
 
-    def bench(self, url: str, model: str, out: Path) -> dict[str, Any]:
-        return bench_subprocess(url, model, out, BenchSettings(requests=8, max_tokens=32,
-                                                               warmup=1, timeout_s=60), [1, 8])
+    def bench(self, url: str, model: str, out: Path, run: RoundBench) -> dict[str, Any]:
+        return bench_subprocess(url, model, out, run, 60)
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
@@ -148,17 +154,31 @@ class LoopbackHost:
         return time.monotonic()
 
 
+def _plan_from_json(text: str) -> Plan:
+    d = json.loads(text)
+    d.pop("speculative", None)
+    d["gate"] = GatePolicy(**d["gate"])
+    d["fit"] = FitReport(**d["fit"])
+    for key in ("extra_args", "notes", "pinned"):
+        d[key] = tuple(d[key])
+    d["env"] = tuple(tuple(x) for x in d["env"])
+    d["tune_methods"] = tuple(tuple(x) for x in d["tune_methods"])
+    d["k_by_batch"] = tuple(tuple(x) for x in d["k_by_batch"])
+    return Plan(**d)
+
+
 def _argv(plan: Plan) -> list[str]:
     return ["127.0.0.1" if a == "0.0.0.0" else a for a in engine_argv(plan)]
 
 
-@pytest.fixture
-def fleet(tmp_path):
+def _fleet(tmp_path: Path, pin_k: bool) -> Iterator[Any]:
     port = _free_port()
-    plan = make_plan("loop-1", {"specdec_device": "agx-orin-64gb", "specdec_model":
-                                "Qwen/Qwen3-8B", "specdec_runtime": "native",
-                                "specdec_port": port, "specdec_health_timeout": 30,
-                                "specdec_memlock": _memlock()}, None)
+    data = {"specdec_device": "agx-orin-64gb", "specdec_model": "Qwen/Qwen3-8B",
+            "specdec_runtime": "native", "specdec_port": port, "specdec_health_timeout": 30,
+            "specdec_memlock": _memlock()}
+    if pin_k:
+        data["specdec_num_speculative_tokens"] = 3
+    plan = make_plan("loop-1", data, None)
     base = baseline(plan)
     c, b = render(plan).release_id, render(base).release_id
     hosts: list[LoopbackHost] = []
@@ -175,13 +195,60 @@ def fleet(tmp_path):
             plan=plan, address="127.0.0.1", candidate=c, desired=c, baseline_id=b,
             baseline_files=(FileSpec(f"/var/lib/specdec/releases/{b}/x", "x"),),
             restarted=True, secret_sha256=secret_sha256(TOKEN), cache_dir=tmp_path / "cache",
-            work_dir=tmp_path / "bench", poll_s=0.3, run_id="loop")
+            work_dir=tmp_path / "bench", poll_s=0.3, run_id="loop",
+            bench=BenchSettings(max_tokens=32, warmup=1, timeout_s=60),
+            tune_root=tmp_path / "reports")
         d.update(kw)
         return VerifySpec(**d)
 
     yield make, spec, c, b
     for h in hosts:
         h.stop()
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[Any]:
+    yield from _fleet(tmp_path, pin_k=True)
+
+
+@pytest.fixture
+def auto_fleet(tmp_path: Path) -> Iterator[Any]:
+    yield from _fleet(tmp_path, pin_k=False)
+
+
+def test_tune_measures_k_on_the_host_and_the_next_plan_runs_the_verified_release(auto_fleet):
+    make, spec, c, b = auto_fleet
+    host = make({}, c, b)
+    sp = spec()
+    assert sp.tunes and sp.plan.tune_methods[1] == ("ngram", None)
+    rep = Verifier(sp, host).run(_state(host, c, b))
+    assert rep["outcome"] in ("kept", "disabled"), rep["message"]
+    tune = rep["tune"]
+    ks = [(p["method"], p["k"]) for p in tune["measured"]]
+    assert ks[:2] == [("eagle3", sp.plan.num_speculative_tokens), ("eagle3", 8)]
+    assert ("ngram", 8) in ks
+    assert 3 <= len(ks) <= 6  # a handful of points, not a sweep
+    chosen = tune["config"]
+    assert rep["num_speculative_tokens"] == chosen["k"] and rep["method"] == chosen["method"]
+    assert {c["method"] for c in tune["curves"]} == {"eagle3", "ngram"}
+    curve = next(c for c in tune["curves"] if c["method"] == chosen["method"])["points"]
+    assert [p["k"] for p in curve] == list(range(1, 9)) and all(p["c1"] > 0 for p in curve)
+    # the baseline was benchmarked once, for the tune and round 1 of the gate
+    assert host.started.count(b) >= 1 and rep["baseline"]["rounds"] >= 1
+    # the next run plans the release that was verified (from the tune cache), and says so
+    again = apply_cached(sp.plan, sp.tune_root, reverify=False)
+    assert render(again).release_id == rep["candidate_release"] == tune["release"]
+    assert again.tuned and any("tuned on the host" in n for n in again.notes)
+    assert apply_cached(sp.plan, sp.tune_root, reverify=True) == sp.plan
+    assert not VerifySpec(**{**sp.__dict__, "plan": again}).tunes
+    if rep["outcome"] == "kept":
+        assert host.last_good == tune["release"]
+        if tune["release"] != c:  # the plan's own release points at the tuned one
+            rec = json.loads(host.files[f"/var/lib/specdec/releases/{c}/decision.json"])
+            assert rec["outcome"] == "tuned" and rec["active"] == tune["release"]
+            st = release.ReleaseState(tune["release"], tune["release"], (c, tune["release"]),
+                                      {c: rec})
+            assert release.desired_release(c, st) == tune["release"]
 
 
 def test_eagle3_on_agx_is_decided_with_real_numbers(fleet):
@@ -214,9 +281,8 @@ def test_hang_mid_benchmark_rolls_back(fleet):
     make, spec, c, b = fleet
     host = make({c: "hang_after:3"}, c, b)
     sp = spec()
-    host.bench = lambda url, model, out: bench_subprocess(  # type: ignore[method-assign]
-        url, model, out, BenchSettings(requests=8, max_tokens=16, warmup=1, timeout_s=8),
-        [1, 8])
+    host.bench = lambda url, model, out, run: bench_subprocess(  # type: ignore[method-assign]
+        url, model, out, RoundBench(run.levels, (8, 8), run.offsets, 16, 1), 8)
     rep = Verifier(sp, host).run(_state(host, c, b))
     assert rep["outcome"] == "rolled_back" and rep["phase"] == "bench", rep["message"]
     assert host.current == b

@@ -1,0 +1,313 @@
+"""The lab's hosts on the emulator's pure engine core, for the gate and tuning benchmarks.
+
+No HTTP, no sleeping: `specdec.emulator.core.EngineCore` steps on a virtual clock, so a
+benchmark of one arm is the same sequence of engine steps the lab's engine would run, in
+device seconds (real time scale). Used by ``gate_power.py`` and ``oracle_gap.py``.
+
+* `ROWS`: every host of ``inventories/lab.py`` (device, engine, model).
+* `Setup`: a speculation setup on a row (method, draft, k, per-batch-size k, sampling
+  temperature as an acceptance-degradation knob, an optional c=8 slowdown).
+* `World.truth`: the setup's population figures over the whole built-in prompt set and several
+  seeds (c=1 throughput gain, c=1 TPOT p50 reduction, c=8 steady-state throughput ratio).
+* `World.bench`: one arm's benchmark the way `specdec bench` runs it for a gate round
+  (`specdec.rounds.RoundBench`), as a bench JSON, with optional timing noise.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import random
+import statistics
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's specdec
+
+from specdec.bench.prompts import builtin_prompts  # noqa: E402
+from specdec.bench.stats import hd_quantile  # noqa: E402
+from specdec.catalog import load_catalog  # noqa: E402
+from specdec.emulator.core import EngineCore, EngineModel, SeqRequest  # noqa: E402
+from specdec.emulator.setup import setup_for  # noqa: E402
+from specdec.emulator.textgen import category_of, chat_prompt_tokens, stable_int  # noqa: E402
+from specdec.emulator.timing import StepCost, StepLoad  # noqa: E402
+from specdec.rounds import RoundBench  # noqa: E402
+
+
+def _lab_rows() -> list[tuple[str, str, str, str]]:
+    spec = importlib.util.spec_from_file_location("specdec_lab_inventory",
+                                                  ROOT / "inventories" / "lab.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return [(h, d["lab_device"], d["specdec_engine"], d["specdec_model"])
+            for h, d in mod._TABLE]
+
+
+ROWS = _lab_rows()  # (host, device, engine, model) of every lab host
+SPEC_OFF_ABOVE = 2  # c=8 variants: no speculation above this batch size
+
+
+@dataclass(frozen=True)
+class P:
+    key: int
+    tokens: int
+    category: str
+    pid: str
+
+
+def prompt_list(tag: str, tokenizer: str, warmup: bool = False) -> list[P]:
+    ps = builtin_prompts()
+    out = []
+    for i, p in enumerate(ps.warmup if warmup else ps.measured):
+        text = f"[{tag} #{i}] {p.text}"
+        out.append(P(stable_int("chat", text), chat_prompt_tokens([text], tokenizer),
+                     category_of(text), p.id))
+    return out
+
+
+@dataclass(frozen=True)
+class Slowed:
+    """A timing model whose steps with more than ``above`` sequences take 1/f longer."""
+
+    inner: Any
+    factor: float
+    above: int = SPEC_OFF_ABOVE
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def step_time(self, load: StepLoad) -> StepCost:
+        c = self.inner.step_time(load)
+        if load.decode_seqs + (1 if load.prefill_tokens else 0) <= self.above:
+            return c
+        f = 1.0 / self.factor
+        return StepCost(c.draft_s * f, c.target_s * f, c.overhead_s * f)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Speculation on one lab row (``method`` "none": the baseline)."""
+
+    row: int
+    method: str = "none"
+    draft: str | None = None
+    k: int = 0
+    temperature: float = 0.0
+    c8_factor: float | None = None  # None: natural c=8; else spec off above batch 2, x 1/f
+    k_by_batch: tuple[tuple[int, int, int], ...] = ()
+
+    @property
+    def baseline(self) -> Setup:
+        return Setup(self.row, temperature=self.temperature)
+
+
+@dataclass(frozen=True)
+class Req:
+    index: int
+    pid: str
+    category: str
+    arrival: float
+    ttft: float
+    e2e: float
+    tokens: int
+    chunks: tuple[int, ...]  # tokens per engine step (one SSE chunk each)
+
+
+def closed_loop(model: EngineModel, ps: list[P], conc: int, n: int, max_tokens: int,
+                temperature: float, fill: bool, ramp: int = 0
+                ) -> tuple[list[Req], float, list[tuple[float, int]]]:
+    """``conc`` clients send ``n`` measured requests (prompts in order, cycling), each client
+    first sending one unmeasured ramp request of ``ramp`` tokens when ``ramp``; with ``fill``
+    they keep sending unmeasured ones until the last measured request ends (no drain tail).
+    Returns the measured requests, the level's duration and (time, tokens) of every step."""
+    core = EngineCore(model)
+    now = 0.0
+    queue = [("ramp", n + i) for i in range(conc if ramp else 0)] + [("m", i) for i in range(n)]
+    pending: list[tuple[float, str, int]] = []
+    info: dict[int, list[Any]] = {}
+    done: list[Req] = []
+    steps: list[tuple[float, int]] = []
+    open_measured = n
+    extra = 0
+
+    def issue(at: float) -> None:
+        nonlocal extra
+        if queue:
+            kind, i = queue.pop(0)
+            pending.append((at, kind, i))
+        elif fill and open_measured > 0:
+            pending.append((at, "fill", n + (conc if ramp else 0) + extra))
+            extra += 1
+
+    for _ in range(conc):
+        issue(0.0)
+    while len(done) < n:
+        for item in [x for x in pending if x[0] <= now]:
+            pending.remove(item)
+            at, kind, idx = item
+            p = ps[idx % len(ps)]
+            mt = ramp if kind == "ramp" else max_tokens
+            sid = core.add(SeqRequest(prompt_key=p.key, prompt_tokens=p.tokens,
+                                      category=p.category, max_tokens=mt, min_tokens=mt,
+                                      ignore_eos=True, temperature=temperature))
+            info[sid] = [at, idx if kind == "m" else -1, None, []]
+        if not core.has_work():
+            now = min(x[0] for x in pending)
+            continue
+        res = core.step()
+        assert res is not None
+        now += res.duration_s
+        steps.append((now, sum(len(o.tokens) for o in res.outputs)))
+        for out in res.outputs:
+            rec = info[out.seq_id]
+            if rec[2] is None:
+                rec[2] = now
+            rec[3].append(len(out.tokens))
+            if out.finished:
+                idx = rec[1]
+                if idx >= 0:
+                    p = ps[idx % len(ps)]
+                    done.append(Req(idx, p.pid, p.category, rec[0], rec[2] - rec[0],
+                                    now - rec[0], out.generated, tuple(rec[3])))
+                    open_measured -= 1
+                issue(now)
+    done.sort(key=lambda r: r.index)
+    t0 = min(r.arrival for r in done)
+    return done, max(r.arrival + r.e2e for r in done), steps if not ramp else [
+        (t, k) for t, k in steps if t > t0]
+
+
+def level_result(reqs: list[Req], duration: float, rng: random.Random, noise_req: float,
+                 noise_run: float) -> dict[str, Any]:
+    """A bench JSON level from simulated requests, with lognormal timing noise per request
+    and per run."""
+    f_run = math.exp(rng.gauss(0.0, noise_run)) if noise_run else 1.0
+    recs = []
+    for r in reqs:
+        f = f_run * (math.exp(rng.gauss(0.0, noise_req)) if noise_req else 1.0)
+        ttft, e2e = r.ttft * f, r.e2e * f
+        tpot = (e2e - ttft) / (r.tokens - 1) * 1000 if r.tokens > 1 else None
+        sizes = r.chunks[1:]
+        sd = statistics.stdev(sizes) if len(sizes) >= 2 else None
+        hist = [0] * (max(sizes, default=0) + 1)
+        for x in sizes:
+            hist[x] += 1
+        recs.append({"index": r.index, "prompt_id": r.pid, "category": r.category,
+                     "tpot_ms": tpot, "e2el_ms": e2e * 1000, "ttft_ms": ttft * 1000,
+                     "output_tokens": r.tokens, "chunks": len(r.chunks),
+                     "tokens_per_chunk": (r.tokens - 1) / (len(r.chunks) - 1)
+                     if len(r.chunks) > 1 else None, "chunk_tokens_sd": sd,
+                     "chunk_hist": hist, "error": None})
+    tokens = sum(r.tokens for r in reqs)
+    tpots = [x["tpot_ms"] for x in recs if x["tpot_ms"] is not None]
+    return {"throughput_tok_s": tokens / (duration * f_run),
+            "tpot_ms_p50": statistics.median(tpots), "requests": recs}
+
+
+@dataclass
+class Truth:
+    gain: float
+    tpot_red: float
+    c8_ratio: float
+    c1_tok_s: float  # candidate's c=1 token rate, device seconds
+    c8_tok_s: float
+
+
+class World:
+    """Engine models of the lab's rows, and cached baseline runs."""
+
+    def __init__(self) -> None:
+        self._cache: dict[Any, Any] = {}
+        self.cat = load_catalog()
+
+    def model(self, s: Setup) -> tuple[EngineModel, str]:
+        _, device, engine, model = ROWS[s.row]
+        dev = self.cat.device(device)
+        kw: dict[str, Any] = {"max_num_seqs": dev.max_num_seqs,
+                              "overlap_scheduler": engine == "trtllm"}
+        if s.method == "none":
+            st = setup_for(device, model, **kw)
+            return st.engine_model(), st.target.tokenizer
+        if s.c8_factor is not None:
+            kw["max_concurrency"] = SPEC_OFF_ABOVE
+        if s.k_by_batch:
+            kw["k_by_batch"] = s.k_by_batch
+        st = setup_for(device, model, s.method, s.k, s.draft, **kw)
+        m = st.engine_model()
+        if s.c8_factor is not None and s.c8_factor != 1.0:
+            m = replace(m, timing=Slowed(m.timing, s.c8_factor))  # type: ignore[arg-type]
+        return m, st.target.tokenizer
+
+    def run(self, s: Setup, conc: int, n: int, seed: int, offset: int, fill: bool,
+            max_tokens: int, warm: bool = False, ramp: int = 0, ids: tuple[str, ...] = ()
+            ) -> tuple[list[Req], float, list[tuple[float, int]]]:
+        base = s.method == "none"  # the baseline's timing does not depend on the seed
+        key = (("base", s.row) if base else s, conc, n, None if base else seed, offset, fill,
+               max_tokens, warm, ramp, ids)
+        if base and key in self._cache:
+            return self._cache[key]  # type: ignore[no-any-return]
+        model, tok = self.model(s)
+        model = replace(model, seed=seed)
+        ps = prompt_list("warmup" if warm else f"c{conc}", tok, warm)
+        if ids:  # these prompts, then the rest of the set (fillers, ramp)
+            by = {p.pid: p for p in ps}
+            ps = [by[i] for i in ids] + [p for p in ps if p.pid not in ids]
+        else:
+            ps = [ps[(offset + i) % len(ps)] for i in range(len(ps))]
+        out = closed_loop(model, ps, conc, n, max_tokens, s.temperature, fill, ramp)
+        if base:
+            self._cache[key] = out
+        return out
+
+    def rates(self, s: Setup, seeds: int, max_tokens: int, c8: bool = True
+              ) -> tuple[float, list[float], float | None]:
+        """(c=1 token rate, c=1 TPOTs, c=8 steady-state rate) over the whole prompt set."""
+        n_all = len(builtin_prompts().measured)
+        tok = sec = 0.0
+        tpots: list[float] = []
+        r8: list[float] = []
+        for i in range(seeds):
+            seed = 10_000 + i
+            reqs, _, _ = self.run(s, 1, n_all, seed, 0, False, max_tokens)
+            tok += sum(r.tokens for r in reqs)
+            sec += sum(r.e2e for r in reqs)
+            tpots += [(r.e2e - r.ttft) / (r.tokens - 1) for r in reqs]
+            if c8 and i < max(1, seeds // 2):
+                reqs, _, steps = self.run(s, 8, 2 * n_all, seed, 0, True, max_tokens)
+                sends = sorted(r.arrival for r in reqs)
+                w0, w1 = sends[8], sends[-1]  # after the first wave, before the tail
+                r8.append(sum(k for t, k in steps if w0 < t <= w1) / (w1 - w0))
+        return tok / sec, tpots, statistics.fmean(r8) if r8 else None
+
+    def truth(self, s: Setup, seeds: int, max_tokens: int) -> Truth:
+        key = ("truth", s.baseline, seeds, max_tokens)
+        if key not in self._cache:
+            self._cache[key] = self.rates(s.baseline, seeds, max_tokens)
+        b1, bt, b8 = self._cache[key]
+        c1, ct, c8 = self.rates(s, seeds, max_tokens)
+        assert b8 is not None and c8 is not None
+        return Truth(c1 / b1 - 1.0, 1.0 - hd_quantile(ct) / hd_quantile(bt), c8 / b8, c1, c8)
+
+    def bench(self, s: Setup, rb: RoundBench, seed: int, rng: random.Random,
+              noise_req: float = 0.0, noise_run: float = 0.0) -> tuple[dict[str, Any], float]:
+        """One arm's bench JSON for a gate round, and its device seconds (warmup included)."""
+        seconds = 0.0
+        if rb.warmup:
+            _, dur, _ = self.run(s, max(rb.levels), rb.warmup, seed, 0, False,
+                                 max(2, min(16, rb.max_tokens)), warm=True)
+            seconds += dur
+        levels = {}
+        ids = rb.ids or tuple(() for _ in rb.levels)
+        for conc, n, off, chosen in zip(rb.levels, rb.requests, rb.offsets, ids, strict=True):
+            reqs, dur, _ = self.run(s, conc, n, seed, off, conc > 1, rb.max_tokens,
+                                    ramp=rb.ramp_tokens if conc > 1 else 0, ids=chosen)
+            seconds += dur
+            levels[str(conc)] = level_result(reqs, dur, rng, noise_req, noise_run)
+        cats = builtin_prompts().categories()
+        return ({"config": {"max_tokens": rb.max_tokens, "endpoint": "chat",
+                            "requests": list(rb.requests)},
+                 "prompts": {"categories": cats}, "concurrency": levels}, seconds)

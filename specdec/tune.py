@@ -1,0 +1,380 @@
+"""Auto-tuning ``num_speculative_tokens`` (and the method, when it is not pinned): pure logic.
+
+The tune phase measures a few configurations on the host with the gate's own bench rounds and
+fits each method's response curve, k → throughput at c=1 and c=8, from them:
+
+* **tokens per step** ``L_h(k)`` per prompt category: drafting is a chain (position ``i`` is
+  accepted only when ``0..i-1`` were), so drafting ``k`` tokens yields ``min(s, k + 1)`` tokens
+  in a step that yielded ``s`` tokens at a larger k. The bench records each request's chunk
+  sizes (one chunk per engine step), so one measurement at ``K_MAX`` gives ``L_h(k)`` for every
+  ``k ≤ K_MAX`` exactly;
+* **step time** ``t(k) = a + b·k`` (the drafter's forwards grow with k), a least-squares line
+  through the measured points, its slope never below 0 (with one point: anchored at the
+  baseline's step time); chunk sizes of every point at or above k are pooled for ``L_h(k)``;
+* a request of category h then takes ``ttft_h + (n − 1)·t(k)/L_h(k)``; the level's rate is the
+  gate's stratified rate (`specdec.gatestats`) over the prompt set's categories.
+
+The search (`Search.next`), per method: the running configuration (free: no restart), then
+``K_MAX`` (its chunk sizes give ``L_h(k)`` for every k), then the curve's predicted best when it
+is not measured yet (with one point so far: ``K_MAX/2`` when that best is ``K_MAX``, for the
+slope) and promises more than ``REFINE_GAIN`` over the best measured point; when the two points
+are far apart and within ``FLAT`` of each other, the middle — at most three points. Two methods
+whose best points end within ``REPEAT_MARGIN`` get those points measured once more (pooled).
+A method after the first gets one point at ``K_MAX``, and more only if its curve can come within
+``CUTOFF`` of the best so far. The choice (`Search.choose`) is by the gate's
+objective, on the fitted curve at measured points: the highest c=1 throughput whose c=8
+throughput stays within the gate's tolerance; where the engine has
+``num_speculative_tokens_per_batch_size`` the c=1 and c=8 optima go into a per-batch-size
+schedule (batch sizes ``1..SPLIT`` drafting the c=1 optimum, larger ones the c=8 one; 0 turns
+speculation off).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specdec.gatestats import mixture_median
+from specdec.plan_types import GatePolicy
+
+__all__ = ["CUTOFF", "FLAT", "K_MAX", "REFINE_GAIN", "REPEAT_MARGIN", "SPLIT", "Config",
+           "Search", "TuneResult", "level_fit", "schedule"]
+
+K_MAX = 8  # the search domain is k = 1..K_MAX
+REFINE_GAIN = 0.02  # measure the curve's predicted best when it promises this much more
+CUTOFF = 0.95  # a later method is refined only if its curve reaches this share of the best
+REPEAT_MARGIN = 0.15  # two methods this close at their best points: each measured once more
+FLAT = 0.10  # two points of a method this close, far apart: the middle is measured too
+SPLIT = 2  # per-batch-size schedule: batch 1..SPLIT use the c=1 optimum
+
+
+@dataclass(frozen=True)
+class Config:
+    """What a tuned release runs."""
+
+    method: str
+    draft: str | None
+    k: int
+    k_by_batch: tuple[tuple[int, int, int], ...] = ()
+
+    def label(self) -> str:
+        sched = (" per batch " + ",".join(f"{a}-{b}:{k}" for a, b, k in self.k_by_batch)
+                 if self.k_by_batch else "")
+        return f"{self.method}{'/' + self.draft if self.draft else ''} k={self.k}{sched}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"method": self.method, "draft": self.draft, "k": self.k,
+                "k_by_batch": [list(r) for r in self.k_by_batch]}
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> Config:
+        return Config(str(d["method"]), d.get("draft"), int(d["k"]),
+                      tuple(tuple(int(x) for x in r) for r in d.get("k_by_batch") or ()))  # type: ignore[misc]
+
+
+def schedule(k1: int, k8: int, max_num_seqs: int) -> tuple[tuple[int, int, int], ...]:
+    """vLLM's ``num_speculative_tokens_per_batch_size`` from the c=1 and c=8 optima: inclusive
+    batch-size ranges starting at 1, k = 0 turning speculation off (empty when k1 == k8)."""
+    if k1 == k8:
+        return ()
+    top = max(max_num_seqs, SPLIT + 1)
+    return ((1, SPLIT, k1), (SPLIT + 1, top, k8))
+
+
+@dataclass(frozen=True)
+class LevelFit:
+    """One level of one bench result, as the curve needs it."""
+
+    step_s: float  # mean seconds per decode step
+    tokens: float  # output tokens per request
+    ttft: dict[str, float]  # seconds, per category
+    hist: dict[str, dict[int, int]]  # chunk size -> count, per category (decode chunks)
+    seconds: float  # mean end-to-end seconds per request
+
+    def tokens_per_step(self, cat: str, k: int) -> float:
+        h = self.hist.get(cat) or {}
+        n = sum(h.values())
+        if not n:
+            return 1.0
+        return sum(c * min(s, k + 1) for s, c in h.items()) / n
+
+
+def _merged(results: Sequence[Mapping[str, Any]], levels: Sequence[int]) -> dict[str, Any]:
+    """One bench result holding the requests of several (repeated measurements)."""
+    out: dict[str, Any] = {}
+    for c in levels:
+        reqs: list[Any] = []
+        for r in results:
+            lvl = (r.get("concurrency") or {}).get(str(c))
+            if isinstance(lvl, Mapping):
+                reqs += list(lvl.get("requests") or [])
+        out[str(c)] = {"requests": reqs}
+    return {"concurrency": out}
+
+
+def _f(x: Any) -> float | None:
+    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) and x > 0 else None
+
+
+def level_fit(result: Mapping[str, Any], conc: int) -> LevelFit | None:
+    """The figures of level ``conc`` of a bench JSON (None when it has no usable records)."""
+    lvl = (result.get("concurrency") or {}).get(str(conc))
+    if not isinstance(lvl, Mapping):
+        return None
+    dec_s = steps = tok = sec = 0.0
+    n = 0
+    ttft: dict[str, list[float]] = {}
+    hist: dict[str, dict[int, int]] = {}
+    for r in lvl.get("requests") or []:
+        if not isinstance(r, Mapping) or r.get("error") is not None:
+            continue
+        t, e2e, first = _f(r.get("output_tokens")), _f(r.get("e2el_ms")), _f(r.get("ttft_ms"))
+        chunks = _f(r.get("chunks"))
+        if t is None or e2e is None or first is None or chunks is None or chunks < 2:
+            continue
+        cat = str(r.get("category") or "all")
+        dec_s += (e2e - first) / 1000
+        steps += chunks - 1
+        tok += t
+        sec += e2e / 1000
+        n += 1
+        ttft.setdefault(cat, []).append(first / 1000)
+        h = hist.setdefault(cat, {})
+        sizes = r.get("chunk_hist")
+        if isinstance(sizes, Sequence):
+            for s, c in enumerate(sizes):
+                if isinstance(c, int) and c > 0:
+                    h[s] = h.get(s, 0) + c
+        else:  # no histogram: the mean only (exact for L at the measured k, not below it)
+            size = max(1, round((t - 1) / (chunks - 1)))
+            h[size] = h.get(size, 0) + int(chunks - 1)
+    if not n or steps <= 0:
+        return None
+    return LevelFit(dec_s / steps, tok / n, {c: sum(v) / len(v) for c, v in ttft.items()},
+                    hist, sec / n)
+
+
+@dataclass
+class _Method:
+    method: str
+    draft: str | None
+    points: dict[int, dict[int, LevelFit]] = field(default_factory=dict)  # k -> level -> fit
+    results: dict[int, list[Mapping[str, Any]]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    config: Config
+    curves: list[dict[str, Any]]  # per method: k -> predicted ratios, measured flag
+    measured: list[dict[str, Any]]  # the points in measurement order
+    objective: str
+    bench_seconds: float  # benchmark time of the search (as measured: wall or device)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"config": self.config.to_dict(), "curves": self.curves,
+                "measured": self.measured, "objective": self.objective,
+                "bench_seconds": self.bench_seconds}
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> TuneResult:
+        return TuneResult(Config.from_dict(d["config"]), list(d.get("curves") or []),
+                          list(d.get("measured") or []), str(d.get("objective") or ""),
+                          float(d.get("bench_seconds") or 0.0))
+
+
+class Search:
+    """Which configuration to measure next, and which one to keep (see the module doc)."""
+
+    def __init__(self, methods: Sequence[tuple[str, str | None]], policy: GatePolicy,
+                 population: Mapping[str, float], per_batch: bool, max_num_seqs: int,
+                 k_max: int = K_MAX) -> None:
+        if not methods:
+            raise ValueError("need at least one method")
+        self.methods = [_Method(m, d) for m, d in methods]
+        self.policy = policy
+        self.population = {c: float(w) for c, w in population.items() if w > 0}
+        self.per_batch = per_batch
+        self.max_num_seqs = max_num_seqs
+        self.k_max = k_max
+        self.base: dict[int, LevelFit] = {}
+        self.order: list[dict[str, Any]] = []
+        self.bench_seconds = 0.0
+
+    @property
+    def levels(self) -> tuple[int, int]:
+        return self.policy.keep_concurrency, self.policy.guard_concurrency
+
+    # -- measurements ---------------------------------------------------------------------
+    def _fits(self, result: Mapping[str, Any], what: str) -> dict[int, LevelFit]:
+        fits = {c: level_fit(result, c) for c in self.levels}
+        if any(f is None for f in fits.values()):
+            raise ValueError(f"{what}: the bench result has no per-request records at "
+                             f"concurrency {', '.join(str(c) for c in self.levels)}")
+        return {c: f for c, f in fits.items() if f is not None}
+
+    def add_baseline(self, result: Mapping[str, Any], seconds: float = 0.0) -> None:
+        self.base = self._fits(result, "baseline")
+        self.bench_seconds += seconds
+
+    def add(self, cfg: Config, result: Mapping[str, Any], seconds: float = 0.0) -> None:
+        """A measurement of ``cfg`` (a repeated one is pooled with the earlier ones)."""
+        m = self._method(cfg.method, cfg.draft)
+        self._fits(result, cfg.label())  # refuse a result without records
+        m.results.setdefault(cfg.k, []).append(result)
+        m.points[cfg.k] = self._fits(_merged(m.results[cfg.k], self.levels), cfg.label())
+        self.bench_seconds += seconds
+        self.order.append({"method": cfg.method, "draft": cfg.draft, "k": cfg.k,
+                           "seconds": round(seconds, 3)})
+
+    def _method(self, method: str, draft: str | None) -> _Method:
+        for m in self.methods:
+            if (m.method, m.draft) == (method, draft):
+                return m
+        raise ValueError(f"method {method} {draft or ''} is not searched")
+
+    # -- the curve ------------------------------------------------------------------------
+    def _weights(self, fit: LevelFit) -> dict[str, float]:
+        w = {c: v for c, v in self.population.items() if c in fit.hist}
+        tot = sum(w.values())
+        return {c: v / tot for c, v in w.items()} if tot else {c: 1.0 for c in fit.hist}
+
+    def _step(self, m: _Method, conc: int, k: int) -> float:
+        """Step time at k: the least-squares line through the points, never falling with k
+        (more drafts never make a step cheaper; a falling fit is timing noise)."""
+        pts = sorted(m.points)
+        ys = [m.points[p][conc].step_s for p in pts]
+        if len(pts) == 1:  # anchored at the baseline's step (no drafting at k = 0)
+            b = max(0.0, (ys[0] - self.base[conc].step_s) / pts[0])
+            return max(1e-9, ys[0] + b * (k - pts[0]))
+        mx, my = sum(pts) / len(pts), sum(ys) / len(ys)
+        sxx = sum((x - mx) ** 2 for x in pts)
+        b = max(0.0, sum((x - mx) * (y - my) for x, y in zip(pts, ys, strict=True)) / sxx)
+        return max(1e-9, my + b * (k - mx))
+
+    def _hist(self, m: _Method, conc: int, k: int) -> LevelFit:
+        """Chunk sizes of every point measured at k or above (each truncated at k + 1 when
+        used), pooled; below all points: the largest."""
+        above = [p for p in m.points if p >= k] or [max(m.points)]
+        hist: dict[str, dict[int, int]] = {}
+        for p in above:
+            for cat, h in m.points[p][conc].hist.items():
+                acc = hist.setdefault(cat, {})
+                for size, n in h.items():
+                    acc[size] = acc.get(size, 0) + n
+        ttft: dict[str, list[float]] = {}
+        for f in (pts[conc] for pts in m.points.values()):
+            for cat, v in f.ttft.items():
+                ttft.setdefault(cat, []).append(v)
+        ref = m.points[above[0]][conc]
+        return LevelFit(ref.step_s, ref.tokens, {c: sum(v) / len(v) for c, v in ttft.items()},
+                        hist, ref.seconds)
+
+    def _rate(self, fit: LevelFit, step: float, k: int) -> float:
+        w = self._weights(fit)
+        sec = sum(wt * (fit.ttft.get(c, 0.0) + (fit.tokens - 1) * step
+                        / fit.tokens_per_step(c, k)) for c, wt in w.items())
+        return fit.tokens / sec
+
+    def _base_rate(self, conc: int) -> float:
+        b = self.base[conc]
+        return b.tokens / b.seconds
+
+    def predict(self, m: _Method, k: int) -> dict[str, float]:
+        """Ratios to the baseline at c=1 and c=8 (throughput) and the c=1 TPOT p50 ratio."""
+        out: dict[str, float] = {}
+        for conc in self.levels:
+            ref = self._hist(m, conc, k)
+            step = self._step(m, conc, k)
+            out[f"c{conc}"] = self._rate(ref, step, k) / self._base_rate(conc)
+            if conc == self.policy.keep_concurrency:
+                w = self._weights(ref)
+                logs = {c: math.log(step / ref.tokens_per_step(c, k)) for c in w}
+                med = mixture_median(logs, dict.fromkeys(w, 0.05), w)
+                out["tpot"] = math.exp(med) / self.base[conc].step_s
+        return out
+
+    def _objective(self, p: Mapping[str, float]) -> float:
+        k1, k8 = self.levels
+        ok8 = p[f"c{k8}"] >= 1.0 - self.policy.max_regression_c8
+        return p[f"c{k1}"] if (ok8 or self.per_batch) else p[f"c{k8}"] - 10.0
+
+    def _best(self, m: _Method, measured_only: bool) -> tuple[int, float]:
+        ks = sorted(m.points) if measured_only else range(1, self.k_max + 1)
+        scored = [(self._objective(self.predict(m, k)), k) for k in ks]
+        val, k = max(scored)
+        return k, val
+
+    # -- the search -----------------------------------------------------------------------
+    def next(self) -> Config | None:
+        """The next configuration to measure, or None when the search is done."""
+        if not self.base:
+            raise ValueError("measure the baseline first")
+        best = max((self._best(m, True)[1] for m in self.methods if m.points),
+                   default=None)
+        for i, m in enumerate(self.methods):
+            if self.k_max not in m.points and (i == 0 or not m.points):
+                return Config(m.method, m.draft, self.k_max)  # its chunk sizes give every L(k)
+            k_hat, v_hat = self._best(m, False)
+            if i > 0 and best is not None and v_hat < CUTOFF * best:
+                continue  # this method cannot come close: no more points
+            if len(m.points) == 1:  # the step-time slope needs a second point
+                k = k_hat if k_hat not in m.points else max(1, self.k_max // 2)
+                return Config(m.method, m.draft, k)
+            _, v_meas = self._best(m, True)
+            if k_hat not in m.points and v_hat > v_meas * (1 + REFINE_GAIN) \
+                    and len(m.points) < 3:
+                return Config(m.method, m.draft, k_hat)
+            if len(m.points) == 2 and (i == 0 or best is None or v_meas >= CUTOFF * best):
+                lo, hi = sorted(m.points)
+                v = [self._objective(self.predict(m, x)) for x in (lo, hi)]
+                if hi - lo >= 3 and min(v) >= max(v) * (1 - FLAT):
+                    # a flat stretch: which end wins is within timing noise; the middle is
+                    # within a few % of either, and a third point steadies the slope
+                    return Config(m.method, m.draft, (lo + hi + 1) // 2)
+        return self._repeat()
+
+    def _repeat(self) -> Config | None:
+        """Two methods whose best points are within ``REPEAT_MARGIN``: measure each best
+        point once more (one round of four requests cannot tell them apart reliably)."""
+        scored = sorted(((self._best(m, True), m) for m in self.methods if m.points),
+                        key=lambda x: -x[0][1])
+        if len(scored) < 2 or scored[1][0][1] < scored[0][0][1] * (1 - REPEAT_MARGIN):
+            return None
+        for (k, _), m in scored[:2]:
+            if len(m.results.get(k, [])) < 2:
+                return Config(m.method, m.draft, k)
+        return None
+
+    def choose(self) -> TuneResult:
+        """The configuration to keep, with every method's curve."""
+        scored = [(self._best(m, True)[1], i) for i, m in enumerate(self.methods) if m.points]
+        if not scored:
+            raise ValueError("nothing measured")
+        _, i = max(scored)
+        m = self.methods[i]
+        k1c, k8c = self.levels
+        k1, _ = self._best(m, True)
+        cfg = Config(m.method, m.draft, k1)
+        objective = (f"highest c={k1c} throughput with c={k8c} throughput at least "
+                     f"{1 - self.policy.max_regression_c8:.0%} of the baseline's")
+        if self.per_batch:
+            c8 = {k: self.predict(m, k)[f"c{k8c}"] for k in m.points}
+            k8 = max(c8, key=lambda k: c8[k])
+            if c8[k8] < 1.0:
+                k8 = 0  # no measured k beats the baseline at c=8: speculation off there
+            cfg = Config(m.method, m.draft, max(k1, k8), schedule(k1, k8, self.max_num_seqs))
+            objective = (f"per batch size: the highest c={k1c} throughput for batch "
+                         f"1..{SPLIT}, the highest c={k8c} throughput (or off) above")
+        curves = []
+        for mm in self.methods:
+            if not mm.points:
+                continue
+            rows = []
+            for k in range(1, self.k_max + 1):
+                p = self.predict(mm, k)
+                rows.append({"k": k, **{key: round(v, 4) for key, v in p.items()},
+                             "measured": k in mm.points})
+            curves.append({"method": mm.method, "draft": mm.draft, "points": rows})
+        return TuneResult(cfg, curves, list(self.order), objective, self.bench_seconds)
