@@ -266,3 +266,28 @@ def test_fleet_summary_has_the_group() -> None:
     section = md.split("## Serving groups")[1]
     assert "| pair | http://192.0.2.41:8000 | spark-01 (etcd, frontend, worker): kept; " \
            "spark-02 (worker): kept | kept | +100.0% |" in section
+
+
+@pytest.mark.parametrize(("rows", "expect"), [
+    ([("orin-a", {"specdec_device": "agx-orin-64gb"})],
+     "orin-a: specdec_engine='dynamo': not supported on agx-orin-64gb"),
+    ([("spark-a", {"specdec_group": "g"}),
+      ("spark-b", {"specdec_group": "g", "specdec_model": "Qwen/Qwen3-4B"})],
+     "spark-b: group 'g': model 'Qwen/Qwen3-4B' differs from spark-a's 'Qwen/Qwen3-8B'"),
+    ([("spark-a", {"specdec_group": "g", "specdec_group_frontend": "spark-z"}),
+      ("spark-b", {"specdec_group": "g"})],
+     "spark-a: specdec_group_frontend='spark-z': not a member of group 'g'"),
+])
+def test_bad_groups_are_one_line_exit_2(tmp_path: Path, rows: list[tuple[str, dict[str, Any]]],
+                                        expect: str) -> None:
+    import sys
+
+    base = {"specdec_device": "dgx-spark", "specdec_engine": "dynamo",
+            "specdec_model": "Qwen/Qwen3-8B"}
+    hosts = [(n, {**base, **d}) for n, d in rows]
+    inv = tmp_path / "inv.py"
+    inv.write_text(f"hosts = {hosts!r}\n")
+    out = subprocess.run([sys.executable, "-m", "specdec", "plan", str(inv)], capture_output=True,
+                         text=True, check=False, cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.count("\n") == 1 and expect in out.stderr, out.stderr
