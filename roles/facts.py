@@ -188,16 +188,20 @@ class SpecdecReleases(FactBase[release.ReleaseState]):
         return release.parse_state(output)
 
 
-class EngineVersions(FactBase[dict[str, str]]):
-    """Engines installed on the host (native runtime) and their versions, e.g.
-    ``{"vllm": "0.19.0"}``: ``vllm --version``, and the ``tensorrt_llm`` distribution's version
-    as the Python behind ``trtllm-serve`` sees it (importing tensorrt_llm would print a banner
-    and take long)."""
+class _Pairs(FactBase[dict[str, str]]):
+    """A fact that is ``key=value`` pairs (empty when the host says nothing)."""
 
     @staticmethod
     @override
     def default() -> dict[str, str]:
         return {}
+
+
+class EngineVersions(_Pairs):
+    """Engines installed on the host (native runtime) and their versions, e.g.
+    ``{"vllm": "0.19.0"}``: ``vllm --version``, and the ``tensorrt_llm`` distribution's version
+    as the Python behind ``trtllm-serve`` sees it (importing tensorrt_llm would print a banner
+    and take long)."""
 
     @override
     def command(self) -> str:
@@ -230,14 +234,9 @@ class EngineVersions(FactBase[dict[str, str]]):
         return found
 
 
-class EtcdState(FactBase[dict[str, str]]):
+class EtcdState(_Pairs):
     """etcd on the host: ``binary`` (its path, or empty) and the distribution unit's state
     (``enabled``/``active`` as ``systemctl is-enabled``/``is-active`` print them)."""
-
-    @staticmethod
-    @override
-    def default() -> dict[str, str]:
-        return {}
 
     @override
     def command(self) -> str:

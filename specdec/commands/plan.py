@@ -116,15 +116,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def _print_groups(plans: list[Plan]) -> None:
     """Each Dynamo serving group: its frontend endpoint and members."""
-    groups: dict[str, list[Plan]] = {}
-    for p in plans:
-        if p.dynamo is not None:
-            groups.setdefault(p.dynamo.group, []).append(p)
-    for name, ps in groups.items():
+    from specdec.dynamo.group import plans_by_group
+    from specdec.verify import engine_url
+
+    for name, ps in plans_by_group(plans).items():
         d = ps[0].dynamo
         assert d is not None
-        from specdec.verify import engine_url
-
         roles = {True: "etcd, frontend, worker", False: "worker"}
         members = ", ".join(f"{p.host} ({roles[bool(p.dynamo and p.dynamo.is_frontend)]})"
                             for p in ps)

@@ -20,7 +20,7 @@ from specdec.errors import ConfigError
 from specdec.hostdata import parse_host_settings
 from specdec.plan_types import Plan
 
-__all__ = ["Group", "check_limit", "check_plans", "groups_of", "units"]
+__all__ = ["Group", "check_limit", "check_plans", "groups_of", "plans_by_group", "units"]
 
 
 @dataclass(frozen=True)
@@ -105,13 +105,18 @@ _SHARED = ("engine_version", "model", "served_model_name", "method", "draft",
            "num_speculative_tokens", "port", "gate", "runtime")
 
 
-def check_plans(plans: Sequence[Plan]) -> None:
-    """The members of each group plan the same model, speculation, release and gate."""
-    by_group: dict[str, list[Plan]] = {}
+def plans_by_group(plans: Sequence[Plan]) -> dict[str, list[Plan]]:
+    """The Dynamo plans among ``plans``, by group name, in order."""
+    out: dict[str, list[Plan]] = {}
     for p in plans:
         if p.dynamo is not None:
-            by_group.setdefault(p.dynamo.group, []).append(p)
-    for group, ps in by_group.items():
+            out.setdefault(p.dynamo.group, []).append(p)
+    return out
+
+
+def check_plans(plans: Sequence[Plan]) -> None:
+    """The members of each group plan the same model, speculation, release and gate."""
+    for group, ps in plans_by_group(plans).items():
         first = ps[0]
         for p in ps[1:]:
             for key in _SHARED:

@@ -23,21 +23,19 @@ and the engine emulator as the groups' vLLM workers.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import shutil
 import subprocess
 import time
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from specdec import layout
 from specdec.errors import LabError
 from specdec.lab.paths import CACHE_DIR
+from specdec.lab.rootfs import cache_lock
 from specdec.lab.spec import LabHost
 
 __all__ = ["MAIN_STANDIN", "ensure_venv", "group_routes", "lab_groups", "nspawn_binds",
@@ -113,17 +111,6 @@ def requirements(metadata: str) -> list[str]:
     return out
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
 def _pip(venv: Path, *args: str, what: str, log: Path) -> None:
     with open(log, "ab") as out:
         proc = subprocess.run([str(venv / "bin" / "python3"), "-m", "pip", "--disable-pip-"
@@ -139,7 +126,7 @@ def ensure_venv(version: str | None = None, log: Any = None) -> Path:
     """The lab's Dynamo venv, built once (concurrent callers wait); its directory."""
     v = version or dynamo_release()
     final = venv_path(v)
-    with _locked(CACHE_DIR / ".dynamo.lock"):
+    with cache_lock(CACHE_DIR / ".dynamo.lock"):
         if (final / "specdec-venv.json").is_file():
             return final
         root = final.parent

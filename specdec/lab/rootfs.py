@@ -24,7 +24,7 @@ from specdec.errors import LabError
 from specdec.lab.paths import CACHE_DIR
 from specdec.lab.system import mounts
 
-__all__ = ["HOST_RECIPE", "IMAGE_RECIPE", "Recipe", "cached_rootfs", "ensure_rootfs"]
+__all__ = ["HOST_RECIPE", "IMAGE_RECIPE", "Recipe", "cache_lock", "cached_rootfs", "ensure_rootfs"]
 
 MIRROR = os.environ.get("SPECDEC_LAB_MIRROR", "http://deb.debian.org/debian")
 
@@ -87,7 +87,8 @@ IMAGE_RECIPE = Recipe(
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def cache_lock(path: Path) -> Iterator[None]:
+    """An exclusive flock on ``path`` (a lab cache's build lock) for the ``with`` block."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -116,7 +117,7 @@ def ensure_rootfs(recipe: Recipe) -> Path:
     if shutil.which("debootstrap") is None:
         raise LabError("debootstrap is not installed (apt-get install debootstrap)")
     # One build at a time: parallel debootstraps corrupt each other's files in the .deb cache.
-    with _locked(CACHE_DIR / ".rootfs.lock"):
+    with cache_lock(CACHE_DIR / ".rootfs.lock"):
         done = cached_rootfs(recipe)
         if done is not None:
             return done
