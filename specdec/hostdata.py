@@ -14,6 +14,11 @@ from typing import Any
 
 from specdec import hygiene
 from specdec.catalog import ENGINES, METHODS, RUNTIMES
+from specdec.engines.dynamo import (
+    DEFAULT_MIGRATION_LIMIT,
+    DEFAULT_ROUTER_MODE,
+    DEFAULT_SYSTEM_PORT,
+)
 from specdec.errors import REDACTED, ConfigError, redact
 from specdec.hygiene import show
 from specdec.layout import SERVICE_USER
@@ -89,14 +94,15 @@ class HostSettings:
     reverify: bool = False
     verify: bool = True  # False: provision and release only (no benchmark/gate)
     service_user: str = SERVICE_USER
-    # NVIDIA Dynamo (specdec_engine: dynamo): the serving group and its frontend, this host's
-    # address for the group's traffic, the worker's system port, the frontend's router.
+    # NVIDIA Dynamo (specdec_engine: dynamo): the serving group and its frontend member, this
+    # host's address for the group's traffic, its worker's system port, the frontend's router
+    # and request migration.
     group: str | None = None
     group_frontend: str | None = None
     dynamo_address: str | None = None
-    dynamo_system_port: int | None = None
-    dynamo_router_mode: str | None = None
-    dynamo_migration_limit: int | None = None
+    dynamo_system_port: int = DEFAULT_SYSTEM_PORT
+    dynamo_router_mode: str = DEFAULT_ROUTER_MODE
+    dynamo_migration_limit: int = DEFAULT_MIGRATION_LIMIT
     keys: frozenset[str] = frozenset()  # the specdec_* keys the data actually set ("pinned")
 
     def pinned(self, field_name: str) -> bool:
@@ -302,7 +308,7 @@ def _dynamo(r: _Reader, engine: str | None) -> dict[str, Any]:
             if out[name] is not None:
                 raise r.fail(f"specdec_{name}", out[name], "only applies to "
                              "specdec_engine='dynamo'")
-    return out
+    return {k: v for k, v in out.items() if v is not None}  # unset: the defaults
 
 
 def parse_host_settings(host: str, data: Any) -> HostSettings:

@@ -15,7 +15,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from specdec.dynamo.group import Group, groups_of
-from specdec.engines.dynamo import dynamo_facts, known_releases
+from specdec.engines.dynamo import (
+    DEFAULT_MIGRATION_LIMIT,
+    DEFAULT_ROUTER_MODE,
+    DEFAULT_SYSTEM_PORT,
+    dynamo_facts,
+    known_releases,
+)
 from specdec.engines.version import Version
 from specdec.errors import ConfigError, PlanError
 from specdec.hostdata import HostSettings
@@ -24,9 +30,6 @@ from specdec.plan_types import DynamoPlan
 __all__ = ["DEFAULT_MIGRATION_LIMIT", "DEFAULT_ROUTER_MODE", "DEFAULT_SYSTEM_PORT",
            "dynamo_part"]
 
-DEFAULT_SYSTEM_PORT = 8081
-DEFAULT_ROUTER_MODE = "round-robin"
-DEFAULT_MIGRATION_LIMIT = 3
 
 
 def vllm_release(s: HostSettings, version: Version, origin: str) -> str:
@@ -53,7 +56,7 @@ def dynamo_part(s: HostSettings, data: Mapping[str, Any], group: Group | None,
         group = groups_of([(s.host, data)])[s.host]
     if s.host not in group.members:
         raise PlanError(f"not a member of group {group.name!r}", host=s.host)
-    system_port = s.dynamo_system_port or DEFAULT_SYSTEM_PORT
+    system_port = s.dynamo_system_port
     is_frontend = s.host == group.frontend
     if is_frontend and system_port in (port, 2379, 2380):
         raise ConfigError(f"specdec_dynamo_system_port={system_port}: collides with the "
@@ -66,7 +69,6 @@ def dynamo_part(s: HostSettings, data: Mapping[str, Any], group: Group | None,
         address=group.address(s.host),
         is_frontend=is_frontend,
         system_port=system_port,
-        router_mode=s.dynamo_router_mode or DEFAULT_ROUTER_MODE,
-        migration_limit=(s.dynamo_migration_limit if s.dynamo_migration_limit is not None
-                         else DEFAULT_MIGRATION_LIMIT),
+        router_mode=s.dynamo_router_mode,
+        migration_limit=s.dynamo_migration_limit,
     )

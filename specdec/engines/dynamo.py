@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from specdec.engines.version import Version
 
 __all__ = [
+    "DEFAULT_MIGRATION_LIMIT",
+    "DEFAULT_ROUTER_MODE",
+    "DEFAULT_SYSTEM_PORT",
     "DISCOVERY_BACKENDS",
     "READY_PATH",
     "RELEASES",
@@ -47,6 +50,12 @@ DISCOVERY_BACKENDS = ("kubernetes", "etcd", "file", "mem")
 REQUEST_PLANES = ("nats", "tcp")
 ROUTER_MODES = ("round-robin", "random", "power-of-two", "kv", "direct", "least-loaded",
                 "device-aware-weighted")
+# A group's defaults (specdec/dynamo/plan.py says why): the worker's system server port as in
+# Dynamo's launch scripts (DYN_SYSTEM_PORT=8081, examples/backends/vllm/launch/
+# agg_spec_decoding.sh), the frontend's default router, request migration on.
+DEFAULT_SYSTEM_PORT = 8081
+DEFAULT_ROUTER_MODE = "round-robin"
+DEFAULT_MIGRATION_LIMIT = 3
 # The frontend's readiness route: 200 once every worker type of the model is present, 404 when
 # no worker serves it ("/health" stays "healthy" with no worker left; "/ready" is a 404).
 READY_PATH = "/v1/models/{model}/ready"

@@ -345,7 +345,7 @@ def host_status(h: LabHost, up_: bool, probe: str | None = None) -> dict[str, An
 def _probes(inventory: str, limit: str | None) -> dict[str, str]:
     """Dynamo worker-only members serve no OpenAI API: their worker's system /health."""
     from specdec.dynamo.group import groups_of
-    from specdec.dynamo.plan import DEFAULT_SYSTEM_PORT
+    from specdec.engines.dynamo import DEFAULT_SYSTEM_PORT
     from specdec.inventory import load_inventory
 
     loaded = load_inventory(inventory, limit)

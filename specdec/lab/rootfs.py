@@ -24,7 +24,8 @@ from specdec.errors import LabError
 from specdec.lab.paths import CACHE_DIR
 from specdec.lab.system import mounts
 
-__all__ = ["HOST_RECIPE", "IMAGE_RECIPE", "Recipe", "cache_lock", "cached_rootfs", "ensure_rootfs"]
+__all__ = ["HOST_RECIPE", "IMAGE_RECIPE", "Recipe", "cache_lock", "cached_rootfs",
+           "ensure_rootfs"]
 
 MIRROR = os.environ.get("SPECDEC_LAB_MIRROR", "http://deb.debian.org/debian")
 

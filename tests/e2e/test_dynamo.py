@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from specdec.engines.dynamo import DEFAULT_SYSTEM_PORT as SYSTEM_PORT
 from specdec.layout import CURRENT, LAST_GOOD
 from tests.e2e.conftest import LabFleet, PyinfraRun
 from tests.e2e.test_rollout_faults import BENCH, _no_token, _pointer, _report, _rollout
@@ -22,7 +23,6 @@ pytestmark = pytest.mark.e2e
 
 GROUP, FRONT, WORKER = "spark-pair", "lab-dyn1", "lab-dyn2"
 MODEL = "Qwen/Qwen3-8B"
-SYSTEM_PORT = 8081  # specdec/dynamo/plan.py DEFAULT_SYSTEM_PORT
 
 
 def _members(lab: LabFleet) -> None:
