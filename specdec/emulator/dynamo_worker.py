@@ -207,11 +207,22 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code
     service = EngineService(cfg, ctx, mem)
     target = cfg.setup.target
-    card_dir = Path(tempfile.mkdtemp(prefix="specdec-dynamo-card-"))
+    card_dir = _card_dir(cfg.served_model_names[0])
     card = write_model_card(card_dir, target.tokenizer, target.config_architecture,
                             target.model_type, cfg.setup.model_len)
     service.start()
     return _serve(dyn, cfg, ctx, service, card, card_dir)
+
+
+def _card_dir(model: str) -> Path:
+    """Where the model card goes: the same path on every member, as a real worker's model path
+    (the Hub id's snapshot) is. The frontend accepts a second worker for a model only if its
+    card has the first one's checksum, and the card's path is part of it (with a random
+    temporary directory, ``Rejected incompatible workers`` in the frontend's log)."""
+    safe = "".join(c if c.isalnum() or c in "-_." else "--" for c in model)
+    path = Path(tempfile.gettempdir()) / "specdec-dynamo-card" / safe
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def _serve(dyn: argparse.Namespace, cfg: ServeConfig, ctx: RunContext, service: EngineService,
