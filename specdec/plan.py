@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from specdec.catalog import GIB, Catalog, Device, Image, Model, load_catalog
-from specdec.engines.support import DYNAMO_EAGLE3_ONLY
 from specdec.errors import ConfigError, PlanError
 from specdec.fit import fit, fit_problem, max_model_len_for
 from specdec.hostdata import HostSettings, as_mapping, parse_host_settings
@@ -382,12 +381,8 @@ def make_plan(
         notes.append(f"method {cand.method}: {cand.why}, fits")
 
     k = _spec_tokens(s, device, cand.method)
-    k_auto = s.num_speculative_tokens is None and cand.method != "none"
-    if k_auto and engine == "dynamo":
-        # the tune searches k on one engine's own API; a group is measured through its frontend
-        k_auto = False
-        notes.append(f"num_speculative_tokens auto: not tuned for a Dynamo group, k={k} from "
-                     "the device table")
+    # k auto is tuned on the host's own API; a Dynamo group is measured through its frontend
+    k_auto = s.num_speculative_tokens is None and cand.method != "none" and vllm_pin is None
     methods: tuple[tuple[str, str | None], ...] = ()
     if k_auto:
         methods = ((cand.method, cand.draft),)
@@ -402,11 +397,7 @@ def make_plan(
     if vllm_pin is not None:
         from specdec.dynamo.plan import dynamo_part
 
-        dyn = dynamo_part(s, as_mapping(data), group, vllm_pin, port)
-        if cand.method not in ("none", "eagle3"):
-            notes.append(DYNAMO_EAGLE3_ONLY.format(vllm=vllm_pin))
-        notes.append(f"group {dyn.group}: " + ("etcd, frontend and worker" if dyn.is_frontend
-                     else f"worker (frontend and etcd on {dyn.frontend})"))
+        dyn = dynamo_part(s, as_mapping(data), group, vllm_pin, port, cand.method, k, notes)
     decoding, draft_dir, tiktoken = engine_details(engine, version, model, cand.method,
                                                     cand.draft)
     return Plan(

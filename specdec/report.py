@@ -42,8 +42,6 @@ __all__ = [
     "RUN_ID_ENV",
     "check_run_id",
     "figures",
-    "group_lines",
-    "groups",
     "index_html",
     "latest_run",
     "load_reports",
@@ -252,6 +250,8 @@ def summary_markdown(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
             _roof(f["roofline_base_pct"]), _roof(f["roofline_spec_pct"]),
             r.get("message"),
         )) + " |")
+    from specdec.dynamo.report import group_lines  # (it imports this module)
+
     lines += group_lines(reports)
     lines += ["", f"Roofline: {HOW}."]
     if scales:
@@ -259,46 +259,6 @@ def summary_markdown(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
                      f"scale {', '.join(f'{x:g}' for x in sorted(scales))}; durations and rates "
                      "converted to what the device would show).")
     return "\n".join(lines) + "\n"
-
-
-def groups(reports: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Dynamo serving groups in these reports: name, frontend URL, members with their role and
-    outcome, the group's outcome and figures (measured through the frontend)."""
-    out: dict[str, dict[str, Any]] = {}
-    for r in reports:
-        g = r.get("group")
-        if not isinstance(g, Mapping) or not g.get("name"):
-            continue
-        row = out.setdefault(str(g["name"]), {
-            "name": str(g["name"]), "url": g.get("url"), "frontend": g.get("frontend"),
-            "outcome": g.get("outcome") or r.get("outcome"), "members": [],
-            "failed_member": g.get("failed_member"), "figures": figures(r),
-            "message": r.get("message"),
-        })
-        row["members"].append((str(r.get("host")), str(g.get("role") or "worker"),
-                               str(r.get("outcome"))))
-    return list(out.values())
-
-
-def group_lines(reports: Sequence[Mapping[str, Any]]) -> list[str]:
-    rows = groups(reports)
-    if not rows:
-        return []
-    lines = ["", "## Serving groups (NVIDIA Dynamo)", "",
-             "Each group is verified, kept, disabled or rolled back as one, through its "
-             "frontend.", "",
-             "| group | frontend | members | outcome | c1 throughput gain | TPOT change | c8 gain "
-             "| acceptance length | reason |", "|---|---|---|---|---|---|---|---|---|"]
-    for g in rows:
-        f = g["figures"]
-        acc = f["acceptance_length"]
-        members = "; ".join(f"{h} ({role}): {out}" for h, role, out in g["members"])
-        lines.append("| " + " | ".join(_md_cell(x) for x in (
-            g["name"], g["url"], members, g["outcome"], _pct(f["c1_gain"]),
-            _pct(f["tpot_change"]), _pct(f["c8_gain"]),
-            f"{acc:.2f}" if isinstance(acc, int | float) else "-", g["message"],
-        )) + " |")
-    return lines
 
 
 # -- HTML ----------------------------------------------------------------------------------------
@@ -386,6 +346,8 @@ def _method(r: Mapping[str, Any]) -> str:
 
 
 def index_html(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
+    from specdec.dynamo.report import groups_html  # (it imports this module)
+
     e = html.escape
     rows = []
     tpot, thr1, thr8, acc = [], [], [], []
@@ -439,7 +401,7 @@ svg {{ display: block; margin: 1.5em 0; font-family: system-ui, sans-serif; }}
 </tbody></table>
 <p>Roofline: {e(HOW)}. Hosts marked (emulated): figures of the engine emulator in device
 time (what the device would show).</p>
-{_groups_html(reports)}
+{groups_html(reports)}
 <h2>Baseline vs speculation</h2>
 {_bars("TPOT p50 at concurrency 1 (lower is better)", "ms", tpot)}
 {_bars("Output throughput at concurrency 1", "tok/s", thr1)}
@@ -449,28 +411,6 @@ time (what the device would show).</p>
 {tuning}
 </body></html>
 """
-
-
-def _groups_html(reports: Sequence[Mapping[str, Any]]) -> str:
-    rows = groups(reports)
-    if not rows:
-        return ""
-    e = html.escape
-    body = []
-    for g in rows:
-        f = g["figures"]
-        color = _OUTCOME_COLORS.get(str(g["outcome"]), "#000")
-        members = "<br>".join(e(f"{h} ({role}): {out}") for h, role, out in g["members"])
-        body.append("<tr>" + "".join(f"<td>{x}</td>" for x in (
-            e(g["name"]), e(str(g["url"] or "-")), members,
-            f'<b style="color:{color}">{e(str(g["outcome"]))}</b>', e(_pct(f["c1_gain"])),
-            e(_pct(f["tpot_change"])), e(_pct(f["c8_gain"])), e(str(g["message"] or "")),
-        )) + "</tr>")
-    head = "".join(f"<th>{h}</th>" for h in ("group", "frontend", "members", "outcome",
-                                              "c1 throughput gain", "TPOT change", "c8 gain",
-                                              "reason"))
-    return (f"<h2>Serving groups (NVIDIA Dynamo)</h2><table><thead><tr>{head}</tr></thead>"
-            f"<tbody>{''.join(body)}</tbody></table>")
 
 
 def write_fleet(run_dir: Path, secret: str | None = None) -> None:

@@ -42,7 +42,7 @@ from specdec.plan_types import DynamoPlan
 from specdec.rounds import RoundBench
 from specdec.verify import FileSpec, HostIO, Verifier, VerifySpec, engine_url
 
-__all__ = ["GroupFailure", "GroupVerifier", "Member", "ready_workers"]
+__all__ = ["GroupFailure", "GroupOps", "GroupVerifier", "Member", "ready_workers"]
 
 
 @dataclass
@@ -131,10 +131,9 @@ class GroupBench(Bench):
         return None
 
 
-class GroupVerifier:
-    """One group's verification; `run` returns a report per member and never raises for a
-    verification failure (``rolled_back``/``failed``/``held`` members must be failed by the
-    caller)."""
+class GroupOps:
+    """A group's members and frontend: run something on each, switch releases together, wait
+    until the frontend serves with every worker, record the group's measurements."""
 
     def __init__(self, members: Sequence[Member], time_scale: float | None = None) -> None:
         self.members = list(members)
@@ -245,6 +244,13 @@ class GroupVerifier:
                 except BenchError:
                     continue
         return total
+
+
+
+class GroupVerifier(GroupOps):
+    """One group's verification; `run` returns a report per member and never raises for a
+    verification failure (``rolled_back``/``failed``/``held`` members must be failed by the
+    caller)."""
 
     def bench(self, arm: str, rb: RoundBench, n: int) -> dict[str, Any]:
         """One round of ``arm`` through the frontend; acceptance from the workers' counters."""

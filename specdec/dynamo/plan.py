@@ -22,6 +22,7 @@ from specdec.engines.dynamo import (
     dynamo_facts,
     known_releases,
 )
+from specdec.engines.support import DYNAMO_EAGLE3_ONLY
 from specdec.engines.version import Version
 from specdec.errors import ConfigError, PlanError
 from specdec.hostdata import HostSettings
@@ -45,9 +46,10 @@ def vllm_release(s: HostSettings, version: Version, origin: str) -> str:
     return str(facts.vllm)
 
 
-def dynamo_part(s: HostSettings, data: Mapping[str, Any], group: Group | None,
-                vllm: str, port: int) -> DynamoPlan:
-    """This host's role in ``group`` (None: a group of its own, unless it names one)."""
+def dynamo_part(s: HostSettings, data: Mapping[str, Any], group: Group | None, vllm: str,
+                port: int, method: str, k: int, notes: list[str]) -> DynamoPlan:
+    """This host's role in ``group`` (None: a group of its own, unless it names one); what the
+    planner should know goes to ``notes``."""
     if group is None:
         if s.group is not None:
             raise ConfigError(f"specdec_group={s.group!r}: planning a member of a serving group "
@@ -61,6 +63,13 @@ def dynamo_part(s: HostSettings, data: Mapping[str, Any], group: Group | None,
     if is_frontend and system_port in (port, 2379, 2380):
         raise ConfigError(f"specdec_dynamo_system_port={system_port}: collides with the "
                           "frontend or etcd on this host", host=s.host)
+    if method not in ("none", "eagle3"):
+        notes.append(DYNAMO_EAGLE3_ONLY.format(vllm=vllm))
+    if s.num_speculative_tokens is None and method != "none":
+        notes.append(f"num_speculative_tokens auto: not tuned for a Dynamo group, k={k} from "
+                     "the device table")
+    notes.append(f"group {group.name}: " + ("etcd, frontend and worker" if is_frontend
+                 else f"worker (frontend and etcd on {group.frontend})"))
     return DynamoPlan(
         vllm_version=vllm,
         group=group.name,
