@@ -33,6 +33,10 @@ def _dyn(plan: Plan) -> DynamoPlan:
 
 
 def _transport(d: DynamoPlan) -> list[tuple[str, str]]:
+    # Names in ai-dynamo-runtime 1.6.1 dynamo/_core.abi3.so (strings); DYN_DISCOVERY_BACKEND and
+    # DYN_REQUEST_PLANE are also the env names `python -m dynamo.frontend --help` gives for
+    # --discovery-backend and --request-plane; ETCD_ENDPOINTS: Dynamo's docs/backends/vllm/
+    # multi-node.md.
     return [
         ("DYN_DISCOVERY_BACKEND", "etcd"),
         ("ETCD_ENDPOINTS", d.etcd_endpoint),
@@ -44,6 +48,8 @@ def _transport(d: DynamoPlan) -> list[tuple[str, str]]:
 
 
 def worker_env(plan: Plan) -> list[tuple[str, str]]:
+    # the system server: DYN_SYSTEM_ENABLED/DYN_SYSTEM_PORT as in the ai-dynamo/dynamo repo's
+    # examples/backends/vllm/launch/agg_spec_decoding.sh; DYN_SYSTEM_HOST in _core.abi3.so
     d = _dyn(plan)
     return [*_transport(d), ("DYN_SYSTEM_ENABLED", "true"), ("DYN_SYSTEM_HOST", d.address),
             ("DYN_SYSTEM_PORT", str(d.system_port))]
@@ -56,7 +62,9 @@ def python(plan: Plan) -> str:
 
 def worker_argv(plan: Plan, spec_config: str | None) -> list[str]:
     """``python3 -m dynamo.vllm`` with vLLM's engine flags (it has no --host/--port: the
-    frontend serves HTTP)."""
+    frontend serves HTTP). ai-dynamo 1.6.1 dynamo/vllm/args.py parses Dynamo's own groups and
+    hands the rest to vLLM 0.31.0's parser (--model, --served-model-name,
+    --gpu-memory-utilization, --max-model-len, --max-num-seqs, --speculative-config)."""
     argv = [
         python(plan), "-m", "dynamo.vllm",
         "--model", plan.model,
@@ -71,6 +79,8 @@ def worker_argv(plan: Plan, spec_config: str | None) -> list[str]:
 
 
 def frontend_argv(plan: Plan) -> list[str]:
+    # ai-dynamo 1.6.1 `python -m dynamo.frontend --help`: --http-host, --http-port,
+    # --router-mode {round-robin,...}, --migration-limit
     d = _dyn(plan)
     return [python(plan), "-m", "dynamo.frontend", "--http-host", "0.0.0.0",
             "--http-port", str(plan.port), "--router-mode", d.router_mode,
