@@ -291,3 +291,16 @@ def test_bad_groups_are_one_line_exit_2(tmp_path: Path, rows: list[tuple[str, di
                          text=True, check=False, cwd=Path(__file__).resolve().parents[2])
     assert out.returncode == 2, out.stderr
     assert out.stderr.count("\n") == 1 and expect in out.stderr, out.stderr
+
+
+def test_worker_card_path_is_the_same_on_every_member(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # the frontend refuses a second worker whose model card checksum (path included) differs
+    import tempfile
+
+    from specdec.emulator.dynamo_worker import _card_dir
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    a, b = _card_dir("Qwen/Qwen3-8B"), _card_dir("Qwen/Qwen3-8B")
+    assert a == b == tmp_path / "specdec-dynamo-card" / "Qwen--Qwen3-8B" and a.is_dir()
+    assert _card_dir("Qwen/Qwen3-4B") != a
