@@ -6,10 +6,11 @@
 # it up; the end-to-end tests boot "test" (10.214.0.0/16) beside it and remove only that.
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
-APT_PACKAGES = systemd-container debootstrap docker-registry skopeo iproute2 procps curl
+APT_PACKAGES = systemd-container debootstrap docker-registry skopeo iproute2 procps curl \
+	etcd-server python3-venv
 STAMP = .make
 
-.PHONY: setup test lint unit contract e2e demo demo-down clean
+.PHONY: setup dynamo-venv test lint unit contract e2e demo demo-down clean
 
 $(STAMP)/apt:
 	@mkdir -p $(STAMP)
@@ -23,7 +24,12 @@ $(STAMP)/pip: pyproject.toml
 	$(PIP) install -q --disable-pip-version-check -e '.[dev]'
 	@touch $@
 
-setup: $(STAMP)/apt $(STAMP)/pip
+# The lab's Dynamo venv (ai-dynamo-runtime + ai-dynamo from PyPI, specdec/lab/dynamo.py): built
+# once under /var/cache/specdec-lab/, keyed by what goes in; a no-op when it is there.
+dynamo-venv: $(STAMP)/apt $(STAMP)/pip
+	$(PYTHON) -c 'from specdec.lab.dynamo import ensure_venv; ensure_venv(log=print)'
+
+setup: $(STAMP)/apt $(STAMP)/pip dynamo-venv
 
 lint: setup
 	ruff check specdec roles deploys inventories group_data tests benchmarks
@@ -46,16 +52,21 @@ test: setup lint
 demo demo-down: export SPECDEC_LAB_INSTANCE = demo
 
 # 1. boot the lab (unless it is up); 2. roll the fleet out, canary first: the gate keeps
-# speculation where it pays and disables it where it does not; 3. roll out again with an
-# engine that crashes at start on lab-nano: it is rolled back (this run fails, as it should,
-# so make goes on past it); 4. the fleet report of that last run, every host explained.
+# speculation where it pays and disables it where it does not (the Dynamo group lab-dyn1 +
+# lab-dyn2 as one, through its frontend); 3. roll out again with an engine that crashes at
+# start on lab-nano and a Dynamo worker that does on lab-dyn2: lab-nano is rolled back, and the
+# whole Dynamo group with it (this run fails, as it should, so make goes on past it); 4. the
+# fleet report of that last run, every host and the group explained; 5. the engine emulator
+# against Dynamo's own mocker as Dynamo workers (benchmarks/dynamo_peer.py).
 demo: setup
 	@if [ -e /var/lib/specdec-lab/demo/state.json ]; then echo "lab: already up"; \
 		else specdec lab up inventories/lab.py; fi
 	specdec rollout inventories/lab.py --batches 1,100%
-	-SPECDEC_LAB_FAULTS=lab-nano=crash_at_start specdec rollout inventories/lab.py --batches 100%
+	-SPECDEC_LAB_FAULTS=lab-nano=crash_at_start,lab-dyn2=crash_at_start \
+		specdec rollout inventories/lab.py --batches 100%
 	specdec lab status inventories/lab.py
 	specdec report
+	$(PYTHON) benchmarks/dynamo_peer.py --requests 8 --max-tokens 96
 	@echo "The lab stays up: 'specdec lab status inventories/lab.py'; 'make demo-down' removes it."
 
 demo-down: setup

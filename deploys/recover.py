@@ -7,8 +7,11 @@ restarts the engine; a host already on its last-good release is left alone ("No 
 A host without a last-good release is reported and left as it is.
 """
 
+import shlex
+
 from pyinfra import host
 from pyinfra.api import operation
+from pyinfra.facts.files import File
 from pyinfra.operations import systemd
 
 from roles import deploy_lock, deploy_unlock
@@ -31,6 +34,12 @@ def restore_last_good():
         return
     yield release.activate(st.last_good)
     yield guard.disarm_command()
+    dirs = [layout.release_dir(r) for r in (st.current, st.last_good) if r]
+    if any(host.get_fact(File, path=f"{d}/{u}.service") for d in dirs
+           for u in layout.AUX_SERVICES):  # a Dynamo frontend member: etcd and the frontend too
+        old, new = (shlex.quote(layout.release_dir(r or "none")) for r in (st.current,
+                                                                           st.last_good))
+        yield f"systemctl daemon-reload && {{ {release.aux_restart(old, new)}; }}"
 
 
 def _escalation() -> dict:

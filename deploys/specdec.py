@@ -15,6 +15,7 @@ from roles import (
     deploy_lock,
     deploy_unlock,
     docker_access,
+    dynamo_infra,
     hf_token,
     images,
     jetson_tuning,
@@ -50,6 +51,8 @@ jetson_tuning(hp, **kw)
 digest = images(hp, **kw)
 # Weights after the image: with the docker runtime `hf download` runs inside it.
 model_prefetch(hp, **kw)
+# A Dynamo group's frontend member: etcd present, the distribution's etcd.service off.
+dynamo_infra(hp, **kw)
 # Last: release files, unit link, atomic switch, restart only on change.
 served = serve(hp, restart_on=[daemon_json, digest], recorded=planned, **kw)
 # Health, limits, benchmark and gate; keep, disable, or roll back and fail the host.

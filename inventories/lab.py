@@ -12,7 +12,8 @@ a real Docker engine that pulls the engine emulator images from the lab's own re
 
 Knobs (environment): SPECDEC_LAB_INSTANCE=NAME (which lab: default demo; the end-to-end
 tests use test, beside it), SPECDEC_LAB_HOSTS=N (first N rows below, default 4, up to 8),
-SPECDEC_LAB_TIME_SCALE=X (emulator speed, default 0.1), SPECDEC_LAB_FAULTS="host=fault,..."
+SPECDEC_LAB_TIME_SCALE=X (emulator speed, default 0.1), SPECDEC_LAB_DYNAMO=0|1 (the Dynamo
+group below, default 1), SPECDEC_LAB_FAULTS="host=fault,..."
 (emulator faults: crash_at_start, slow_start:S, hang_after:N, 5xx_burst:START:COUNT,
 slowdown:F, oom). A row may set lab_link: {delay_ms, jitter_ms, loss_pct}, netem's delay,
 jitter and loss on that host's link (specdec/lab/link.py). See specdec/lab/fleetdata.py for the
@@ -53,4 +54,17 @@ _TABLE = [
                     "specdec_runtime": "docker", "specdec_model": "Qwen/Qwen3-8B"}),
 ]
 
-lab = fleet(_TABLE)
+# Two DGX Sparks serving as one through NVIDIA Dynamo (SPECDEC_LAB_DYNAMO=0 leaves them out):
+# lab-dyn1 runs the group's etcd, the Dynamo frontend (real, from PyPI) and a worker, lab-dyn2 a
+# worker; the workers are the engine emulator registered as Dynamo vLLM workers. Qwen3-8B with
+# its EAGLE-3 head; the gate decides for both through the frontend.
+_GROUPS = [
+    ("lab-dyn1", {"lab_device": "dgx-spark", "specdec_engine": "dynamo",
+                  "specdec_runtime": "native", "specdec_model": "Qwen/Qwen3-8B",
+                  "specdec_group": "spark-pair", "specdec_group_frontend": "lab-dyn1"}),
+    ("lab-dyn2", {"lab_device": "dgx-spark", "specdec_engine": "dynamo",
+                  "specdec_runtime": "native", "specdec_model": "Qwen/Qwen3-8B",
+                  "specdec_group": "spark-pair", "specdec_group_frontend": "lab-dyn1"}),
+]
+
+lab = fleet(_TABLE, groups=_GROUPS)

@@ -13,9 +13,10 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.context import ctx_host
 
 from specdec.catalog import load_catalog
+from specdec.dynamo.group import Group, check_limit, check_plans, groups_of
 from specdec.errors import SpecdecError, redact
 from specdec.hftoken import read_token
-from specdec.hostdata import parse_host_settings
+from specdec.hostdata import as_mapping, parse_host_settings
 from specdec.plan import baseline, make_plan
 from specdec.plan_types import Plan
 from specdec.render import Rendered, render
@@ -59,13 +60,14 @@ class HostPlan:
     rendered: Rendered
     baseline: Rendered | None  # speculation off; None when the plan already has it off
     is_jetson: bool
+    group: Group | None = None  # engine dynamo: the host's serving group
 
 
 def plan_host(name: str, data: Any, identity: Any,
-              installed: dict[str, str] | None = None) -> HostPlan:
+              installed: dict[str, str] | None = None, group: Group | None = None) -> HostPlan:
     """Plan and render one host; any `SpecdecError` becomes a one-line `DeployError`."""
     try:
-        planned = make_plan(name, data, identity, installed=installed)
+        planned = make_plan(name, data, identity, installed=installed, group=group)
         # k: auto with a tuned entry in the cache: the plan carries the tuned values (noted)
         plan = apply_cached(planned, reports_root(), parse_host_settings(name, data).reverify)
         rendered = render(plan)
@@ -76,7 +78,7 @@ def plan_host(name: str, data: Any, identity: Any,
         if exc.host is None:
             msg = f"{name}: {msg}"
         raise DeployError(msg) from None
-    return HostPlan(plan, rendered, base, device.is_jetson)
+    return HostPlan(plan, rendered, base, device.is_jetson, group)
 
 
 def gated_repos(plan: Plan) -> list[str]:
@@ -113,7 +115,8 @@ def missing_token_message(hp: HostPlan) -> str | None:
     )
 
 
-def _prepare_one(h: Any, token: HiddenValue | None) -> tuple[HostPlan, HiddenValue | None]:
+def _prepare_one(h: Any, token: HiddenValue | None,
+                 group: Group | None) -> tuple[HostPlan, HiddenValue | None]:
     from roles.facts import DeviceIdentity, EngineVersions
 
     try:
@@ -125,7 +128,7 @@ def _prepare_one(h: Any, token: HiddenValue | None) -> tuple[HostPlan, HiddenVal
     # Natively, the engine release is what the host has installed (docker: the image's).
     native = (h.data.get("specdec_runtime") or "docker") == "native"
     installed = h.get_fact(EngineVersions) if native else None
-    hp = plan_host(h.name, h.data, identity, installed)
+    hp = plan_host(h.name, h.data, identity, installed, group)
     if token is None and (msg := missing_token_message(hp)):
         raise DeployError(msg)
     return hp, token
@@ -149,17 +152,28 @@ def _prepare_all(state: Any) -> _Prepared:
             tokens[h.name] = read_hf_token(h.name, h.data)
         except DeployError as exc:
             return {x.name: exc for x in state.inventory}
+    try:  # serving groups over the whole inventory; a group is targeted whole or not at all
+        groups = groups_of((h.name, as_mapping(h.data)) for h in state.inventory)
+        check_limit(groups, [h.name for h in targeted])
+    except SpecdecError as exc:
+        err = DeployError(one_line(exc))
+        return {x.name: err for x in state.inventory}
     active = set(state.inventory.get_active_hosts())
     results: _Prepared = {}
 
     def one(h: Any) -> None:
         with ctx_host.use(h):
             try:
-                results[h.name] = _prepare_one(h, tokens.get(h.name))
+                results[h.name] = _prepare_one(h, tokens.get(h.name), groups.get(h.name))
             except DeployError as exc:
                 results[h.name] = exc
 
     gevent.joinall([gevent.spawn(one, h) for h in targeted if h in active], raise_error=True)
+    try:
+        check_plans([r[0].plan for r in results.values() if not isinstance(r, DeployError)])
+    except SpecdecError as exc:
+        err = DeployError(one_line(exc))
+        return {x.name: err for x in state.inventory}
     return results
 
 

@@ -10,7 +10,7 @@ from pyinfra.api import FactBase
 from pyinfra.api.exceptions import FactProcessError
 from typing_extensions import override
 
-from specdec import power, prefetch, release
+from specdec import layout, power, prefetch, release
 from specdec.identify import (
     IDENTITY_FILES,
     NVIDIA_SMI_CMD,
@@ -25,6 +25,7 @@ __all__ = [
     "DeviceIdentity",
     "DockerDaemonConfig",
     "EngineVersions",
+    "EtcdState",
     "HfCached",
     "ImageDigest",
     "JetsonPower",
@@ -187,26 +188,34 @@ class SpecdecReleases(FactBase[release.ReleaseState]):
         return release.parse_state(output)
 
 
-class EngineVersions(FactBase[dict[str, str]]):
-    """Engines installed on the host (native runtime) and their versions, e.g.
-    ``{"vllm": "0.19.0"}``: ``vllm --version``, and the ``tensorrt_llm`` distribution's version
-    as the Python behind ``trtllm-serve`` sees it (importing tensorrt_llm would print a banner
-    and take long)."""
+class _Pairs(FactBase[dict[str, str]]):
+    """A fact that is ``key=value`` pairs (empty when the host says nothing)."""
 
     @staticmethod
     @override
     def default() -> dict[str, str]:
         return {}
 
+
+class EngineVersions(_Pairs):
+    """Engines installed on the host (native runtime) and their versions, e.g.
+    ``{"vllm": "0.19.0"}``: ``vllm --version``, and the ``tensorrt_llm`` distribution's version
+    as the Python behind ``trtllm-serve`` sees it (importing tensorrt_llm would print a banner
+    and take long)."""
+
     @override
     def command(self) -> str:
         meta = shlex.quote("import importlib.metadata as m; print(m.version('tensorrt_llm'))")
+        dyn = shlex.quote("import importlib.metadata as m; print(m.version('ai-dynamo'))")
+        venv_py = f"{layout.DYNAMO_VENV}/bin/python3"
         return (
             "if command -v vllm >/dev/null 2>&1; then "
             "echo \"vllm=$(vllm --version 2>/dev/null | tail -n 1)\"; fi; "
             "if t=$(command -v trtllm-serve 2>/dev/null); then "
             "py=$(head -n 1 \"$t\" | sed -n 's|^#! *\\([^ ]*python[0-9.]*\\).*|\\1|p'); "
-            f"echo \"trtllm=$(${{py:-python3}} -c {meta} 2>/dev/null | tail -n 1)\"; fi; true"
+            f"echo \"trtllm=$(${{py:-python3}} -c {meta} 2>/dev/null | tail -n 1)\"; fi; "
+            f"if [ -x {venv_py} ]; then "
+            f"echo \"dynamo=$({venv_py} -c {dyn} 2>/dev/null | tail -n 1)\"; fi; true"
         )
 
     @override
@@ -216,13 +225,33 @@ class EngineVersions(FactBase[dict[str, str]]):
         found: dict[str, str] = {}
         for line in output:
             engine, sep, text = line.strip().partition("=")
-            if not sep or engine not in ("vllm", "trtllm") or not text:
+            if not sep or engine not in ("vllm", "trtllm", "dynamo") or not text:
                 continue
             try:
                 found[engine] = str(Version.parse(text.split()[-1]))
             except ValueError:
                 continue  # not a version: as good as not installed
         return found
+
+
+class EtcdState(_Pairs):
+    """etcd on the host: ``binary`` (its path, or empty) and the distribution unit's state
+    (``enabled``/``active`` as ``systemctl is-enabled``/``is-active`` print them)."""
+
+    @override
+    def command(self) -> str:
+        return ("echo \"binary=$(command -v etcd 2>/dev/null)\"; "
+                "echo \"enabled=$(systemctl is-enabled etcd.service 2>/dev/null)\"; "
+                "echo \"active=$(systemctl is-active etcd.service 2>/dev/null)\"; true")
+
+    @override
+    def process(self, output: list[str]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for line in output:
+            key, sep, value = line.strip().partition("=")
+            if sep and key in ("binary", "enabled", "active"):
+                out[key] = value.strip()
+        return out
 
 
 class JetsonPower(FactBase[PowerState | None]):

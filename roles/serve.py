@@ -11,6 +11,7 @@ slots in after `serve` and reads `ServeResult`.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from io import StringIO
@@ -54,6 +55,17 @@ def activate(release_id: str, guard_seconds: int):
     if state.last_good is not None and state.last_good != release_id:
         yield guard.arm_command(release_id, guard_seconds)
     yield release.activate(release_id)
+
+
+@operation(is_idempotent=False)
+def restart_aux(old: str, new: str):
+    """Restart the auxiliary units (etcd, Dynamo frontend) whose files differ between two
+    release directories (`specdec.release.aux_restart`).
+
+    + old: the release directory that ran before
+    + new: the release directory that runs now
+    """
+    yield release.aux_restart(shlex.quote(old), shlex.quote(new))
 
 
 @deploy("Install the release guard")
@@ -145,14 +157,28 @@ def serve(hp: HostPlan, restart_on: Sequence[OperationMeta | None] = (),
         target=UNIT_TARGET,
         force=True,
     )
+    # A Dynamo group's frontend member: etcd and the frontend, linked like the engine unit.
+    aux = [f"{u}.service" for u in layout.AUX_SERVICES] if (
+        hp.plan.dynamo is not None and hp.plan.dynamo.is_frontend) else []
+    aux_links = [files.link(name=f"Link /etc/systemd/system/{u} to {layout.CURRENT}/{u}",
+                            path=f"/etc/systemd/system/{u}", target=f"{layout.CURRENT}/{u}",
+                            force=True) for u in host.loop(aux)]
     install_guard()
     switch = activate(name=f"Activate release {desired} ({layout.CURRENT})", release_id=desired,
                       guard_seconds=guard.deadline_for(hp.plan.health_timeout_s))
 
-    unit_changes = [op for op in (unit_op, link, switch) if op is not None]
+    unit_changes = [op for op in (unit_op, link, switch, *aux_links) if op is not None]
     systemd.daemon_reload(
         name="Reload systemd (unit changed)", _if=any_changed(*unit_changes),
     )
+    if aux:
+        before = layout.release_dir(recorded.current) if recorded.current else "/nonexistent"
+        restart_aux(name="Restart etcd and the Dynamo frontend where the release changed them",
+                    old=before, new=layout.release_dir(desired),
+                    _if=any_changed(switch, *aux_links))
+        for u in host.loop(aux):
+            systemd.service(name=f"Ensure {u} is running and enabled", service=u, running=True,
+                            enabled=True)
     restart_ops = unit_changes + [op for op in restart_on if op is not None]
     systemd.service(
         name=f"Restart {layout.SERVICE_NAME} (release, unit or image changed)",

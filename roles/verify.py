@@ -52,7 +52,7 @@ from specdec.release import ReleaseState
 from specdec.report import reports_root, safe_name, write_host_report
 from specdec.rounds import RoundBench
 
-__all__ = ["PyinfraIO", "bench_settings", "make_io", "verify"]
+__all__ = ["PyinfraIO", "bench_settings", "make_io", "verify", "verify_spec"]
 
 _DEFAULT = sv.BenchSettings()
 _BENCH_ENV = {
@@ -236,18 +236,9 @@ def verify_release(spec: sv.VerifySpec, changed: tuple[OperationMeta, ...],
         yield fail_command(f"{host.name}: {result.get('outcome', 'failed')}: {msg}")
 
 
-@deploy("Verify")
-def verify(hp: HostPlan, served: ServeResult, token: HiddenValue | None = None,
-           prior: ReleaseState | None = None) -> None:
-    """Health, limits, benchmark and gate after `serve`; keep, disable or roll back.
-
-    + hp: the host's plan and renderings
-    + served: what serve activated and which of its operations restart the engine
-    + token: the HF token read on the control node (never sent anywhere by this role)
-    + prior: the release state before this run changed anything (`deploy_lock`'s)
-    """
-    if _skip_host():
-        return
+def verify_spec(hp: HostPlan, served: ServeResult, token: HiddenValue | None,
+                prior: ReleaseState | None) -> sv.VerifySpec:
+    """What to verify on this host (prepare phase)."""
     try:
         settings = parse_host_settings(host.name, host.data)
     except SpecdecError as exc:
@@ -259,7 +250,7 @@ def verify(hp: HostPlan, served: ServeResult, token: HiddenValue | None = None,
                   for f in (base.release_files if base is not None else ()))
     secret = token.unmask() if token is not None else None
     roofline = _roofline(hp)
-    spec = sv.VerifySpec(
+    return sv.VerifySpec(
         plan=hp.plan,
         address=str(host.data.get("ssh_hostname") or host.name),
         candidate=served.candidate,
@@ -278,6 +269,26 @@ def verify(hp: HostPlan, served: ServeResult, token: HiddenValue | None = None,
         tune_root=reports_root(),
         bench_mode=settings.bench_mode,
     )
+
+
+@deploy("Verify")
+def verify(hp: HostPlan, served: ServeResult, token: HiddenValue | None = None,
+           prior: ReleaseState | None = None) -> None:
+    """Health, limits, benchmark and gate after `serve`; keep, disable, or roll back.
+
+    + hp: the host's plan and renderings
+    + served: what serve activated and which of its operations restart the engine
+    + token: the HF token read on the control node (never sent anywhere by this role)
+    + prior: the release state before this run changed anything (`deploy_lock`'s)
+    """
+    if _skip_host():
+        return
+    spec = verify_spec(hp, served, token, prior)
+    if hp.group is not None:  # a Dynamo serving group verifies as one (roles/dynamo.py)
+        from roles.dynamo import verify_group
+
+        verify_group(hp, spec, served, token)
+        return
     verify_release(
         name="Verify the release (health, limits, benchmark, gate)",
         spec=spec,

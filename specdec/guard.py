@@ -11,7 +11,8 @@ last-good) or restoring disarms it. Otherwise the guard script runs
   a reboot, the pending marker does),
 
 and points ``current`` back at ``last-good``, reloads systemd and (at the deadline) restarts the
-engine, logging a line to ``/var/lib/specdec/guard.log``. The guard and a commit serialise on
+engine (and a Dynamo frontend member's etcd and frontend units where last-good's differ), logging
+a line to ``/var/lib/specdec/guard.log``. The guard and a commit serialise on
 ``flock``; a commit fails when the guard already reverted (``current`` moved).
 
 Pure text and command builders; nothing here talks to a host.
@@ -65,6 +66,7 @@ if [ -n "$good" ] && [ "$good" != "$cur" ]; then
     ln -sfn "$good" current.guard.tmp && mv -T current.guard.tmp current
     systemctl daemon-reload
     if [ "$mode" != boot ]; then
+        {release.aux_restart('"$cur"', '"$good"')}
         systemctl restart {layout.SERVICE_NAME}.service
     fi
     echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) $mode: reverted ${{cur#releases/}}" \\

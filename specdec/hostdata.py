@@ -14,6 +14,11 @@ from typing import Any
 
 from specdec import hygiene
 from specdec.catalog import ENGINES, METHODS, RUNTIMES
+from specdec.engines.dynamo import (
+    DEFAULT_MIGRATION_LIMIT,
+    DEFAULT_ROUTER_MODE,
+    DEFAULT_SYSTEM_PORT,
+)
 from specdec.errors import REDACTED, ConfigError, redact
 from specdec.hygiene import show
 from specdec.layout import SERVICE_USER
@@ -90,6 +95,15 @@ class HostSettings:
     verify: bool = True  # False: provision and release only (no benchmark/gate)
     bench_mode: str = "host"  # where the benchmark client runs (specdec.bench.remote.MODES)
     service_user: str = SERVICE_USER
+    # NVIDIA Dynamo (specdec_engine: dynamo): the serving group and its frontend member, this
+    # host's address for the group's traffic, its worker's system port, the frontend's router
+    # and request migration.
+    group: str | None = None
+    group_frontend: str | None = None
+    dynamo_address: str | None = None
+    dynamo_system_port: int = DEFAULT_SYSTEM_PORT
+    dynamo_router_mode: str = DEFAULT_ROUTER_MODE
+    dynamo_migration_limit: int = DEFAULT_MIGRATION_LIMIT
     keys: frozenset[str] = frozenset()  # the specdec_* keys the data actually set ("pinned")
 
     def pinned(self, field_name: str) -> bool:
@@ -277,6 +291,38 @@ def _bench_mode(r: _Reader) -> str:
     return mode
 
 
+_GROUP_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,30}")
+_ADDRESS = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:-]{0,252}")
+DYNAMO_KEYS = ("group", "group_frontend", "dynamo_address", "dynamo_system_port",
+               "dynamo_router_mode", "dynamo_migration_limit")
+
+
+def _dynamo(r: _Reader, engine: str | None) -> dict[str, Any]:
+    from specdec.engines.dynamo import ROUTER_MODES
+
+    out: dict[str, Any] = {}
+    group = r.str_("specdec_group")
+    if group is not None and not _GROUP_NAME.fullmatch(group):
+        raise r.fail("specdec_group", group, "a group name is lowercase letters, digits and - "
+                     "(at most 31)")
+    out["group"] = group
+    front = r.get("specdec_group_frontend")
+    out["group_frontend"] = None if front is None else hygiene.check_host_name(front)
+    addr = r.str_("specdec_dynamo_address")
+    if addr is not None and not _ADDRESS.fullmatch(addr):
+        raise r.fail("specdec_dynamo_address", addr, "must be an IP address or a host name")
+    out["dynamo_address"] = addr
+    out["dynamo_system_port"] = r.int_("specdec_dynamo_system_port", 1024, 65535)
+    out["dynamo_router_mode"] = r.str_("specdec_dynamo_router_mode", ROUTER_MODES)
+    out["dynamo_migration_limit"] = r.int_("specdec_dynamo_migration_limit", 0, 16)
+    if engine != "dynamo":
+        for name in DYNAMO_KEYS:
+            if out[name] is not None:
+                raise r.fail(f"specdec_{name}", out[name], "only applies to "
+                             "specdec_engine='dynamo'")
+    return {k: v for k, v in out.items() if v is not None}  # unset: the defaults
+
+
 def parse_host_settings(host: str, data: Any) -> HostSettings:
     """Validate the host name and the ``specdec_*`` keys of ``data`` (other keys are ignored)."""
     hygiene.check_host_name(host)
@@ -334,6 +380,7 @@ def parse_host_settings(host: str, data: Any) -> HostSettings:
         verify=r.bool_("specdec_verify", True),
         bench_mode=_bench_mode(r),
         service_user=service_user,
+        **_dynamo(r, engine),
         keys=frozenset(
             k for k, v in mapping.items() if isinstance(k, str) and k.startswith(PREFIX)
             and v is not None
@@ -349,6 +396,6 @@ KNOWN_KEYS = tuple(
         "engine_version", "memlock",
         "env", "extra_args", "jetson_tuning", "health_timeout", "gate", "model_params_b",
         "model_weight_gib", "model_kv_bytes_per_token", "model_tokenizer", "hf_token_file",
-        "reverify", "verify", "bench_mode", "service_user",
+        "reverify", "verify", "bench_mode", "service_user", *DYNAMO_KEYS,
     )
 )

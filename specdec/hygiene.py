@@ -14,6 +14,7 @@ import unicodedata
 from collections.abc import Sized
 from typing import Any
 
+from specdec.engines.dynamo import ENV_NAMES
 from specdec.errors import ConfigError, redact
 
 __all__ = [
@@ -251,6 +252,19 @@ _TRTLLM_MANAGED = {
     "--extra_llm_api_options": "specdec writes engine.yaml",
     "--config": "specdec writes engine.yaml",
 }
+# python -m dynamo.vllm (Dynamo 1.6.1 dynamo/vllm/args.py): vLLM's engine flags plus Dynamo's
+# own; specdec sets the discovery and transport through the environment and the identity by
+# its defaults, so none of them may come again as an argument.
+_DYNAMO_MANAGED = {
+    **{k: v for k, v in _VLLM_MANAGED.items() if k not in ("--host", "--port")},
+    "--discovery-backend": "specdec runs etcd discovery on the group's frontend host",
+    "--request-plane": "specdec uses the TCP request plane",
+    "--event-plane": "specdec uses the default ZMQ event plane",
+    "--response-plane": "specdec uses the default TCP response plane",
+    "--namespace": "a group serves in Dynamo's default namespace",
+    "--endpoint": "a group serves on dyn://dynamo.backend.generate",
+    "--store-kv": "specdec runs etcd discovery on the group's frontend host",
+}
 _SECRET_FLAGS = ("--hf-token", "--api-key", "--token")
 
 
@@ -271,8 +285,8 @@ def managed_flag(arg: str, engine: str) -> tuple[str, str] | None:
     if not arg.startswith("--") or arg == "--":
         return None
     key = _normal(arg.split("=", 1)[0].split(".", 1)[0])
-    table = _VLLM_MANAGED if engine == "vllm" else _TRTLLM_MANAGED
-    prefixes = engine == "vllm" and len(key) > 3
+    table = {"vllm": _VLLM_MANAGED, "dynamo": _DYNAMO_MANAGED}.get(engine, _TRTLLM_MANAGED)
+    prefixes = engine in ("vllm", "dynamo") and len(key) > 3
     for flag, why in table.items():
         if key == _normal(flag) or (prefixes and _normal(flag).startswith(key)):
             return flag, f"{flag} is managed by specdec ({why})"
@@ -301,7 +315,9 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 # token go: the Hub's own variables (HF_ENDPOINT, HUGGING_FACE_HUB_TOKEN, …), the dynamic
 # loader (LD_PRELOAD, LD_LIBRARY_PATH, …), the search path and the interpreter's import path.
 RESERVED_ENV_PREFIXES = ("HF_", "HUGGING_FACE_", "HUGGINGFACE_", "LD_")
-RESERVED_ENV = ("PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "CREDENTIALS_DIRECTORY")
+RESERVED_ENV = ("PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "CREDENTIALS_DIRECTORY",
+                # what specdec sets for a Dynamo worker and frontend (specdec/engines/dynamo.py)
+                *ENV_NAMES)
 
 
 def check_env_name(host: str | None, key: str, name: Any) -> str:

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 __all__ = [
+    "AUX_SERVICES",
     "CONFIG_DIR",
+    "DYNAMO_VENV",
+    "ETCD_SERVICE",
+    "FRONTEND_SERVICE",
     "CURRENT",
     "HF_HOME",
     "HUB_CACHE",
@@ -24,6 +28,11 @@ __all__ = [
 ]
 
 SERVICE_NAME = "specdec-engine"
+# NVIDIA Dynamo: on a group's frontend member, besides the worker (SERVICE_NAME), in start order.
+ETCD_SERVICE = "specdec-etcd"
+FRONTEND_SERVICE = "specdec-frontend"
+AUX_SERVICES = (ETCD_SERVICE, FRONTEND_SERVICE)
+DYNAMO_VENV = "/opt/dynamo/venv"  # native runtime: ai-dynamo[vllm] installed here
 SERVICE_USER = "specdec"
 CONFIG_DIR = "/etc/specdec"
 HF_TOKEN_FILE = "/etc/specdec/hf_token"  # root:root 0600; read via LoadCredential / ro bind mount

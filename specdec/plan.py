@@ -11,12 +11,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specdec.catalog import GIB, Catalog, Device, Image, Model, load_catalog
 from specdec.errors import ConfigError, PlanError
 from specdec.fit import fit, fit_problem, max_model_len_for
-from specdec.hostdata import HostSettings, parse_host_settings
+from specdec.hostdata import HostSettings, as_mapping, parse_host_settings
 from specdec.hygiene import check_image
 from specdec.identify import Identity
 from specdec.plan_engine import (
@@ -26,8 +26,11 @@ from specdec.plan_engine import (
     release_details,
     runnable,
 )
-from specdec.plan_types import FitReport, Plan
+from specdec.plan_types import DynamoPlan, FitReport, Plan
 from specdec.tune import K_MAX
+
+if TYPE_CHECKING:
+    from specdec.dynamo.group import Group
 
 __all__ = ["DEFAULT_PORT", "baseline", "check_image", "make_plan"]
 
@@ -266,9 +269,11 @@ def make_plan(
     identity: Identity | None = None,
     catalog: Catalog | None = None,
     installed: Mapping[str, str] | None = None,
+    group: Group | None = None,
 ) -> Plan:
     """Plan one host. ``data``: its host data (dict, Mapping or pyinfra ``host.data``);
-    ``installed``: engine -> version found on the host (native runtime), when known."""
+    ``installed``: engine -> version found on the host (native runtime), when known;
+    ``group``: its Dynamo serving group (`specdec.dynamo.group.groups_of` over the inventory)."""
     identity, cat = _coerce_args(identity, catalog)
     s = parse_host_settings(host, data)
     if s.model is None:
@@ -304,6 +309,13 @@ def make_plan(
                                 else ("36.4" if device.platform == "l4t" else None))
     version, origin = engine_version(s, engine, runtime, image, img, installed)
     notes.append(f"{engine} {version} ({origin})")
+    vllm_pin: str | None = None
+    if engine == "dynamo":
+        from specdec.dynamo.plan import vllm_release
+
+        vllm_pin = vllm_release(s, version, origin)
+        notes.append(f"Dynamo {version} runs vLLM {vllm_pin}: its speculative config is "
+                     f"vLLM {vllm_pin}'s")
 
     model = _custom_model(s, cat, device)
     quant = cat.quantizations.get(model.quantization)
@@ -369,7 +381,8 @@ def make_plan(
         notes.append(f"method {cand.method}: {cand.why}, fits")
 
     k = _spec_tokens(s, device, cand.method)
-    k_auto = s.num_speculative_tokens is None and cand.method != "none"
+    # k auto is tuned on the host's own API; a Dynamo group is measured through its frontend
+    k_auto = s.num_speculative_tokens is None and cand.method != "none" and vllm_pin is None
     methods: tuple[tuple[str, str | None], ...] = ()
     if k_auto:
         methods = ((cand.method, cand.draft),)
@@ -380,6 +393,11 @@ def make_plan(
         notes.append(f"num_speculative_tokens auto: tuned on the host from k={k} over 1.."
                      f"{K_MAX}" + (" (and against n-gram)" if len(methods) > 1 else ""))
     env = dict(s.env)
+    dyn: DynamoPlan | None = None
+    if vllm_pin is not None:
+        from specdec.dynamo.plan import dynamo_part
+
+        dyn = dynamo_part(s, as_mapping(data), group, vllm_pin, port, cand.method, k, notes)
     decoding, draft_dir, tiktoken = engine_details(engine, version, model, cand.method,
                                                     cand.draft)
     return Plan(
@@ -412,6 +430,7 @@ def make_plan(
         decoding_type=decoding,
         draft_dir=draft_dir,
         tiktoken_dir=tiktoken,
+        dynamo=dyn,
         k_auto=k_auto,
         tune_methods=methods,
     )

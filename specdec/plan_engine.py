@@ -81,8 +81,10 @@ def engine_version(s: HostSettings, engine: str, runtime: str, image: str | None
     if installed is not None:  # the deploy looked on the host
         found = Version.parse(installed[engine]) if engine in installed else None
         if found is None and pinned is None:
+            where = (f"no ai-dynamo in {layout.DYNAMO_VENV}" if engine == "dynamo" else
+                     "nothing on PATH answers --version")
             raise PlanError(f"specdec_runtime='native': {engine} is not installed on the host "
-                            "(nothing on PATH answers --version)", host=s.host)
+                            f"({where})", host=s.host)
         if found is not None and pinned is not None and found != pinned:
             raise PlanError(
                 f"specdec_engine_version={s.engine_version!r}: the host has {engine} {found} "
@@ -107,7 +109,7 @@ def runnable(s: HostSettings, engine: str, version: Version, model: Model,
     naming the first release that can; otherwise each skipped one is noted (fallback order:
     EAGLE-3 -> draft model -> n-gram)."""
     target = Target(model.id, model.architecture, model.model_type)
-    name = "vLLM" if engine == "vllm" else "TensorRT-LLM"
+    name = {"vllm": "vLLM", "trtllm": "TensorRT-LLM", "dynamo": "Dynamo"}[engine]
     out: list[C] = []
     for cand in candidates:
         sup = support(engine, version, cand.method, target)

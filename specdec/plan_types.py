@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FitReport", "GatePolicy", "Plan"]
+__all__ = ["DynamoPlan", "FitReport", "GatePolicy", "Plan"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,34 @@ class FitReport:
 
 
 @dataclass(frozen=True)
+class DynamoPlan:
+    """A host's part in a Dynamo serving group (``specdec_engine: dynamo``): every member runs a
+    worker; the frontend member also runs etcd (discovery) and the OpenAI frontend. Requests go
+    over Dynamo's TCP request plane, events over its default ZMQ plane: no NATS."""
+
+    vllm_version: str  # the vLLM release the Dynamo release pins (its worker's engine)
+    group: str
+    frontend: str  # inventory name of the member running etcd + the frontend
+    frontend_address: str  # where members reach etcd and clients the frontend
+    address: str  # this host's address for the group's traffic (bind and advertise)
+    is_frontend: bool
+    system_port: int  # the worker's system server (health, metrics, the model card files)
+    router_mode: str
+    migration_limit: int
+    etcd_port: int = 2379
+    etcd_peer_port: int = 2380
+    namespace: str = "dynamo"
+
+    @property
+    def etcd_endpoint(self) -> str:
+        return f"http://{_url_host(self.frontend_address)}:{self.etcd_port}"
+
+
+def _url_host(address: str) -> str:
+    return f"[{address}]" if ":" in address and not address.startswith("[") else address
+
+
+@dataclass(frozen=True)
 class Plan:
     host: str
     device: str  # catalog device id
@@ -85,6 +113,14 @@ class Plan:
     tune_methods: tuple[tuple[str, str | None], ...] = ()  # compared by the tune (first: this)
     k_by_batch: tuple[tuple[int, int, int], ...] = ()  # num_speculative_tokens_per_batch_size
     tuned: str | None = None  # the tune cache entry whose values this plan carries
+    dynamo: DynamoPlan | None = None  # engine dynamo: the host's part in its serving group
+
+    @property
+    def vllm_version(self) -> str | None:
+        """The vLLM release whose flags and speculative config the engine takes."""
+        if self.engine == "vllm":
+            return self.engine_version
+        return self.dynamo.vllm_version if self.dynamo is not None else None
 
     @property
     def speculative(self) -> bool:
@@ -93,6 +129,8 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["speculative"] = self.speculative
+        if d.get("dynamo") is None:
+            d.pop("dynamo", None)  # keeps the release ids of the other engines as they were
         return d
 
     def to_json(self) -> str:

@@ -26,6 +26,7 @@ __all__ = [
     "MARK",
     "ReleaseState",
     "activate",
+    "aux_restart",
     "desired_release",
     "mark_last_good",
     "parse_state",
@@ -65,6 +66,20 @@ def activate(release_id: str) -> str:
     lock = shlex.quote(f"{layout.STATE_DIR}/{GUARD_LOCK}")
     inner = switch(layout.CURRENT, release_id, "activate")
     return f"flock -w {FLOCK_WAIT_S} {lock} sh -c {shlex.quote(inner)}"
+
+
+def aux_restart(old: str, new: str) -> str:
+    """After a switch from release dir ``old`` to ``new`` (shell words, e.g. ``"$cur"``): restart
+    each auxiliary unit (`layout.AUX_SERVICES`, in start order) whose file differs or that is not
+    running; stop one the new release no longer has. Identical units keep running."""
+    parts = []
+    for name in layout.AUX_SERVICES:
+        u = f"{name}.service"
+        parts.append(
+            f"if [ -e {new}/{u} ]; then if ! cmp -s {old}/{u} {new}/{u} || "
+            f"! systemctl is-active -q {u}; then systemctl restart {u}; fi; "
+            f"elif [ -e {old}/{u} ]; then systemctl stop {u}; fi")
+    return "; ".join(parts)
 
 
 def mark_last_good(release_id: str) -> str:

@@ -123,6 +123,10 @@ def speculative_config(plan: Plan) -> dict[str, object] | None:
 
     if not plan.speculative:
         return None
+    version = plan.vllm_version
+    if version is None:
+        raise RenderError(f"engine={plan.engine!r} takes no vLLM speculative config",
+                          host=plan.host)
     cfg: dict[str, object] = {"method": plan.method}
     if plan.draft:
         cfg["model"] = plan.draft
@@ -134,9 +138,9 @@ def speculative_config(plan: Plan) -> dict[str, object] | None:
         # [[start, end, k], ...], the first range starting at 1, k = 0 off: vLLM 0.24.0
         # vllm/config/speculative.py:161-167 (PR #32374); refused below for older releases
         cfg["num_speculative_tokens_per_batch_size"] = [list(r) for r in plan.k_by_batch]
-    unknown = set(cfg) - vllm_facts(plan.engine_version).spec_keys
+    unknown = set(cfg) - vllm_facts(version).spec_keys
     if unknown:
-        raise RenderError(f"vLLM {plan.engine_version} has no speculative-config key "
+        raise RenderError(f"vLLM {version} has no speculative-config key "
                           f"{', '.join(sorted(unknown))}", host=plan.host)
     return cfg
 
@@ -160,6 +164,11 @@ def engine_argv(plan: Plan, engine_yaml: str | None = None) -> list[str]:
         cfg = speculative_config(plan)
         if cfg is not None:
             argv += ["--speculative-config", json.dumps(cfg, separators=(",", ":"))]
+    elif plan.engine == "dynamo":
+        from specdec.dynamo.render import worker_argv
+
+        cfg = speculative_config(plan)
+        argv = worker_argv(plan, json.dumps(cfg, separators=(",", ":")) if cfg else None)
     elif plan.engine == "trtllm":
         if engine_yaml is None:
             raise RenderError("trtllm needs the engine.yaml path", host=plan.host)
@@ -203,6 +212,10 @@ def _docker_argv(plan: Plan, release_id: str, device_is_jetson: bool) -> list[st
         argv += ["-v", "/etc/nv_tegra_release:/etc/nv_tegra_release:ro"]
     if plan.tiktoken_dir:
         argv += ["-e", f"TIKTOKEN_ENCODINGS_BASE={plan.tiktoken_dir}"]
+    if plan.engine == "dynamo":
+        from specdec.dynamo.render import worker_env
+
+        argv += [a for k, v in worker_env(plan) for a in ("-e", f"{k}={v}")]
     for name, value in plan.env:
         argv += ["-e", f"{name}={value}"]
     engine_yaml = None
@@ -216,6 +229,8 @@ def _docker_argv(plan: Plan, release_id: str, device_is_jetson: bool) -> list[st
 def _native_argv(plan: Plan, release_id: str) -> list[str]:
     engine_yaml = _engine_yaml_path(plan, release_id) if plan.engine == "trtllm" else None
     argv = engine_argv(plan, engine_yaml)
+    if plan.engine == "dynamo":
+        return argv  # the venv's interpreter already
     if plan.engine == "vllm":
         return ["/usr/local/bin/vllm"] + argv[1:]
     return ["/usr/local/bin/trtllm-serve"] + argv[1:]
@@ -330,6 +345,14 @@ def render(plan: Plan) -> Rendered:
         env_lines.append("HF_TOKEN_PATH=%d/hf_token")  # %d: systemd's credentials directory
         if plan.tiktoken_dir:
             env_lines.append(_env_assignment("TIKTOKEN_ENCODINGS_BASE", plan.tiktoken_dir))
+    after: list[str] = []
+    if plan.dynamo is not None:
+        from specdec.dynamo.render import worker_env
+
+        if not docker:
+            env_lines += [_env_assignment(k, v) for k, v in worker_env(plan)]
+        if plan.dynamo.is_frontend:  # the worker registers with the etcd beside it
+            after.append(f"{layout.ETCD_SERVICE}.service")
     env_lines += [_env_assignment(k, v) for k, v in plan.env]
 
     argv = _docker_argv(plan, release_id, is_jetson) if docker else _native_argv(plan, release_id)
@@ -347,8 +370,13 @@ def render(plan: Plan) -> Rendered:
         container=layout.SERVICE_NAME,
         exec_start=_exec_line(argv),
         state_dir=layout.STATE_DIR,
+        after="".join(" " + u for u in after),
     )
     files = [RenderedFile(f"{rdir}/{UNIT_FILE}", unit)]
+    if plan.dynamo is not None:
+        from specdec.dynamo.render import aux_units
+
+        files += [RenderedFile(f"{rdir}/{name}", text) for name, text in aux_units(plan)]
     if plan.engine == "trtllm":
         body = yaml.safe_dump(_engine_yaml(plan), sort_keys=True, default_flow_style=False)
         header = _template("engine.yaml.j2", plan=plan, release_id=release_id,

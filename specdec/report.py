@@ -250,6 +250,9 @@ def summary_markdown(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
             _roof(f["roofline_base_pct"]), _roof(f["roofline_spec_pct"]),
             r.get("message"),
         )) + " |")
+    from specdec.dynamo.report import group_lines  # (it imports this module)
+
+    lines += group_lines(reports)
     lines += ["", f"Roofline: {HOW}."]
     if scales:
         lines.append(f"Emulated hosts: figures are device time (the engine emulator ran at time "
@@ -343,6 +346,8 @@ def _method(r: Mapping[str, Any]) -> str:
 
 
 def index_html(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
+    from specdec.dynamo.report import groups_html  # (it imports this module)
+
     e = html.escape
     rows = []
     tpot, thr1, thr8, acc = [], [], [], []
@@ -396,6 +401,7 @@ svg {{ display: block; margin: 1.5em 0; font-family: system-ui, sans-serif; }}
 </tbody></table>
 <p>Roofline: {e(HOW)}. Hosts marked (emulated): figures of the engine emulator in device
 time (what the device would show).</p>
+{groups_html(reports)}
 <h2>Baseline vs speculation</h2>
 {_bars("TPOT p50 at concurrency 1 (lower is better)", "ms", tpot)}
 {_bars("Output throughput at concurrency 1", "tok/s", thr1)}

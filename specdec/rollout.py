@@ -4,8 +4,10 @@
 ``pyinfra -y INVENTORY deploys/specdec.py --limit <batch hosts>`` once per batch. Batch sizes
 follow Ansible's ``serial``: each item is the size of the next batch (a count, or a percentage
 of all targeted hosts, rounded down, at least 1); the last item repeats until every host had
-its turn. After each batch the per-host reports decide: a host is failed when its outcome is
-``rolled_back``, ``failed`` or ``held`` (or it has no report at all); when a batch's failed share
+its turn. A Dynamo serving group is one unit: its members go into one batch together, never
+split (`specdec.dynamo.group`). After each batch the per-host reports decide: a host is failed
+when its outcome is ``rolled_back``, ``failed`` or ``held`` (or it has no report at all); when a
+batch's failed share
 *exceeds* ``--max-fail-percent`` (default 0) the rollout stops and the hosts of later batches
 are left untouched and reported ``skipped``.
 
@@ -46,6 +48,7 @@ __all__ = [
     "RolloutPlan",
     "RolloutResult",
     "batch_hosts",
+    "batch_units",
     "check_hosts",
     "check_reports_dir",
     "exceeds",
@@ -115,6 +118,26 @@ def batch_hosts(hosts: Sequence[str], batches: Sequence[Batch]) -> list[list[str
         size = batches[min(k, len(batches) - 1)].size(total)
         out.append(list(hosts[i:i + size]))
         i += size
+        k += 1
+    return out
+
+
+def batch_units(units: Sequence[Sequence[str]], batches: Sequence[Batch]) -> list[list[str]]:
+    """As `batch_hosts`, over deploy units (a Dynamo serving group's members, or one host): a
+    batch takes whole units until it holds its size in hosts (at least one unit), so a group is
+    never split across batches (a canary batch of 1 is a whole group when a group comes first)."""
+    if not batches:
+        raise RolloutError("--batches: no batches")
+    total = sum(len(u) for u in units)
+    out: list[list[str]] = []
+    i, k = 0, 0
+    while i < len(units):
+        size = batches[min(k, len(batches) - 1)].size(total)
+        batch: list[str] = []
+        while i < len(units) and (not batch or len(batch) + len(units[i]) <= size):
+            batch.extend(units[i])
+            i += 1
+        out.append(batch)
         k += 1
     return out
 

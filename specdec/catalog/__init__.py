@@ -30,7 +30,7 @@ __all__ = [
     "load_catalog",
 ]
 
-ENGINES = ("vllm", "trtllm")
+ENGINES = ("vllm", "trtllm", "dynamo")  # dynamo: NVIDIA Dynamo with its vLLM worker
 RUNTIMES = ("docker", "native")
 # vLLM's spelling of speculative methods (SpeculativeConfig.method), plus "none".
 METHODS = (

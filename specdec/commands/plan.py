@@ -37,15 +37,20 @@ def register(subparsers: Any) -> None:
 
 def _plans(inventory: str, limit: str | None) -> list[Plan]:
     """Plans as the deploy makes them: with the tuned values of the tune cache, if any."""
+    from specdec.dynamo.group import check_plans, groups_of
     from specdec.hostdata import parse_host_settings
     from specdec.inventory import load_inventory
     from specdec.plan import make_plan
     from specdec.report import reports_root
     from specdec.tunecache import apply_cached
 
-    return [apply_cached(make_plan(name, data, None), reports_root(),
-                         parse_host_settings(name, data).reverify)
-            for name, data in load_inventory(inventory, limit)]
+    chosen = load_inventory(inventory, limit)
+    groups = groups_of(load_inventory(inventory) if limit else chosen)
+    plans = [apply_cached(make_plan(name, data, None, group=groups.get(name)), reports_root(),
+                          parse_host_settings(name, data).reverify)
+             for name, data in chosen]
+    check_plans(plans)
+    return plans
 
 
 def _k(p: Plan) -> str:
@@ -105,7 +110,24 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for p in plans:
         for note in p.notes:
             print(f"  {p.host}: {note}")
+    _print_groups(plans)
     return 0
+
+
+def _print_groups(plans: list[Plan]) -> None:
+    """Each Dynamo serving group: its frontend endpoint and members."""
+    from specdec.dynamo.group import plans_by_group
+    from specdec.verify import engine_url
+
+    for name, ps in plans_by_group(plans).items():
+        d = ps[0].dynamo
+        assert d is not None
+        roles = {True: "etcd, frontend, worker", False: "worker"}
+        members = ", ".join(f"{p.host} ({roles[bool(p.dynamo and p.dynamo.is_frontend)]})"
+                            for p in ps)
+        print(f"group {name}: {engine_url(d.frontend_address, ps[0].port)}/v1 (Dynamo "
+              f"{ps[0].engine_version}, vLLM {d.vllm_version}, etcd {d.etcd_endpoint}, router "
+              f"{d.router_mode}); members: {members}")
 
 
 def cmd_render(args: argparse.Namespace) -> int:

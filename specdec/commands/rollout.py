@@ -52,15 +52,20 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     if not inventory.is_file():
         raise RolloutError(f"inventory {args.inventory!r}: no such file")
 
+    from specdec.dynamo.group import check_limit, groups_of, units
     from specdec.inventory import load_inventory
 
     loaded = load_inventory(str(inventory), args.limit)
     ro.check_hosts(loaded, args.data)
-    hosts = [name for name, _ in loaded]
+    every = load_inventory(str(inventory)) if args.limit else loaded
+    groups = groups_of(every)
+    check_limit(groups, [name for name, _ in loaded])
+    order = units([name for name, _ in loaded], groups)
+    hosts = [h for unit in order for h in unit]
     plan = ro.RolloutPlan(
         inventory=inventory.resolve(),
         hosts=hosts,
-        batches=ro.batch_hosts(hosts, batches),
+        batches=ro.batch_units(order, batches),
         max_fail_percent=max_fail,
         run_id=run_id,
         reports_root=root,

@@ -113,14 +113,17 @@ class EngineService:
             return self.request_number
 
     # -- requests -------------------------------------------------------------------------------
-    def generate(self, gen: GenRequest, arrival: float) -> tuple[RequestState, Iterator[Event]]:
+    def generate(self, gen: GenRequest, arrival: float, sink: queue.Queue[Any] | None = None
+                 ) -> tuple[RequestState, Iterator[Event]]:
+        """Submit ``gen``; its events as they are published (``sink``: the queue they arrive
+        on, when the caller needs to end the wait itself)."""
         st = RequestState(gen=gen, record=RequestRecord(arrival=arrival,
                                                         category=gen.categories[0]))
         n = len(gen.choice_of)
         st.completion = [0] * n
         st.finish = [None] * n
         st.cached = [0] * n
-        sink: queue.Queue[Any] = queue.Queue()
+        sink = sink if sink is not None else queue.Queue()
         st.ids = self.scheduler.submit(list(gen.seqs), sink)
         index = {sid: i for i, sid in enumerate(st.ids)}
         return st, self._events(st, sink, index)

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from specdec.engines import trtllm, vllm
+from specdec.engines import dynamo, trtllm, vllm
 from specdec.engines.ranges import first_version
 from specdec.engines.version import Version
 
-__all__ = ["Support", "Target", "support"]
+__all__ = ["DYNAMO_EAGLE3_ONLY", "Support", "Target", "support"]
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,33 @@ def _trtllm(v: Version, method: str, target: Target) -> Support:
     return Support(True, "", facts.decoding_source)
 
 
+# Dynamo's speculative-decoding guide (docs/features/speculative_decoding/
+# speculative_decoding_vllm.md, "Limitations"): only EAGLE-3 is supported as the draft model;
+# dynamo.vllm still hands --speculative-config to vLLM unchanged (dynamo/vllm/args.py).
+DYNAMO_EAGLE3_ONLY = ("Dynamo's vLLM speculative-decoding guide lists only EAGLE-3 as "
+                      "supported; dynamo.vllm passes the config to vLLM {vllm} unchanged")
+
+
+def _dynamo(v: Version, method: str, target: Target) -> Support:
+    facts = dynamo.dynamo_facts(v)
+    if facts is None:
+        return Support(False, f"Dynamo {v} is not in the release table (its vLLM pin is not "
+                       f"known; known: {', '.join(dynamo.known_releases())})",
+                       "specdec/engines/dynamo.py RELEASES")
+    inner = _vllm(facts.vllm, method, target)
+    src = f"{facts.source}; {inner.source}"
+    if not inner.ok:
+        return Support(False, f"{inner.reason} (Dynamo {v} runs vLLM {facts.vllm})", src)
+    return Support(True, "", src, caveat=inner.caveat)
+
+
+def _dynamo_bounds() -> list[Version]:
+    return [Version.parse(r) for r in dynamo.known_releases()]
+
+
 _CHECKS: dict[str, tuple[Callable[[Version, str, Target], Support], Callable[[], list[Version]]]]
-_CHECKS = {"vllm": (_vllm, vllm.boundaries), "trtllm": (_trtllm, trtllm.boundaries)}
+_CHECKS = {"vllm": (_vllm, vllm.boundaries), "trtllm": (_trtllm, trtllm.boundaries),
+           "dynamo": (_dynamo, _dynamo_bounds)}
 
 
 def support(engine: str, version: Version, method: str, target: Target) -> Support:

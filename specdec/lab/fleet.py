@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from specdec.errors import LabError
+from specdec.lab import dynamo, images, link
 from specdec.lab import host as hostmod
-from specdec.lab import images, link
 from specdec.lab.instance import Instance
 from specdec.lab.rootfs import HOST_RECIPE, IMAGE_RECIPE, cached_rootfs, ensure_rootfs
 from specdec.lab.spec import LabHost, lab_hosts
@@ -210,6 +210,9 @@ def up(inventory: str, *, limit: str | None = None, log: Log = _noop,
         image_root = ensure_rootfs(IMAGE_RECIPE)
         built = images.build_images(image_root, IMAGE_RECIPE.digest())
         log(f"images: {len(built.images)} mirrors of the catalog images in the lab registry")
+        if any(h.engine == "dynamo" for h in hosts):
+            dynamo.ensure_venv(log=log)
+        groups = dynamo.lab_groups(inventory, limit)
         _ensure_key(inst)
         _ensure_hf_token(inst)
 
@@ -226,7 +229,7 @@ def up(inventory: str, *, limit: str | None = None, log: Log = _noop,
         save_state(inst, state)
         log(f"instance {inst.name}: {inst.subnet}, state in {inst.dir}")
         try:
-            _bring_up(inst, state, hosts, host_root, built, log)
+            _bring_up(inst, state, hosts, host_root, built, log, groups)
         except BaseException as exc:
             log("rolling back")
             left = teardown(inst, state, _noop)
@@ -243,7 +246,8 @@ def up(inventory: str, *, limit: str | None = None, log: Log = _noop,
 
 
 def _bring_up(inst: Instance, state: dict[str, Any], hosts: list[LabHost], host_root: Path,
-              built: images.BuiltImages, log: Log) -> None:
+              built: images.BuiltImages, log: Log,
+              groups: dict[str, list[str]] | None = None) -> None:
     hostmod.ensure_nspawn_run()
     deadline = time.monotonic() + 30
     for h in hosts:
@@ -256,6 +260,7 @@ def _bring_up(inst: Instance, state: dict[str, Any], hosts: list[LabHost], host_
                 h.netns, h.veth, h.link, hostmod.host_dir(h) / "link.log"))
             log(f"{h.name}: link {h.link}")
         _record(inst, state, h.name, "registry", hostmod.start_registry(h))
+    dynamo.group_routes(hosts, groups or {})
     for h in hosts:
         _wait_registry(h, deadline)
     images.push(built, hosts[0].netns)
@@ -324,7 +329,9 @@ def _http_ok(url: str, timeout: float = 3.0) -> bool:
         return False
 
 
-def host_status(h: LabHost, up_: bool) -> dict[str, Any]:
+def host_status(h: LabHost, up_: bool, probe: str | None = None) -> dict[str, Any]:
+    """``probe``: the URL that says the host serves (default: its OpenAI ``/v1/models``; a
+    Dynamo worker-only member: its worker's system ``/health``)."""
     rec: dict[str, Any] = {"host": h.name, "device": h.device, "address": h.address,
                            "reachable": False, "service_active": False, "serving": False}
     if not up_:
@@ -335,8 +342,25 @@ def host_status(h: LabHost, up_: bool) -> dict[str, Any]:
     )
     rec["reachable"] = proc.returncode == 0
     rec["service_active"] = rec["reachable"] and proc.stdout.strip() == "active"
-    rec["serving"] = _http_ok(f"http://{h.address}:{h.port}/v1/models")
+    rec["serving"] = _http_ok(probe or f"http://{h.address}:{h.port}/v1/models")
     return rec
+
+
+def _probes(inventory: str, limit: str | None) -> dict[str, str]:
+    """Dynamo worker-only members serve no OpenAI API: their worker's system /health."""
+    from specdec.dynamo.group import groups_of
+    from specdec.engines.dynamo import DEFAULT_SYSTEM_PORT
+    from specdec.inventory import load_inventory
+
+    loaded = load_inventory(inventory, limit)
+    groups = groups_of(loaded)
+    out = {}
+    for name, data in loaded:
+        g = groups.get(name)
+        if g is not None and g.frontend != name:
+            port = data.get("specdec_dynamo_system_port") or DEFAULT_SYSTEM_PORT
+            out[name] = f"http://{g.address(name)}:{port}/health"
+    return out
 
 
 def status(inventory: str, limit: str | None = None,
@@ -347,9 +371,10 @@ def status(inventory: str, limit: str | None = None,
     state = load_state(inst) or {}
     recorded = state.get("hosts", {})
     results: dict[str, dict[str, Any]] = {}
+    probes = _probes(inventory, limit) if recorded else {}
 
     def one(h: LabHost) -> None:
-        results[h.name] = host_status(h, h.name in recorded)
+        results[h.name] = host_status(h, h.name in recorded, probes.get(h.name))
 
     threads = [threading.Thread(target=one, args=(h,)) for h in hosts]
     for t in threads:

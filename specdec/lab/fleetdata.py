@@ -11,6 +11,11 @@ plus the lab's environment knobs.
 ``SPECDEC_LAB_INSTANCE=NAME``
     the lab instance (default ``demo``): its subnet gives the addresses, its directory the
     SSH key, the stand-in HF token and the pinned images (`specdec.lab.instance`).
+``SPECDEC_LAB_DYNAMO=0|1``
+    whether the inventory's Dynamo serving group rows are in the fleet (default 1). They come
+    after the table's rows at fixed addresses (their number counts on from the table's
+    length), so ``SPECDEC_LAB_HOSTS`` does not move them; ``SPECDEC_LAB_HOSTS=0`` leaves
+    only them.
 """
 
 from __future__ import annotations
@@ -73,17 +78,25 @@ def _default_image(device_id: str, engine: str) -> str:
     return img.ref
 
 
-def _count(env: Mapping[str, str], table_len: int) -> int:
+def _count(env: Mapping[str, str], table_len: int, low: int = 1) -> int:
     text = env.get("SPECDEC_LAB_HOSTS", "").strip()
     if not text:
         return min(DEFAULT_HOSTS, table_len)
-    if not text.isdigit() or not 1 <= int(text) <= table_len:
-        raise ValueError(f"SPECDEC_LAB_HOSTS={text!r}: must be an integer in 1..{table_len}")
+    if not text.isdigit() or not low <= int(text) <= table_len:
+        raise ValueError(f"SPECDEC_LAB_HOSTS={text!r}: must be an integer in {low}..{table_len}")
     return int(text)
 
 
+def _dynamo_on(env: Mapping[str, str]) -> bool:
+    text = env.get("SPECDEC_LAB_DYNAMO", "").strip() or "1"
+    if text not in ("0", "1"):
+        raise ValueError(f"SPECDEC_LAB_DYNAMO={text!r}: must be 0 or 1")
+    return text == "1"
+
+
 def fleet(table: Sequence[tuple[str, dict[str, Any]]],
-          env: Mapping[str, str] | None = None) -> list[tuple[str, dict[str, Any]]]:
+          env: Mapping[str, str] | None = None,
+          groups: Sequence[tuple[str, dict[str, Any]]] = ()) -> list[tuple[str, dict[str, Any]]]:
     """pyinfra host tuples for the table's first ``SPECDEC_LAB_HOSTS`` hosts.
 
     Each table row gives ``lab_device`` and the host's ``specdec_*`` choices; the n-th host
@@ -96,11 +109,16 @@ def fleet(table: Sequence[tuple[str, dict[str, Any]]],
         inst = Instance.from_env(env)
     except ConfigError as exc:
         raise ValueError(str(exc)) from None
-    rows = list(table)[: _count(env, len(table))]
+    with_groups = bool(groups) and _dynamo_on(env)
+    numbered = list(enumerate(table, start=1))[: _count(env, len(table), 0 if with_groups
+                                                        else 1)]
+    if with_groups:
+        numbered += list(enumerate(groups, start=len(table) + 1))
     scale = env.get("SPECDEC_LAB_TIME_SCALE", "").strip() or DEFAULT_TIME_SCALE
-    faults = parse_faults(env.get("SPECDEC_LAB_FAULTS"), [name for name, _ in table])
+    faults = parse_faults(env.get("SPECDEC_LAB_FAULTS"),
+                          [name for name, _ in (*table, *groups)])
     hosts = []
-    for n, (name, row) in enumerate(rows, start=1):
+    for n, (name, row) in numbered:
         data: dict[str, Any] = {
             # Each host lives in its own network namespace behind a /30 veth (10.X.n.1 is
             # this machine's side); its sshd accepts root with the instance's key only.

@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 from specdec.catalog import load_catalog
+from specdec.lab.dynamo import nspawn_binds as dynamo_binds
 from specdec.lab.identity import device_files, meminfo
 from specdec.lab.images import INSTALL_DIR, emulator_files, wrapper_scripts
 from specdec.lab.instance import Instance
@@ -288,6 +289,8 @@ def nspawn_argv(h: LabHost, root: Path) -> list[str]:
         # Device identity: MemTotal of the device; the device tree a Jetson has.
         f"--bind-ro={MEMINFO}:/proc/meminfo",
         f"--bind-ro={d / 'firmware'}:/sys/firmware",
+        # A Dynamo host: the lab's Dynamo venv and its worker stand-in (specdec/lab/dynamo.py).
+        *dynamo_binds(h, d),
     ]
 
 

@@ -100,12 +100,15 @@ class LabImage:
 
 
 def lab_images() -> list[LabImage]:
-    """One lab image per catalog image."""
+    """One lab image per catalog image, except Dynamo's: the lab runs Dynamo natively (its
+    venv, bound into the hosts, would otherwise be copied into every host's Docker storage)."""
     from specdec.catalog import load_catalog
     from specdec.catalog.images import parse_image_ref
 
     out = []
     for img in load_catalog().images.values():
+        if img.engine not in _CMD:
+            continue
         parsed = parse_image_ref(img.ref)
         assert parsed is not None and parsed.tag  # the catalog checks this on load
         out.append(LabImage(img.ref, parsed.path, parsed.tag, img.engine,

@@ -1,6 +1,7 @@
 """Debian root filesystems built once with debootstrap and cached by a hash of their recipe.
 
-Two recipes: `HOST_RECIPE` (a lab host: systemd, sshd, Docker, python3) and `IMAGE_RECIPE` (the
+Two recipes: `HOST_RECIPE` (a lab host: systemd, sshd, Docker, python3, etcd for Dynamo
+groups) and `IMAGE_RECIPE` (the
 base of the engine emulator images: python3 + PyYAML). A cache entry is
 ``CACHE_DIR/rootfs-<name>-<hash>/`` and only appears (atomic rename) once complete; a changed
 recipe gives a new hash and so a rebuild. Downloaded .debs are shared in ``CACHE_DIR/debs``.
@@ -21,7 +22,8 @@ from specdec.filelock import locked
 from specdec.lab.paths import CACHE_DIR
 from specdec.lab.system import mounts
 
-__all__ = ["HOST_RECIPE", "IMAGE_RECIPE", "Recipe", "cached_rootfs", "ensure_rootfs"]
+__all__ = ["HOST_RECIPE", "IMAGE_RECIPE", "Recipe", "cached_rootfs",
+           "ensure_rootfs"]
 
 MIRROR = os.environ.get("SPECDEC_LAB_MIRROR", "http://deb.debian.org/debian")
 
@@ -58,12 +60,16 @@ HOST_RECIPE = Recipe(
     include=(
         "systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "python3-yaml",
         "iproute2", "docker.io", "ca-certificates", "procps", "curl", "sudo", "less",
+        # A Dynamo group's discovery (Debian 12: etcd 3.4.23); its unit is the deploy's
+        # specdec-etcd.service on the frontend member, so the package's own stays disabled.
+        "etcd-server",
     ),
     post=(
         # Units a lab host does not need (no hardware, no real network, no console login).
         "systemctl mask apt-daily.timer apt-daily-upgrade.timer e2scrub_reap.service"
         " fstrim.timer systemd-networkd-wait-online.service >/dev/null 2>&1 || true",
         "systemctl enable ssh.service docker.service >/dev/null",
+        "systemctl disable etcd.service >/dev/null 2>&1 || true",
         "passwd -l root >/dev/null",
     ),
     remove=(*_SLIM, "etc/ssh/ssh_host_*", "etc/machine-id", "var/lib/dbus/machine-id",

@@ -44,7 +44,9 @@ from specdec.lab.instance import ENV, Instance  # noqa: E402
 from specdec.lab.spec import LabHost, lab_hosts  # noqa: E402
 from specdec.lab.teardown import NSPAWN_TMPFS  # noqa: E402
 
-INSTANCE = Instance("test")  # the tests' own lab, beside any other
+# the tests' own lab, beside any other; SPECDEC_E2E_INSTANCE names another (several engineers'
+# end-to-end runs on one machine, each its own)
+INSTANCE = Instance(os.environ.get("SPECDEC_E2E_INSTANCE", "").strip() or "test")
 
 _OP = re.compile(r"^--> Starting operation: (.*?)\s*$")
 _RESULT = re.compile(r"^\s+\[([\w.-]+)\]\s+(Success|No changes|Skipped|Error.*)\s*$")

@@ -46,7 +46,8 @@ def test_every_plan_that_fits_starts_in_the_engine(device: str) -> None:
 
 
 def test_every_lab_host_plans_and_starts(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The whole lab fleet (all 8 hosts): each plans, and each vLLM plan starts."""
+    """The whole lab fleet (all 8 hosts and the Dynamo group): each plans, and each vLLM plan
+    (Dynamo's workers run vLLM) starts."""
     from pathlib import Path
 
     from specdec.commands.plan import _plans
@@ -54,9 +55,10 @@ def test_every_lab_host_plans_and_starts(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.chdir(Path(__file__).resolve().parents[2])
     monkeypatch.setenv("SPECDEC_LAB_HOSTS", "8")
     plans = _plans("inventories/lab.py", None)
-    assert len(plans) == 8
+    assert len(plans) == 10
+    assert [p.host for p in plans if p.dynamo] == ["lab-dyn1", "lab-dyn2"]
     for plan in plans:
-        if plan.engine != "vllm":
+        if plan.engine not in ("vllm", "dynamo"):
             continue
         for p in (plan, baseline(plan)):
             setup = setup_for(p.device, p.model, p.method if p.speculative else "none",

@@ -263,7 +263,7 @@ def test_public_api_signatures() -> None:
     from specdec import identify, inventory, render
 
     assert list(inspect.signature(make_plan).parameters) == ["host", "data", "identity", "catalog",
-                                                             "installed"]
+                                                                 "installed", "group"]
     assert list(inspect.signature(baseline).parameters) == ["plan", "catalog"]
     assert list(inspect.signature(render.render).parameters) == ["plan"]
     assert list(inspect.signature(inventory.load_inventory).parameters) == ["path", "limit"]

@@ -1,0 +1,247 @@
+"""NVIDIA Dynamo serving groups: etcd on the frontend member, and the group's verification
+(thin: the logic is `specdec.dynamo.groupverify`).
+
+A group's members verify as one. Each member's verify operation runs on its own host, as every
+host's does; the first member to get there verifies the whole group through the frontend, using
+every member's connection (`MemberIO`), and the others wait for it and take their own report.
+pyinfra runs an operation on every host before the next one, so when the first member gets
+there every member's release is active, or that member has failed (the group then rolls back).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import gevent.event
+import gevent.lock
+from pyinfra import host
+from pyinfra.api import FunctionCommand, HiddenValue, StringCommand, deploy, operation
+from pyinfra.api.operation import OperationMeta
+from pyinfra.context import ctx_host
+
+from roles.common import HostPlan
+from roles.facts import EtcdState
+from roles.lock import connector_args, fail_command, release_now
+from roles.serve import ServeResult
+from roles.verify import PyinfraIO, _previous, _write
+from specdec import release
+from specdec import verify as sv
+from specdec.dynamo.group import Group
+from specdec.dynamo.groupverify import GroupFailure, GroupVerifier, Member, ready_workers
+from specdec.engines.dynamo import READY_PATH
+from specdec.errors import redact
+
+__all__ = ["MemberIO", "dynamo_infra", "verify_group"]
+
+
+@deploy("Dynamo group infrastructure")
+def dynamo_infra(hp: HostPlan) -> None:
+    """On the frontend member: the etcd binary (the distribution's ``etcd-server`` when it is
+    missing), and the distribution's own ``etcd.service`` stopped and disabled (it would hold
+    the ports; the group's etcd is ``specdec-etcd.service`` in the release)."""
+    d = hp.plan.dynamo
+    if d is None or not d.is_frontend:
+        return
+    etcd_present(name="Ensure etcd is installed and the distribution's etcd.service is off")
+
+
+@operation()
+def etcd_present():
+    """etcd on PATH; the distribution's etcd.service neither enabled nor running.
+
+    (no arguments)
+    """
+    st = host.get_fact(EtcdState)
+    if not st.get("binary"):
+        yield ("DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server || "
+               "{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
+               "etcd-server; }")
+        yield "systemctl disable --now etcd.service >/dev/null 2>&1 || true"
+        return
+    if st.get("enabled") == "enabled" or st.get("active") == "active":
+        yield "systemctl disable --now etcd.service"
+        return
+    host.noop(f"etcd at {st['binary']}; the distribution's etcd.service is off")
+
+
+# -- the group's verification -------------------------------------------------------------------
+
+@dataclass
+class _Entry:
+    spec: sv.VerifySpec
+    changed: tuple[OperationMeta, ...]
+    host: Any  # the member's pyinfra Host
+    conn: dict[str, Any]
+
+
+def _box(group: str) -> dict[str, Any]:
+    st: Any = host.state
+    boxes = getattr(st, "_specdec_groups", None)
+    if boxes is None:
+        boxes = st._specdec_groups = {}
+    return boxes.setdefault(group, {"members": {}, "lock": gevent.lock.Semaphore(),
+                                    "done": gevent.event.Event(), "leader": None,
+                                    "results": {}})
+
+
+def _conn(data: Any) -> dict[str, Any]:
+    """Escalation for a member's direct commands, as deploys/specdec.py decides it."""
+    sudo = data.get("_sudo")
+    if sudo is not None:
+        return {"_sudo": bool(sudo)}
+    user = data.get("ssh_user")
+    return {"_sudo": True} if user and user != "root" else {}
+
+
+class MemberIO(PyinfraIO):
+    """`specdec.verify.HostIO` on another member of the group."""
+
+    def __init__(self, member: Any, conn: dict[str, Any], spec: sv.VerifySpec) -> None:
+        super().__init__(conn, spec)
+        self.member = member
+
+    def run(self, command: str, timeout: float | None = None) -> tuple[bool, list[str]]:
+        kwargs = dict(self.conn)
+        if timeout:
+            kwargs["_timeout"] = int(timeout)
+        st = self.member.state
+        with ctx_host.use(self.member):
+            ok, output = self.member.run_shell_command(
+                StringCommand(command), print_output=st.print_output,
+                print_input=st.print_input, **kwargs)
+        return bool(ok), list(output.stdout_lines)
+
+
+def _failed_report(e: _Entry, group: Group, why: str) -> dict[str, Any]:
+    v = sv.Verifier(e.spec, MemberIO(e.host, e.conn, e.spec))
+    v.report["group"] = {**group.to_dict(), "outcome": "failed"}
+    return v.finish("failed", "group", why)
+
+
+def _run_group(group: Group, box: dict[str, Any], secret: str | None) -> dict[str, Any]:
+    st: Any = host.state
+    entries: dict[str, _Entry] = box["members"]
+    lost = [n for n in group.members if n not in entries or entries[n].host in st.failed_hosts]
+    members: list[Member] = []
+    why: dict[str, str] = {}
+    for name in group.members:
+        e = entries.get(name)
+        if name in lost or e is None:
+            continue
+        io = MemberIO(e.host, e.conn, e.spec)
+        ok, out = io.run(release.read_state(), 60)
+        if not ok:
+            lost.append(name)
+            continue
+        state = release.parse_state(out)
+        members.append(Member(e.spec, io, state))
+        restarted = any(op.is_complete() and op.did_change() for op in e.changed)
+        reason = sv.needs_verification(state, e.spec.desired, restarted, e.spec.reverify)
+        if reason:
+            why[name] = reason
+    front = next((m for m in members if m.dyn.is_frontend), None)
+    scale = _time_scale(members)
+    if lost or front is None:
+        gv = GroupVerifier(members, scale) if front is not None else None
+        failed = lost[0] if lost else group.frontend
+        text = "the deploy failed on this member before the group could be verified"
+        if gv is None:
+            return {m.name: _failed_report(entries[m.name], group, f"group {group.name}: "
+                                           f"{failed}: {text}; the frontend member is lost")
+                    for m in members}
+        return gv._recover(GroupFailure(failed, "deploy", text))
+    if not why:
+        url = sv.engine_url(front.dyn.frontend_address, front.spec.plan.port)
+        path = READY_PATH.format(model=_quote(front.spec.plan.served_model_name))
+        status, body = front.io.http_get(url + path, 5.0)
+        if status == 200 and ready_workers(body) == len(members):
+            out: dict[str, Any] = {}
+            for m in members:
+                rep = sv.unchanged_report(m.spec, m.state, (status, body[:0]),
+                                          _previous(m.spec))
+                rep["group"] = {**group.to_dict(), "outcome": "unchanged", "url": url}
+                out[m.name] = rep
+            return out
+    return GroupVerifier(members, scale).run()
+
+
+def _quote(model: str) -> str:
+    import urllib.parse
+
+    return urllib.parse.quote(model, safe="")
+
+
+def _time_scale(members: list[Member]) -> float | None:
+    """The lab's engine emulator runs at SPECDEC_EMU_TIME_SCALE (the frontend has no
+    /lab/truth to ask): its figures become device time."""
+    for m in members:
+        raw = dict(m.spec.plan.env).get("SPECDEC_EMU_TIME_SCALE")
+        try:
+            scale = float(raw) if raw else None
+        except ValueError:
+            scale = None
+        if scale and scale > 0:
+            return scale
+    return None
+
+
+def _group_callback(group: Group, me: str, token: HiddenValue | None,
+                    result: dict[str, Any]) -> None:
+    box = _box(group.name)
+    secret = token.unmask() if token is not None else None
+    with box["lock"]:
+        lead = box["leader"] is None
+        if lead:
+            box["leader"] = me
+    if lead:
+        reports: dict[str, Any] = {}
+        try:
+            reports = _run_group(group, box, secret)
+        except Exception as exc:  # noqa: BLE001 - an unexpected error must still fail cleanly
+            reports = {n: _failed_report(e, group, f"group verification crashed: {exc!r}")
+                       for n, e in box["members"].items()}
+        finally:
+            box["results"] = reports
+            box["done"].set()
+        for name, rep in reports.items():
+            e = box["members"].get(name)
+            _write(rep, secret, e.spec if e is not None else None)
+    else:
+        box["done"].wait()
+    rep = box["results"].get(me)
+    result.update(rep or {"outcome": "failed", "message": f"group {group.name}: no report"})
+
+
+@operation(is_idempotent=False)
+def verify_group_release(group: Group, token: HiddenValue | None = None):
+    """Verify this member's group (once, by the first member to get here); keep, disable or
+    roll back every member.
+
+    + group: the serving group
+    + token: the HF token (only to keep it out of reports)
+    """
+    if not host.state.is_executing:
+        host.noop(f"verify serving group {group.name} through its frontend")
+        return
+    box = _box(group.name)
+    box["members"][host.name].conn = connector_args() or box["members"][host.name].conn
+    result: dict[str, Any] = {}
+    yield FunctionCommand(_group_callback, (group, host.name, token, result), {})
+    if result.get("outcome") in sv.FAILURE_OUTCOMES or not result:
+        conn = connector_args()
+        release_now(conn)
+        secret = token.unmask() if token is not None else None
+        msg = redact(str(result.get("message") or "verification did not complete"), secret)
+        yield fail_command(f"{host.name}: {result.get('outcome', 'failed')}: {msg}")
+
+
+@deploy("Verify the serving group")
+def verify_group(hp: HostPlan, spec: sv.VerifySpec, served: ServeResult,
+                 token: HiddenValue | None = None) -> None:
+    """Register this member's verification with its group, then verify the group."""
+    assert hp.group is not None
+    box = _box(hp.group.name)
+    box["members"][host.name] = _Entry(spec, served.changed, ctx_host.get(), _conn(host.data))
+    verify_group_release(name=f"Verify serving group {hp.group.name} (health, benchmark and "
+                              "gate through its frontend)", group=hp.group, token=token)

@@ -1,0 +1,82 @@
+"""NVIDIA Dynamo releases as data: the vLLM release each pins, and what its worker and frontend
+take. Dynamo's vLLM worker (``python -m dynamo.vllm``) hands every flag it does not know to
+vLLM's own parser, so what a speculative config may hold is the pinned vLLM release's
+(`specdec.engines.vllm`).
+
+Sources: the ``ai-dynamo`` wheel on PyPI (``METADATA`` Requires-Dist), the ``ai-dynamo-runtime``
+wheel (the ``DYN_*`` names compiled into ``dynamo/_core.abi3.so``), ``python -m dynamo.frontend
+--help`` / ``python -m dynamo.mocker --help`` of that release, and docs.nvidia.com/dynamo/v1.6.1
+(reference/compatibility: "vLLM 0.31.0, NIXL 1.4.1, CUDA 13.0; ARM64 (Ubuntu 24.04 only)").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specdec.engines.version import Version
+
+__all__ = [
+    "DEFAULT_MIGRATION_LIMIT",
+    "DEFAULT_ROUTER_MODE",
+    "DEFAULT_SYSTEM_PORT",
+    "DISCOVERY_BACKENDS",
+    "READY_PATH",
+    "RELEASES",
+    "REQUEST_PLANES",
+    "ROUTER_MODES",
+    "DynamoFacts",
+    "dynamo_facts",
+    "known_releases",
+]
+
+
+@dataclass(frozen=True)
+class DynamoFacts:
+    version: Version
+    vllm: Version  # the vLLM release the ai-dynamo[vllm] extra pins
+    nixl: str
+    source: str
+
+
+# ai-dynamo X METADATA: Requires-Dist: vllm[flashinfer,otel,runai]==V; extra == "vllm".
+RELEASES: dict[str, tuple[str, str, str]] = {
+    "1.6.1": ("0.31.0", "1.4.1",
+              "ai-dynamo 1.6.1 METADATA: vllm[flashinfer,otel,runai]==0.31.0, nixl[cu13]==1.4.1 "
+              "(extra vllm); docs.nvidia.com/dynamo/v1.6.1/reference/compatibility"),
+}
+
+# python -m dynamo.frontend --help (1.6.1): --discovery-backend, --request-plane, --router-mode.
+DISCOVERY_BACKENDS = ("kubernetes", "etcd", "file", "mem")
+REQUEST_PLANES = ("nats", "tcp")
+ROUTER_MODES = ("round-robin", "random", "power-of-two", "kv", "direct", "least-loaded",
+                "device-aware-weighted")
+# A group's defaults (specdec/dynamo/plan.py says why): the worker's system server port as in
+# Dynamo's launch scripts (DYN_SYSTEM_PORT=8081, examples/backends/vllm/launch/
+# agg_spec_decoding.sh), the frontend's default router, request migration on.
+DEFAULT_SYSTEM_PORT = 8081
+DEFAULT_ROUTER_MODE = "round-robin"
+DEFAULT_MIGRATION_LIMIT = 3
+# The frontend's readiness route: 200 once every worker type of the model is present, 404 when
+# no worker serves it ("/health" stays "healthy" with no worker left; "/ready" is a 404).
+READY_PATH = "/v1/models/{model}/ready"
+# Environment the runtime reads (names found in ai-dynamo-runtime 1.6.1's _core.abi3.so; the
+# frontend and mocker --help name DYN_DISCOVERY_BACKEND, DYN_REQUEST_PLANE, DYN_HTTP_PORT).
+ENV_NAMES = ("DYN_DISCOVERY_BACKEND", "DYN_REQUEST_PLANE", "DYN_EVENT_PLANE",
+             "DYN_TCP_RPC_HOST", "DYN_TCP_RESPONSE_STREAM_HOST", "DYN_EVENT_PLANE_HOST",
+             "DYN_SYSTEM_ENABLED", "DYN_SYSTEM_HOST", "DYN_SYSTEM_PORT", "ETCD_ENDPOINTS",
+             "DYN_NAMESPACE")
+
+
+def known_releases() -> list[str]:
+    return sorted(RELEASES, key=Version.parse)
+
+
+def dynamo_facts(version: Version | str) -> DynamoFacts | None:
+    """The facts of a Dynamo release, or None when the table does not know it (its vLLM pin is
+    then unknown, so nothing it renders could be checked)."""
+    v = version if isinstance(version, Version) else Version.parse(version)
+    row = RELEASES.get(str(v))
+    if row is None:
+        return None
+    vllm, nixl, source = row
+    return DynamoFacts(v, Version.parse(vllm), nixl, source)
