@@ -34,8 +34,8 @@ from typing import Any
 
 from specdec import layout
 from specdec.errors import LabError
-from specdec.lab.paths import CACHE_DIR
 from specdec.filelock import locked
+from specdec.lab.paths import CACHE_DIR
 from specdec.lab.spec import LabHost
 
 __all__ = ["MAIN_STANDIN", "ensure_venv", "group_routes", "lab_groups", "nspawn_binds",
