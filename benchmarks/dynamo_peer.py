@@ -48,6 +48,7 @@ from specdec.bench.metrics import parse_vllm, spec_delta  # noqa: E402
 from specdec.catalog import GIB, load_catalog  # noqa: E402
 from specdec.emulator.calibration import FIGURES  # noqa: E402
 from specdec.emulator.dyntok import write_model_card  # noqa: E402
+from specdec.engines.dynamo import SYSTEM_PORT_MAX  # noqa: E402
 
 DEVICE, MODEL = "dgx-spark", "Qwen/Qwen3-8B"
 SCALE = 0.1  # wall seconds per device second, both systems (emulator time scale, mocker 1/x)
@@ -97,7 +98,8 @@ class Stack:
 
     def __init__(self, venv: Path, work: Path) -> None:
         self.venv, self.work = venv, work
-        self.http, self.etcd, self.peer, self.sys_port = (free_port() for _ in range(4))
+        self.http, self.etcd, self.peer = (free_port() for _ in range(3))
+        self.sys_port = free_port(below=SYSTEM_PORT_MAX + 1)
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.env = {**os.environ, "HF_HUB_OFFLINE": "1", "DYN_DISCOVERY_BACKEND": "etcd",
                     "ETCD_ENDPOINTS": f"http://127.0.0.1:{self.etcd}", "DYN_REQUEST_PLANE": "tcp",

@@ -18,6 +18,7 @@ from specdec.engines.dynamo import (
     DEFAULT_MIGRATION_LIMIT,
     DEFAULT_ROUTER_MODE,
     DEFAULT_SYSTEM_PORT,
+    SYSTEM_PORT_MAX,
 )
 from specdec.errors import REDACTED, ConfigError, redact
 from specdec.hygiene import show
@@ -312,7 +313,7 @@ def _dynamo(r: _Reader, engine: str | None) -> dict[str, Any]:
     if addr is not None and not _ADDRESS.fullmatch(addr):
         raise r.fail("specdec_dynamo_address", addr, "must be an IP address or a host name")
     out["dynamo_address"] = addr
-    out["dynamo_system_port"] = r.int_("specdec_dynamo_system_port", 1024, 65535)
+    out["dynamo_system_port"] = r.int_("specdec_dynamo_system_port", 1024, SYSTEM_PORT_MAX)
     out["dynamo_router_mode"] = r.str_("specdec_dynamo_router_mode", ROUTER_MODES)
     out["dynamo_migration_limit"] = r.int_("specdec_dynamo_migration_limit", 0, 16)
     if engine != "dynamo":

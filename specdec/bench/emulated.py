@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -22,11 +23,17 @@ from specdec.errors import BenchError
 
 __all__ = ["emulator", "free_port", "lab_truth", "reset_truth"]
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+def free_port(below: int | None = None) -> int:
+    """A free loopback TCP port (``below``: one under that number, e.g. for Dynamo's i16 port)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", 0 if below is None else random.randrange(20000, below)))
+            except OSError:
+                continue
+            port: int = s.getsockname()[1]
+            return port
+    raise BenchError(f"no free loopback port below {below}")
 
 
 @contextlib.contextmanager

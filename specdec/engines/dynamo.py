@@ -19,6 +19,7 @@ __all__ = [
     "DEFAULT_MIGRATION_LIMIT",
     "DEFAULT_ROUTER_MODE",
     "DEFAULT_SYSTEM_PORT",
+    "SYSTEM_PORT_MAX",
     "DISCOVERY_BACKENDS",
     "READY_PATH",
     "RELEASES",
@@ -54,6 +55,10 @@ ROUTER_MODES = ("round-robin", "random", "power-of-two", "kv", "direct", "least-
 # Dynamo's launch scripts (DYN_SYSTEM_PORT=8081, examples/backends/vllm/launch/
 # agg_spec_decoding.sh), the frontend's default router, request migration on.
 DEFAULT_SYSTEM_PORT = 8081
+# ai-dynamo-runtime 1.6.1 reads DYN_SYSTEM_PORT into an i16 (its Rust config, env prefix
+# `DYN_SYSTEM_`): 53525 fails at worker start with 'invalid value unsigned int `53525`, expected
+# i16 for key "SYSTEM_PORT"' (measured here with the PyPI wheel), so a system port is <= 32767.
+SYSTEM_PORT_MAX = 32767
 DEFAULT_ROUTER_MODE = "round-robin"
 DEFAULT_MIGRATION_LIMIT = 3
 # The frontend's readiness route: 200 once every worker type of the model is present, 404 when

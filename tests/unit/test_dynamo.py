@@ -72,6 +72,10 @@ def test_group_keys_only_for_dynamo_and_checked() -> None:
                                   "specdec_extra_args": ["--discovery-backend=file"]})
     with pytest.raises(ConfigError, match="reserved"):
         parse_host_settings("h", {"specdec_env": {"DYN_SYSTEM_PORT": "9"}})
+    # Dynamo 1.6.1 reads DYN_SYSTEM_PORT as an i16: 40000 would fail at worker start.
+    with pytest.raises(ConfigError, match=r"specdec_dynamo_system_port=40000: .*1024\.\.32767"):
+        parse_host_settings("h", {"specdec_engine": "dynamo",
+                                  "specdec_dynamo_system_port": 40000})
 
 
 def test_groups_frontend_addresses_and_errors() -> None:
