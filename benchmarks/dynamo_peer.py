@@ -175,7 +175,9 @@ def bench(stack: Stack, args: argparse.Namespace, tag: str) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "specdec.cli", "bench", stack.url, "--model", MODEL,
            "--concurrency", "1,8", "--requests", str(args.requests), "--max-tokens",
            str(args.max_tokens), "--warmup", "2", "--json", str(out)]
-    subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, timeout=1800)
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise SystemExit(f"{tag}: specdec bench failed: {done.stderr.strip()[-800:]}")
     return to_device_time(json.loads(out.read_text()), SCALE)
 
 
