@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 import zipfile
 from pathlib import Path
@@ -165,6 +166,25 @@ class Stack:
         with urllib.request.urlopen(url, timeout=5) as r:  # noqa: S310 - loopback
             return parse_vllm(r.read().decode())
 
+    def wait_gone(self, timeout_s: float = 60.0) -> None:
+        """Until the frontend has no worker for the model left (its ready route answers 404):
+        a stopped worker's instance must leave etcd before the next worker comes up, or the
+        frontend routes requests to the gone one."""
+        ready = f"{self.url}/v1/models/{MODEL.replace('/', '%2F')}/ready"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(ready, timeout=3):  # noqa: S310 - loopback
+                    pass
+            except urllib.error.HTTPError as exc:
+                if exc.code == 404:
+                    time.sleep(1)
+                    return
+            except OSError:
+                pass
+            time.sleep(0.5)
+        raise SystemExit(f"the frontend still lists a worker for {MODEL} after {timeout_s:.0f} s")
+
     def down(self) -> None:
         for name in list(self.procs)[::-1]:
             self.stop(name)
@@ -205,7 +225,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
            "--served-model-name", MODEL, "--max-model-len", "4096", "--max-num-seqs", "16"]
     emu_env = {"SPECDEC_EMU_DEVICE": DEVICE, "SPECDEC_EMU_TIME_SCALE": str(SCALE),
                "HF_HOME": str(work / "hf"), "HF_HUB_OFFLINE": "0"}
-    mock = ["-m", "dynamo.mocker", "--model-path", str(card), "--model-name", MODEL,
+    mock_card = work / "mocker-card"
+    subprocess.run([str(venv / "bin/python3"), str(ROOT / "benchmarks/mocker_card.py"),
+                    str(mock_card)], check=True, capture_output=True, timeout=300)
+    mock = ["-m", "dynamo.mocker", "--model-path", str(mock_card), "--model-name", MODEL,
             "--planner-profile-data", str(work / "spark-qwen3-8b.npz"),
             "--speedup-ratio", str(1 / SCALE), "--max-num-seqs", "16", "--max-model-len", "4096"]
     mock_env = {"DYN_SYSTEM_STARTING_HEALTH_STATUS": "ready"}
@@ -220,7 +243,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if arm == "spec":
                 results["acceptance"] = spec_delta(before, stack.counters())
             stack.stop(f"emulator-{arm}")
-            time.sleep(3)  # the worker deregisters from etcd before the next one comes up
+            stack.wait_gone()
         per_pos = results["acceptance"]["per_position_acceptance_rates"]
         rates, prev = [], 1.0
         for p in per_pos:
@@ -233,7 +256,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             stack.worker(f"mocker-{arm}", mock + extra, mock_env)
             results[f"mocker-{arm}"] = bench(stack, args, f"mocker-{arm}")
             stack.stop(f"mocker-{arm}")
-            time.sleep(3)
+            stack.wait_gone()
     finally:
         stack.down()
     results["profile"] = prof
