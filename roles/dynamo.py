@@ -213,10 +213,15 @@ def _group_callback(group: Group, me: str, token: HiddenValue | None,
     result.update(rep or {"outcome": "failed", "message": f"group {group.name}: no report"})
 
 
+def _verified(outcome: str) -> bool:
+    """What a member whose group verification changed something yields (the work is done)."""
+    return True
+
+
 @operation(is_idempotent=False)
 def verify_group_release(group: Group, token: HiddenValue | None = None):
     """Verify this member's group (once, by the first member to get here); keep, disable or
-    roll back every member.
+    roll back every member. A group whose releases stand verified and serve reports no change.
 
     + group: the serving group
     + token: the HF token (only to keep it out of reports)
@@ -227,13 +232,21 @@ def verify_group_release(group: Group, token: HiddenValue | None = None):
     box = _box(group.name)
     box["members"][host.name].conn = connector_args() or box["members"][host.name].conn
     result: dict[str, Any] = {}
-    yield FunctionCommand(_group_callback, (group, host.name, token, result), {})
-    if result.get("outcome") in sv.FAILURE_OUTCOMES or not result:
+    # Run here, not in a FunctionCommand: the members' greenlets meet in the box, and a member
+    # yields a command (a change) only when its group's verification changed something.
+    _group_callback(group, host.name, token, result)
+    outcome = str(result.get("outcome") or "failed")
+    if outcome == "unchanged":
+        host.noop(f"serving group {group.name} verified before; not re-benchmarked")
+        return
+    if outcome in sv.FAILURE_OUTCOMES or not result:
         conn = connector_args()
         release_now(conn)
         secret = token.unmask() if token is not None else None
         msg = redact(str(result.get("message") or "verification did not complete"), secret)
-        yield fail_command(f"{host.name}: {result.get('outcome', 'failed')}: {msg}")
+        yield fail_command(f"{host.name}: {outcome}: {msg}")
+        return
+    yield FunctionCommand(_verified, (outcome,), {})
 
 
 @deploy("Verify the serving group")

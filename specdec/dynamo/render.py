@@ -88,6 +88,8 @@ def frontend_argv(plan: Plan) -> list[str]:
 
 
 def etcd_argv(plan: Plan) -> list[str]:
+    # etcd 3.4 (Debian 12 etcd-server) flags as `etcd --help` lists them; a single-member
+    # cluster on the frontend member, its peer URL on loopback only
     d = _dyn(plan)
     peer = f"http://127.0.0.1:{d.etcd_peer_port}"
     clients = [f"http://127.0.0.1:{d.etcd_port}"]
