@@ -67,7 +67,10 @@ def test_deploy_converges_every_host(lab: LabFleet, deployed: PyinfraRun) -> Non
         plan = json.loads(lab.ssh(h.name, f"cat {RELEASES_DIR}/$(basename $(readlink "
                                           "/var/lib/specdec/current))/plan.json").stdout)
         runtimes.add(plan["runtime"])
-        assert _models(h.address, h.port) == [plan.get("served_model_name") or plan["model"]]
+        dyn = plan.get("dynamo") or {}
+        # a serving group answers at its frontend (a worker-only member has no HTTP port)
+        served_at = dyn.get("frontend_address") or h.address
+        assert _models(served_at, h.port) == [plan.get("served_model_name") or plan["model"]]
         containers = lab.ssh(h.name, "docker ps --format '{{.Names}} {{.Image}}'").stdout
         if plan["runtime"] == "docker":
             # A real pull from the lab registry (its mirror of the catalog image), pinned as
@@ -83,7 +86,7 @@ def test_deploy_converges_every_host(lab: LabFleet, deployed: PyinfraRun) -> Non
             assert SERVICE_NAME not in containers
             pids = lab.ssh(h.name, f"systemctl show -p MainPID --value {SERVICE_NAME}").stdout
             cmd = lab.ssh(h.name, f"tr '\\0' ' ' < /proc/{pids.strip()}/cmdline").stdout
-            if plan.get("dynamo"):  # a serving group's worker: Dynamo's own vLLM backend
+            if dyn:  # a serving group's worker: Dynamo's own vLLM backend
                 assert "-m dynamo.vllm " in cmd and "/opt/dynamo/" in cmd, cmd
                 continue
             assert "specdec.emulator" in cmd and plan["engine"] in cmd.replace("-serve", ""), cmd
