@@ -20,7 +20,7 @@ a dict: ``concurrency`` → level → vLLM-style keys (``median_tpot_ms``, ``out
 records paired by ``index``/``prompt_id`` in `specdec.gate`); top-level ``spec_decode`` (all levels;
 None when the server has no speculation counters), ``server`` and ``warnings``. Definitions are in
 `specdec.bench.client`. Modules: ``client`` (the run), ``config`` (`BenchConfig`), ``transport``
-(httpx), ``onhost`` (the measurement core, also shipped to hosts as one stdlib file), ``remote``
+(httpx), ``onhost`` (the measurement core, also shipped to hosts as one stdlib zipapp), ``remote``
 (upload, run and collect it beside the engine: ``specdec_bench_mode``).
 
 For gate rounds, pass ``prompt_offset = round * requests`` so each round measures new prompts

@@ -43,9 +43,12 @@ from typing import Any, TextIO
 
 import httpx
 
-from specdec.bench import onhost
 from specdec.bench.config import SCHEMA, BenchConfig, ServerInfo
 from specdec.bench.metrics import Counters, add_counters, spec_delta
+from specdec.bench.onhost import errors as core_errors
+from specdec.bench.onhost.levels import check_level, choose, level_result, run_requests
+from specdec.bench.onhost.records import Rec
+from specdec.bench.onhost.stats import finite
 from specdec.bench.prompts import Prompt, builtin_prompts
 from specdec.bench.tokens import load_counter
 from specdec.bench.transport import SpecProbe, parse_sse_line, probe_server, request
@@ -96,34 +99,35 @@ async def _run_requests(client: httpx.AsyncClient, cfg: BenchConfig, model: str,
                         check: Callable[[], None] | None = None,
                         counter: Callable[[str], int] | None = None,
                         fillers: list[P] | None = None,
-                        ramp: int = 0) -> list[onhost.Rec]:
-    """The measurement core's workers (fillers, ramp: `specdec.bench.onhost.run_requests`)
-    over httpx; ``counter`` counts tokens when the server sends no usage."""
+                        ramp: int = 0) -> list[Rec]:
+    """The measurement core's workers (fillers, ramp:
+    `specdec.bench.onhost.levels.run_requests`) over httpx; ``counter`` counts tokens when the
+    server sends no usage."""
     finished = failed = 0
 
-    def done(rec: onhost.Rec) -> None:
+    def done(rec: Rec) -> None:
         nonlocal finished, failed
         finished, failed = finished + 1, failed + (0 if rec.ok else 1)
         progress.show(tag, finished, len(prompts), failed)
 
-    async def send(http: httpx.AsyncClient, c: BenchConfig, m: str, rec: onhost.Rec, text: str,
+    async def send(http: httpx.AsyncClient, c: BenchConfig, m: str, rec: Rec, text: str,
                    max_tokens: int) -> None:
         await request(http, c, m, rec, text, counter, max_tokens)
 
-    recs: list[onhost.Rec] = await onhost.run_requests(client, cfg, model, prompts, conc, tag,
+    recs: list[Rec] = await run_requests(client, cfg, model, prompts, conc, tag,
                                                        check, fillers, ramp, send=send,
                                                        done=done)
     progress.end()
     return recs
 
 
-def _level(cfg: BenchConfig, recs: list[onhost.Rec], conc: int,
+def _level(cfg: BenchConfig, recs: list[Rec], conc: int,
            warnings: list[str]) -> dict[str, Any]:
     """The level's figures and checks (the measurement core's, as on the host)."""
     try:
-        lvl: dict[str, Any] = onhost.level_result(cfg, recs, conc)
-        onhost.check_level(cfg, lvl, conc, warnings)
-    except onhost.BenchError as exc:
+        lvl: dict[str, Any] = level_result(cfg, recs, conc)
+        check_level(cfg, lvl, conc, warnings)
+    except core_errors.BenchError as exc:
         raise BenchError(str(exc)) from None
     return lvl
 
@@ -144,9 +148,9 @@ async def run_bench_async(cfg: BenchConfig, *, stderr: TextIO | None = None) -> 
 
     measured_set = [_p(p) for p in pset.measured]
     try:
-        chosen: dict[int, list[P]] = onhost.choose(measured_set, pset.source, cfg.prompt_ids,
+        chosen: dict[int, list[P]] = choose(measured_set, pset.source, cfg.prompt_ids,
                                                    counts)
-    except onhost.ConfigError as exc:
+    except core_errors.ConfigError as exc:
         raise ConfigError(str(exc)) from None
 
     def measured(n: int, off: int, conc: int) -> list[P]:
@@ -246,4 +250,4 @@ run_bench_sync = run_bench
 
 
 def to_json(result: dict[str, Any]) -> str:
-    return json.dumps(onhost.finite(result), indent=2, allow_nan=False)
+    return json.dumps(finite(result), indent=2, allow_nan=False)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from specdec.bench.onhost import ENDPOINTS, SCHEMA
+from specdec.bench.onhost.records import ENDPOINTS
+from specdec.bench.onhost.run import SCHEMA
 from specdec.bench.prompts import PromptSet
 from specdec.errors import ConfigError
 

@@ -16,11 +16,11 @@ from typing import Any
 
 import httpx
 
-from specdec.bench import onhost
+from specdec.bench.onhost import run as core_run
 
 __all__ = ["RATE_KEYS", "apply", "probe_time_scale", "to_device_time"]
 
-RATE_KEYS = frozenset(onhost.RATE_KEYS)
+RATE_KEYS = frozenset(core_run.RATE_KEYS)
 
 
 def probe_time_scale(url: str, timeout: float = 5.0) -> float | None:
@@ -41,7 +41,7 @@ def to_device_time(result: dict[str, Any], time_scale: float) -> dict[str, Any]:
     on-host client's conversion: one definition for both)."""
     if result.get("device_time"):
         return result  # already converted
-    out: dict[str, Any] = onhost.to_device_time(result, time_scale)
+    out: dict[str, Any] = core_run.to_device_time(result, time_scale)
     return out
 
 

@@ -23,7 +23,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from specdec.bench import onhost
+from specdec.bench.onhost import counters as core_counters
+from specdec.bench.onhost import errors as core_errors
 from specdec.errors import BenchError
 
 __all__ = [
@@ -90,8 +91,8 @@ def parse_vllm(text: str) -> Counters:
 def trtllm_entries(payload: Any) -> list[dict[str, Any]]:
     """TRT-LLM's ``/metrics`` body → iteration dicts (some versions send JSON strings)."""
     try:
-        out: list[dict[str, Any]] = onhost.trtllm_entries(payload)  # one definition
-    except onhost.BenchError as exc:
+        out: list[dict[str, Any]] = core_counters.trtllm_entries(payload)  # one definition
+    except core_errors.BenchError as exc:
         raise BenchError(str(exc)) from None
     return out
 

@@ -11,25 +11,28 @@ connection). Where the client runs (``specdec_bench_mode``):
   host without python3: the image is known to carry one (every engine is Python);
 * ``control``: the control node's client over the network (`specdec.bench.client`), as before.
 
-Files: ``/var/lib/specdec/bench/<digest>/onhost.py`` and ``prompts.json`` (the package's
-built-in prompt set), where ``<digest>`` is the first 16 hex digits of the sha256 of both:
-content-addressed, so an upload is skipped when both files are there with their sha256, and a
-changed client goes to a new directory. Nothing else is written or deleted on the host. The
-client prints its JSON on stdout (`specdec.bench.onhost.MARKER`); the HF token is never involved.
+Files: ``/var/lib/specdec/bench/<digest>/onhost.pyz`` (the client, `specdec.bench.onhost`, as a
+zipapp: `pyz`) and ``prompts.json`` (the package's built-in prompt set), where ``<digest>`` is
+the first 16 hex digits of the sha256 of both: content-addressed, so an upload is skipped when
+both files are there with their sha256, and a changed client goes to a new directory. Nothing
+else is written or deleted on the host. The client prints its JSON on stdout
+(`specdec.bench.onhost.cli.MARKER`); the HF token is never involved.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import json
 import shlex
+import zipfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from specdec.bench.onhost import MARKER
+from specdec.bench.onhost.cli import MARKER
 from specdec.bench.prompts import PromptSet, builtin_prompts
 from specdec.errors import BenchError
 
@@ -41,6 +44,7 @@ __all__ = [
     "bundle",
     "parse_output",
     "prompts_json",
+    "pyz",
     "run_command",
     "run_on_host",
     "upload_commands",
@@ -51,6 +55,28 @@ DEFAULT_MODE = "host"
 BENCH_DIR = "/var/lib/specdec/bench"
 _CHUNK = 48 * 1024  # base64 characters per upload command (a shell argument is capped at 128K)
 Run = Callable[[str, float | None], tuple[bool, list[str]]]
+_PACKAGE = "specdec.bench.onhost"
+# the zipapp's entry: the package is ``onhost/`` beside it (its own ``__main__`` is for ``-m``)
+_ZIP_MAIN = b"import sys\n\nfrom onhost.cli import main\n\nsys.exit(main())\n"
+
+
+def pyz() -> bytes:
+    """The on-host client as a zipapp: ``onhost/*.py`` (the package's modules) and a
+    ``__main__.py`` that runs its command line, behind a ``#!/usr/bin/env python3`` line; run
+    as ``python3 -I onhost.pyz ...``. Deterministic (sorted entries, stored, 1980-01-01 time
+    stamps, mode 0644): the same package gives the same bytes, so the same digest (no upload)."""
+    pkg = resources.files(_PACKAGE)
+    files = {f"onhost/{f.name}": f.read_bytes() for f in pkg.iterdir()
+             if f.name.endswith(".py") and f.is_file()}
+    files["__main__.py"] = _ZIP_MAIN
+    buf = io.BytesIO()
+    buf.write(b"#!/usr/bin/env python3\n")
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as zf:
+        for name in sorted(files):
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.create_system, info.external_attr = 3, 0o100644 << 16  # unix, -rw-r--r--
+            zf.writestr(info, files[name])
+    return buf.getvalue()
 
 
 def prompts_json(pset: PromptSet) -> str:
@@ -64,12 +90,13 @@ def prompts_json(pset: PromptSet) -> str:
 
 @dataclass(frozen=True)
 class Bundle:
-    script: str
+    script: bytes  # the client's zipapp (`pyz`)
     prompts: str
     base: str = BENCH_DIR  # benchmarks put it elsewhere
 
-    def sha(self, text: str) -> str:
-        return hashlib.sha256(text.encode()).hexdigest()
+    @staticmethod
+    def sha(data: bytes | str) -> str:
+        return hashlib.sha256(data if isinstance(data, bytes) else data.encode()).hexdigest()
 
     @property
     def digest(self) -> str:
@@ -82,7 +109,7 @@ class Bundle:
 
     @property
     def script_path(self) -> str:
-        return f"{self.dir}/onhost.py"
+        return f"{self.dir}/onhost.pyz"
 
     @property
     def prompts_path(self) -> str:
@@ -90,8 +117,7 @@ class Bundle:
 
 
 def bundle(pset: PromptSet | None = None, base: str = BENCH_DIR) -> Bundle:
-    script = resources.files("specdec.bench").joinpath("onhost.py").read_text()
-    return Bundle(script, prompts_json(pset or builtin_prompts()), base)
+    return Bundle(pyz(), prompts_json(pset or builtin_prompts()), base)
 
 
 def upload_commands(b: Bundle) -> list[str]:
@@ -102,15 +128,15 @@ def upload_commands(b: Bundle) -> list[str]:
     check = (f"printf '%s  %s\\n' {b.sha(b.script)} {q(b.script_path)} {b.sha(b.prompts)} "
              f"{q(b.prompts_path)} | sha256sum -c --status 2>/dev/null")
     cmds = [f"{check} && echo present || install -d -m 0755 {q(b.dir)}"]
-    for name, text, path in (("onhost.py", b.script, b.script_path),
-                             ("prompts.json", b.prompts, b.prompts_path)):
+    for name, raw, path in (("onhost.pyz", b.script, b.script_path),
+                            ("prompts.json", b.prompts.encode(), b.prompts_path)):
         tmp = q(f"{b.dir}/.{name}.b64")
-        data = base64.b64encode(text.encode()).decode()
+        data = base64.b64encode(raw).decode()
         parts = [data[i:i + _CHUNK] for i in range(0, len(data), _CHUNK)]
         for i, part in enumerate(parts):
             cmds.append(f"{check} || printf '%s' {q(part)} {'>' if i == 0 else '>>'} {tmp}")
         cmds.append(f"{check} || {{ base64 -d {tmp} > {q(path + '.tmp')} && "
-                    f"echo '{b.sha(text)}  {path}.tmp' | sha256sum -c --status && "
+                    f"echo '{b.sha(raw)}  {path}.tmp' | sha256sum -c --status && "
                     f"chmod 0644 {q(path + '.tmp')} && mv -f {q(path + '.tmp')} {q(path)} && "
                     f"rm -f {tmp}; }}")
     cmds.append(check)

@@ -18,7 +18,7 @@ import random
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from specdec.bench import onhost
+from specdec.bench.onhost import stats as core_stats
 
 T = TypeVar("T")
 
@@ -38,7 +38,7 @@ __all__ = [
 
 def percentile(values: Sequence[float], q: float) -> float:
     """q-th percentile (0..100) with linear interpolation; NaN for no values."""
-    return float(onhost.percentile(values, q))  # one definition, shipped to hosts too
+    return float(core_stats.percentile(values, q))  # one definition, shipped to hosts too
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -106,7 +106,7 @@ def hd_quantile(values: Sequence[float], q: float = 0.5) -> float:
 
 def summarize(values: Sequence[float]) -> dict[str, float | int | None]:
     """mean, median, std, p90, p99, min, max and n; None figures for an empty sample."""
-    out: dict[str, float | int | None] = onhost.summarize(values)
+    out: dict[str, float | int | None] = core_stats.summarize(values)
     return out
 
 

@@ -1,6 +1,7 @@
 """The control node's transport: one streamed request over httpx, the server probe and its
-speculation counters per level. What a request's events mean is `specdec.bench.onhost`'s (one
-definition for both clients); only how bytes arrive differs.
+speculation counters per level. What a request's events mean is
+`specdec.bench.onhost.records`'s (one definition for both clients); only how bytes arrive
+differs.
 
 ``t_send`` is when the request is on the wire: httpcore's ``trace`` event for the request body
 sent (``http11.send_request_body.complete``, or HTTP/2's), not when the coroutine was scheduled
@@ -17,7 +18,6 @@ from typing import Any
 
 import httpx
 
-from specdec.bench import onhost
 from specdec.bench.config import ENDPOINTS, BenchConfig, ServerInfo
 from specdec.bench.metrics import (
     Counters,
@@ -27,11 +27,14 @@ from specdec.bench.metrics import (
     spec_delta,
     trtllm_entries,
 )
+from specdec.bench.onhost import errors as core_errors
+from specdec.bench.onhost import probe as core_probe
+from specdec.bench.onhost import records
 from specdec.errors import BenchError
 
 __all__ = ["SpecProbe", "parse_sse_line", "probe_server", "request"]
 
-_one_line = onhost._one_line
+_one_line = core_errors._one_line
 # httpcore trace events: the request (headers and body) has been written to the socket
 _SENT_EVENTS = ("http11.send_request_body.complete", "http2.send_request_body.complete")
 
@@ -42,13 +45,13 @@ def parse_sse_line(line: str) -> dict[str, Any] | None:
     Raises `BenchError` for a malformed line or data, and for an error object in the stream.
     """
     try:
-        ev: dict[str, Any] | None = onhost.parse_sse_line(line)
-    except onhost.BenchError as exc:
+        ev: dict[str, Any] | None = records.parse_sse_line(line)
+    except core_errors.BenchError as exc:
         raise BenchError(str(exc)) from None
     return ev
 
 
-async def _stream(client: httpx.AsyncClient, cfg: BenchConfig, model: str, rec: onhost.Rec,
+async def _stream(client: httpx.AsyncClient, cfg: BenchConfig, model: str, rec: records.Rec,
                   text: str, max_tokens: int) -> bool:
     """Send the request, feed its events to ``rec``; True when ``[DONE]`` came."""
     async def trace(event: str, info: dict[str, Any]) -> None:
@@ -56,26 +59,26 @@ async def _stream(client: httpx.AsyncClient, cfg: BenchConfig, model: str, rec: 
             rec.send = time.perf_counter()
 
     done = False
-    body = onhost._body(cfg, model, text, max_tokens)
+    body = records._body(cfg, model, text, max_tokens)
     async with client.stream("POST", cfg.base_url + ENDPOINTS[cfg.endpoint], json=body,
                              extensions={"trace": trace}) as resp:
         if resp.status_code != 200:
-            raise onhost.http_error(resp.status_code, await resp.aread())
+            raise records.http_error(resp.status_code, await resp.aread())
         async for line in resp.aiter_lines():
             if line.strip() == "data: [DONE]":
                 done = True
                 continue
             try:
-                ev = onhost.parse_sse_line(line)
-            except onhost.BenchError as exc:
+                ev = records.parse_sse_line(line)
+            except core_errors.BenchError as exc:
                 kind = "stream_error" if "server error" in str(exc) else "malformed_sse"
-                raise onhost.StreamError(kind, str(exc)) from None
+                raise core_errors.StreamError(kind, str(exc)) from None
             if ev is not None:
-                onhost._event(rec, ev, cfg.endpoint, time.perf_counter())
+                records._event(rec, ev, cfg.endpoint, time.perf_counter())
     return done
 
 
-async def request(client: httpx.AsyncClient, cfg: BenchConfig, model: str, rec: onhost.Rec,
+async def request(client: httpx.AsyncClient, cfg: BenchConfig, model: str, rec: records.Rec,
                   text: str, counter: Callable[[str], int] | None = None,
                   max_tokens: int | None = None) -> None:
     """One streamed request into ``rec`` (errors are recorded, not raised)."""
@@ -83,8 +86,8 @@ async def request(client: httpx.AsyncClient, cfg: BenchConfig, model: str, rec: 
     try:
         async with asyncio.timeout(cfg.request_timeout_s):
             done = await _stream(client, cfg, model, rec, text, max_tokens or cfg.max_tokens)
-        onhost.finish(rec, done, counter)
-    except onhost.StreamError as exc:
+        records.finish(rec, done, counter)
+    except core_errors.StreamError as exc:
         rec.error, rec.error_kind = str(exc), exc.kind
     except TimeoutError:
         rec.error, rec.error_kind = f"timed out after {cfg.request_timeout_s:g} s", "timeout"
@@ -98,7 +101,7 @@ async def request(client: httpx.AsyncClient, cfg: BenchConfig, model: str, rec: 
 
 
 class _Get:
-    """`specdec.bench.onhost.Http.get` over httpx, for the measurement core's server probe."""
+    """`specdec.bench.onhost.http.Http.get` over httpx, for the measurement core's server probe."""
 
     def __init__(self, client: httpx.AsyncClient, base_url: str) -> None:
         self.client, self.base_url = client, base_url
@@ -114,8 +117,8 @@ class _Get:
 async def probe_server(client: httpx.AsyncClient, base_url: str) -> ServerInfo:
     """Check the server speaks OpenAI (GET /v1/models) and find out what it is."""
     try:
-        info, ids = await onhost.probe_server(_Get(client, base_url), base_url)
-    except onhost.BenchError as exc:
+        info, ids = await core_probe.probe_server(_Get(client, base_url), base_url)
+    except core_errors.BenchError as exc:
         raise BenchError(str(exc)) from None
     return ServerInfo(info["kind"], info["metrics"], info["version"], tuple(ids))
 

@@ -4,8 +4,16 @@ the fake server, and its rules: the same JSON as the control node's client, toke
 
 from __future__ import annotations
 
+import ast
+import hashlib
+import io
+import json
+import shutil
 import statistics
 import subprocess
+import sys
+import zipfile
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -93,7 +101,80 @@ def test_run_command_modes() -> None:
         remote.run_command(b, 8000, "m", [], 30, "image", None)
     with pytest.raises(BenchError, match="does not run on the host"):
         remote.run_command(b, 8000, "m", [], 30, "control")
-    assert "python3 -I" in remote.run_command(b, 8000, "m", [], 30, "host")
+    assert f"-I {b.script_path} http://" in cmd
+    assert f"python3 -I {b.script_path} http://" in remote.run_command(b, 8000, "m", [], 30, "host")
+
+
+def test_pyz_is_deterministic() -> None:
+    """The same package gives the same zipapp, byte for byte: the same digest, no upload."""
+    a, b = remote.pyz(), remote.pyz()
+    assert hashlib.sha256(a).hexdigest() == hashlib.sha256(b).hexdigest()
+    assert a.startswith(b"#!/usr/bin/env python3\n")
+    bun = remote.bundle()
+    assert isinstance(bun.script, bytes) and bun.script == a
+    assert bun.script_path.endswith("/onhost.pyz") and bun.digest == remote.bundle().digest
+    with zipfile.ZipFile(io.BytesIO(a)) as zf:
+        infos = zf.infolist()
+    names = [i.filename for i in infos]
+    modules = sorted(f"onhost/{f.name}" for f in resources.files("specdec.bench.onhost").iterdir()
+                     if f.name.endswith(".py"))
+    assert names == sorted(names) == sorted(["__main__.py", *modules])
+    assert {(i.date_time, i.external_attr >> 16, i.compress_type) for i in infos} == {
+        ((1980, 1, 1, 0, 0, 0), 0o100644, zipfile.ZIP_STORED)}
+
+
+def test_onhost_modules_import_the_stdlib_only_and_parse_as_python38() -> None:
+    for f in resources.files("specdec.bench.onhost").iterdir():
+        if not f.name.endswith(".py"):
+            continue
+        src = f.read_text()
+        assert len(src.splitlines()) < 500, f.name
+        tree = ast.parse(src, f.name, feature_version=(3, 8))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                tops = {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                tops = {(node.module or "").split(".")[0]}
+            else:
+                continue
+            assert tops <= set(sys.stdlib_module_names), (f.name, tops)
+
+
+def test_pyz_runs_without_site_packages(tmp_path: Path) -> None:
+    """``-I -S``: no site-packages, so no specdec and nothing else outside the stdlib."""
+    pyz = tmp_path / "onhost.pyz"
+    pyz.write_bytes(remote.pyz())
+    p = subprocess.run([sys.executable, "-I", "-S", str(pyz), "--help"], capture_output=True,
+                       text=True, cwd=tmp_path, timeout=60, check=False)
+    assert p.returncode == 0 and p.stdout.startswith("usage: specdec-bench"), p.stderr
+    p = subprocess.run([sys.executable, "-I", "-S", str(pyz), "http://x:1", "--prompts",
+                        str(tmp_path / "none.json")], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=60, check=False)
+    assert p.returncode == 2 and p.stderr.startswith("specdec-bench: error: --prompts "), p.stderr
+
+
+def _python38() -> str:
+    exe = shutil.which("python3.8")
+    if exe is None or subprocess.run([exe, "-c", "import sys; assert sys.version_info[:2] == "
+                                       "(3, 8)"], capture_output=True, check=False).returncode:
+        pytest.skip("no python3.8 on this machine")
+    return exe
+
+
+def test_pyz_runs_on_python38(tmp_path: Path) -> None:
+    """The oldest python3 a host may have (JetPack 5) runs the client against a server."""
+    exe = _python38()
+    b = remote.bundle(base=str(tmp_path))
+    (tmp_path / "onhost.pyz").write_bytes(b.script)
+    (tmp_path / "prompts.json").write_text(b.prompts)
+    with serve("vllm") as (url, _):
+        p = subprocess.run([exe, "-I", "-S", "onhost.pyz", url, "--model", "m", "--prompts",
+                            "prompts.json", *RB.argv(), "--json", "-"], capture_output=True,
+                           text=True, cwd=tmp_path, timeout=120, check=False)
+    assert p.returncode == 0, p.stderr
+    res = remote.parse_output(True, p.stdout.splitlines())
+    assert res["concurrency"]["8"]["completed"] == 8 and res["spec_decode"] is not None
+    assert json.loads(json.dumps(res)) == res
 
 
 def test_parse_output() -> None:

@@ -239,7 +239,7 @@ def test_benchmarks_ran_beside_the_engine(lab: LabFleet, deployed: PyinfraRun) -
             arms += 1
         # a serving group benchmarks through its frontend, from the frontend member
         ran_on = (reps[h.name].get("group") or {}).get("frontend") or h.name
-        client = lab.ssh(ran_on, "ls /var/lib/specdec/bench/*/onhost.py").stdout.split()
+        client = lab.ssh(ran_on, "ls /var/lib/specdec/bench/*/onhost.pyz").stdout.split()
         assert len(client) >= 1, (h.name, ran_on)
     assert arms >= 2
 
