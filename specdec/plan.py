@@ -4,6 +4,9 @@ Choices a user did not pin are made here, in this order, and explained in ``plan
 method (EAGLE-3 head -> same-tokenizer draft model -> n-gram, the first that fits), draft,
 ``num_speculative_tokens`` (device starting point), memory fraction, ``max_model_len``,
 ``max_num_seqs``, image (pinned, from the catalog). A pinned value that does not work is an error.
+
+`make_plan` reads as the steps: device, release (`specdec.plan_engine`), target model, method
+candidates (`specdec.plan_method`) the release can run, memory fit, k and its tuning, Dynamo part.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from specdec.catalog import GIB, Catalog, Device, Image, Model, load_catalog
+from specdec.engines import Version
 from specdec.errors import ConfigError, PlanError
 from specdec.fit import fit, fit_problem, max_model_len_for
 from specdec.hostdata import HostSettings, as_mapping, parse_host_settings
@@ -26,6 +30,7 @@ from specdec.plan_engine import (
     release_details,
     runnable,
 )
+from specdec.plan_method import MethodCandidate, candidates, one_layer, spec_tokens
 from specdec.plan_types import DynamoPlan, FitReport, Plan
 from specdec.tune import K_MAX
 
@@ -35,24 +40,8 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_PORT", "baseline", "check_image", "make_plan"]
 
 DEFAULT_PORT = 8000
-# Methods whose speculator is separate weights given by `model` in --speculative-config.
-HEAD_METHODS = ("eagle3", "eagle", "medusa", "mlp_speculator", "dflash")
-# Methods with no separate weights.
-SELF_METHODS = ("ngram", "ngram_gpu", "suffix", "mtp")
 # A default context that does not fit is shortened, but not below this.
 MIN_AUTO_MODEL_LEN = 1024
-
-# Starting num_speculative_tokens for methods the device table does not list.
-_K_ALIASES = {"eagle": "eagle3", "dflash": "eagle3", "ngram_gpu": "ngram", "suffix": "ngram"}
-_DEFAULT_K = 3
-
-@dataclass(frozen=True)
-class _Candidate:
-    method: str
-    draft: str | None
-    draft_weight_gib: float
-    draft_kv_bytes_per_token: int
-    why: str
 
 
 def _custom_model(s: HostSettings, cat: Catalog, device: Device) -> Model:
@@ -111,140 +100,6 @@ def _resolve_device(s: HostSettings, identity: Identity | None, cat: Catalog) ->
     return cat.device(device_id)
 
 
-def _tokenizer_of(cat: Catalog, draft: str) -> str | None:
-    if draft in cat.heads:
-        return cat.heads[draft].tokenizer
-    if draft in cat.models:
-        return cat.models[draft].tokenizer
-    return None
-
-
-def _explicit_draft(s: HostSettings, cat: Catalog, model: Model, method: str) -> _Candidate:
-    assert s.draft is not None
-    d = s.draft
-    key = f"specdec_draft={d!r}"
-    if d == model.id:
-        raise ConfigError(f"{key}: the draft is the target model itself", host=s.host)
-    tok = _tokenizer_of(cat, d)
-    if tok is None:
-        raise ConfigError(
-            f"{key}: not a catalog model or EAGLE head (its size and tokenizer are unknown)",
-            host=s.host,
-        )
-    if model.tokenizer.startswith("unknown:"):
-        raise ConfigError(
-            f"specdec_model={model.id!r}: tokenizer unknown, cannot check {key}; "
-            "set specdec_model_tokenizer",
-            host=s.host,
-        )
-    if tok != model.tokenizer:
-        raise ConfigError(
-            f"{key}: tokenizer {tok} does not match the target {model.id} ({model.tokenizer})",
-            host=s.host,
-        )
-    if d in cat.heads:
-        head = cat.heads[d]
-        if not model.takes_head(head):
-            raise ConfigError(
-                f"{key}: is a {head.method} head for {head.target}, not for {model.id}",
-                host=s.host,
-            )
-        if method != head.method:
-            raise ConfigError(
-                f"{key}: is a {head.method} head but specdec_method={method!r}", host=s.host
-            )
-        return _Candidate(method, d, head.weight_gib, _one_layer(model), "specdec_draft")
-    if method != "draft_model":
-        raise ConfigError(
-            f"{key}: is a standalone model; use specdec_method='draft_model' (not {method!r})",
-            host=s.host,
-        )
-    dm = cat.models[d]
-    return _Candidate(method, d, dm.weight_gib, dm.kv_bytes_per_token, "specdec_draft")
-
-
-def _one_layer(model: Model) -> int:
-    return max(1, model.kv_bytes_per_token // max(1, model.layers))
-
-
-def _catalog_drafts(cat: Catalog, model: Model) -> list[_Candidate]:
-    out = []
-    for d in model.drafts:
-        dm = cat.models.get(d)
-        if dm is not None and dm.tokenizer == model.tokenizer:
-            out.append(
-                _Candidate(
-                    "draft_model", d, dm.weight_gib, dm.kv_bytes_per_token,
-                    f"catalog draft {d} (tokenizer {dm.tokenizer})",
-                )
-            )
-    return out
-
-
-def _candidates(
-    s: HostSettings, cat: Catalog, device: Device, model: Model
-) -> tuple[list[_Candidate], list[str]]:
-    """Candidate configurations in preference order, and notes."""
-    notes: list[str] = []
-    method = s.method
-    if method is None and s.draft is not None:
-        method = cat.heads[s.draft].method if s.draft in cat.heads else "draft_model"
-        notes.append(f"method {method} inferred from specdec_draft")
-    if method is not None:
-        if method == "none" or method in SELF_METHODS:
-            if s.draft is not None:
-                raise ConfigError(
-                    f"specdec_draft={s.draft!r}: method {method!r} takes no draft", host=s.host
-                )
-            return [_Candidate(method, None, 0.0, 0, "specdec_method")], notes
-        if s.draft is not None:
-            return [_explicit_draft(s, cat, model, method)], notes
-        if method in HEAD_METHODS:
-            head_id = model.heads.get(method)
-            if head_id is None:
-                raise ConfigError(
-                    f"specdec_method={method!r}: no known {method} head for {model.id}; "
-                    "set specdec_draft or choose another method",
-                    host=s.host,
-                )
-            if method == "eagle3" and not device.eagle3:
-                notes.append(f"eagle3 pinned; the catalog does not advise it on {device.id}")
-            head = cat.heads[head_id]
-            return [
-                _Candidate(method, head_id, head.weight_gib, _one_layer(model), "catalog head")
-            ], notes
-        # draft_model without an explicit draft: any catalog draft (first that fits).
-        drafts = _catalog_drafts(cat, model)
-        if not drafts:
-            raise ConfigError(
-                f"specdec_method='draft_model': no catalog draft for {model.id}; set specdec_draft",
-                host=s.host,
-            )
-        return drafts, notes
-
-    out: list[_Candidate] = []
-    head_id = model.heads.get("eagle3")
-    if head_id and device.eagle3:
-        head = cat.heads[head_id]
-        out.append(_Candidate("eagle3", head_id, head.weight_gib, _one_layer(model),
-                              f"EAGLE-3 head {head_id}"))
-    elif head_id:
-        notes.append(f"eagle3 head {head_id} skipped: the catalog does not advise EAGLE-3 on "
-                     f"{device.id}")
-    out.extend(_catalog_drafts(cat, model))
-    out.append(_Candidate("ngram", None, 0.0, 0, "n-gram (no extra weights)"))
-    return out, notes
-
-
-def _spec_tokens(s: HostSettings, device: Device, method: str) -> int:
-    if method == "none":
-        return 0
-    if s.num_speculative_tokens is not None:
-        return s.num_speculative_tokens
-    table = device.speculative_tokens
-    return table.get(method) or table.get(_K_ALIASES.get(method, ""), 0) or _DEFAULT_K
-
-
 def _fit_keys(s: HostSettings, method: str, draft: str | None, util: float, mml: int) -> str:
     def val(name: str, value: Any) -> str:
         return f"specdec_{name}={value!r}" + ("" if s.pinned(name) else " (default)")
@@ -263,6 +118,36 @@ def _coerce_args(identity: Any, catalog: Any) -> tuple[Identity | None, Catalog]
     return identity, catalog or load_catalog()
 
 
+@dataclass(frozen=True)
+class _Release:
+    """What the host runs: engine, runtime, image (docker) and engine release."""
+
+    engine: str
+    runtime: str
+    image: str | None
+    version: Version
+    vllm_pin: str | None  # Dynamo: the vLLM it runs (whose speculative config applies)
+
+
+@dataclass(frozen=True)
+class _Choice:
+    """The candidate that fits, with its memory fraction and fit at ``max_model_len``."""
+
+    cand: MethodCandidate
+    util: float
+    report: FitReport
+    max_model_len: int
+
+
+@dataclass(frozen=True)
+class _Tuning:
+    """num_speculative_tokens, whether the host tunes it, and what the tune measures."""
+
+    k: int
+    k_auto: bool
+    methods: tuple[tuple[str, str | None], ...]
+
+
 def make_plan(
     host: str,
     data: Any,
@@ -279,34 +164,31 @@ def make_plan(
     if s.model is None:
         raise ConfigError("specdec_model is not set", host=host)
     device = _resolve_device(s, identity, cat)
-    notes: list[str] = []
-    if identity is not None:
-        notes.append(f"identified as {identity.device} ({identity.model_string}"
-                     + (f", L4T {identity.l4t}" if identity.l4t else "") + ")")
+    notes = _identity_notes(identity)
+    rel = _release(s, cat, device, identity, installed, notes)
+    model = _target_model(s, cat, device)
+    cands, cand_notes = candidates(s, cat, device, model)
+    notes += cand_notes
+    cands = runnable(s, rel.engine, rel.version, model, cands, notes)
+    choice = _memory_fit(s, device, model, cands, notes)
+    tuning = _tuning(s, device, choice.cand, cands, rel.vllm_pin, notes)
+    port = s.port or DEFAULT_PORT
+    dyn = _dynamo_part(s, data, group, rel, port, choice.cand.method, tuning.k, notes)
+    return _assemble(s, device, model, rel, choice, tuning, port, dyn, notes)
 
-    engine = s.engine or "vllm"
-    if engine not in device.engines:
-        raise PlanError(
-            f"specdec_engine={engine!r}: not supported on {device.id} (platform "
-            f"{device.platform}; supported: {', '.join(device.engines)})",
-            host=host,
-        )
-    runtime = s.runtime or "docker"
-    if runtime not in device.runtimes:
-        raise PlanError(
-            f"specdec_runtime={runtime!r}: not supported on {device.id} "
-            f"(supported: {', '.join(device.runtimes)})",
-            host=host,
-        )
-    image: str | None = None
-    img: Image | None = None
-    if runtime == "docker":
-        image, img = image_for_host(s, cat, device, engine, identity)
-    else:
-        if s.image is not None:
-            notes.append("specdec_image ignored: runtime is native")
-        img = cat.default_image(device, engine, identity.l4t if identity and identity.l4t
-                                else ("36.4" if device.platform == "l4t" else None))
+
+def _identity_notes(identity: Identity | None) -> list[str]:
+    if identity is None:
+        return []
+    return [f"identified as {identity.device} ({identity.model_string}"
+            + (f", L4T {identity.l4t}" if identity.l4t else "") + ")"]
+
+
+def _release(s: HostSettings, cat: Catalog, device: Device, identity: Identity | None,
+             installed: Mapping[str, str] | None, notes: list[str]) -> _Release:
+    """Engine and runtime (both supported on the device), image and engine release."""
+    engine, runtime = _engine_and_runtime(s, device)
+    image, img = _image(s, cat, device, engine, runtime, identity, notes)
     version, origin = engine_version(s, engine, runtime, image, img, installed)
     notes.append(f"{engine} {version} ({origin})")
     vllm_pin: str | None = None
@@ -316,114 +198,177 @@ def make_plan(
         vllm_pin = vllm_release(s, version, origin)
         notes.append(f"Dynamo {version} runs vLLM {vllm_pin}: its speculative config is "
                      f"vLLM {vllm_pin}'s")
+    return _Release(engine, runtime, image, version, vllm_pin)
 
+
+def _engine_and_runtime(s: HostSettings, device: Device) -> tuple[str, str]:
+    engine = s.engine or "vllm"
+    if engine not in device.engines:
+        raise PlanError(
+            f"specdec_engine={engine!r}: not supported on {device.id} (platform "
+            f"{device.platform}; supported: {', '.join(device.engines)})",
+            host=s.host,
+        )
+    runtime = s.runtime or "docker"
+    if runtime not in device.runtimes:
+        raise PlanError(
+            f"specdec_runtime={runtime!r}: not supported on {device.id} "
+            f"(supported: {', '.join(device.runtimes)})",
+            host=s.host,
+        )
+    return engine, runtime
+
+
+def _image(s: HostSettings, cat: Catalog, device: Device, engine: str, runtime: str,
+           identity: Identity | None, notes: list[str]) -> tuple[str | None, Image | None]:
+    """Docker: the image to run and its catalog entry. Native: no image; the catalog's default
+    for the device stands for the release an offline plan assumes."""
+    if runtime == "docker":
+        return image_for_host(s, cat, device, engine, identity)
+    if s.image is not None:
+        notes.append("specdec_image ignored: runtime is native")
+    return None, cat.default_image(device, engine, identity.l4t if identity and identity.l4t
+                                   else ("36.4" if device.platform == "l4t" else None))
+
+
+def _target_model(s: HostSettings, cat: Catalog, device: Device) -> Model:
+    """The target model, checked against the device (quantization) and a pinned context."""
     model = _custom_model(s, cat, device)
     quant = cat.quantizations.get(model.quantization)
     if quant is not None and device.platform not in quant.platforms:
         raise PlanError(
             f"specdec_model={model.id!r}: {model.quantization} weights do not run on "
             f"{device.id} (runs on: {', '.join(quant.platforms)}; {quant.note})",
-            host=host,
+            host=s.host,
         )
     if s.max_model_len is not None and s.max_model_len > model.max_context:
         raise ConfigError(
             f"specdec_max_model_len={s.max_model_len}: exceeds {model.id}'s context "
             f"({model.max_context})",
-            host=host,
+            host=s.host,
         )
-    max_model_len = s.max_model_len or min(device.max_model_len, model.max_context)
-    max_num_seqs = s.max_num_seqs or device.max_num_seqs
-    port = s.port or DEFAULT_PORT
+    return model
 
-    candidates, cand_notes = _candidates(s, cat, device, model)
-    notes += cand_notes
-    candidates = runnable(s, engine, version, model, candidates, notes)
 
-    pinned_choice = s.method is not None or s.draft is not None
-    def budget(cand: _Candidate, length: int) -> tuple[float, FitReport]:
-        util = s.gpu_memory_utilization or (
-            device.mem_util_speculative if cand.method != "none" else device.mem_util_baseline
-        )
-        return util, fit(device, model.weight_gib, model.kv_bytes_per_token,
-                         cand.draft_weight_gib, cand.draft_kv_bytes_per_token, util, length)
+def _pinned_choice(s: HostSettings) -> bool:
+    return s.method is not None or s.draft is not None
 
-    chosen: tuple[_Candidate, float, FitReport] | None = None
+
+def _memory_fit(s: HostSettings, device: Device, model: Model, cands: list[MethodCandidate],
+                notes: list[str]) -> _Choice:
+    """The first candidate that fits in memory (noted unless the method or draft is pinned)."""
+    choice = _first_fit(s, device, model, cands, notes)
+    if not _pinned_choice(s):
+        notes.append(f"method {choice.cand.method}: {choice.cand.why}, fits")
+    return choice
+
+
+def _first_fit(s: HostSettings, device: Device, model: Model, cands: list[MethodCandidate],
+               notes: list[str]) -> _Choice:
+    """At the pinned or default context; failing that (default only) at a shorter one. None
+    fits: the last candidate's problem is the error."""
+    length = s.max_model_len or min(device.max_model_len, model.max_context)
     last_problem = ""
-    reports: list[tuple[_Candidate, FitReport]] = []
-    for cand in candidates:
-        util, report = budget(cand, max_model_len)
-        problem = fit_problem(report, util, max_model_len)
+    misfits: list[tuple[MethodCandidate, FitReport]] = []
+    for cand in cands:
+        util, report = _budget(s, device, model, cand, length)
+        problem = fit_problem(report, util, length)
         if problem is None:
-            chosen = (cand, util, report)
-            break
-        reports.append((cand, report))
-        last_problem = f"{_fit_keys(s, cand.method, cand.draft, util, max_model_len)}: {problem}"
+            return _Choice(cand, util, report, length)
+        misfits.append((cand, report))
+        last_problem = f"{_fit_keys(s, cand.method, cand.draft, util, length)}: {problem}"
         notes.append(f"{cand.method}{' ' + cand.draft if cand.draft else ''} does not fit: "
                      f"{problem}")
-    if chosen is None and s.max_model_len is None:
-        # Nothing fits at the device's default context: the longest context that does (as
-        # vLLM's "estimated maximum model length"), in the same order of preference.
-        for cand, report in reports:
-            shorter = max_model_len_for(report, max_model_len) // 256 * 256
-            if shorter < MIN_AUTO_MODEL_LEN:
-                continue
-            util, report = budget(cand, shorter)
-            if fit_problem(report, util, shorter) is None:
-                notes.append(f"max_model_len {max_model_len} does not fit; {shorter} does "
-                             f"(set specdec_max_model_len to choose)")
-                max_model_len = shorter
-                chosen = (cand, util, report)
-                break
-    if chosen is None:
-        raise PlanError(last_problem, host=host)
-    cand, util, report = chosen
-    if not pinned_choice:
-        notes.append(f"method {cand.method}: {cand.why}, fits")
+    if s.max_model_len is None:
+        choice = _shorter_fit(s, device, model, misfits, length, notes)
+        if choice is not None:
+            return choice
+    raise PlanError(last_problem, host=s.host)
 
-    k = _spec_tokens(s, device, cand.method)
+
+def _shorter_fit(s: HostSettings, device: Device, model: Model,
+                 misfits: list[tuple[MethodCandidate, FitReport]], length: int,
+                 notes: list[str]) -> _Choice | None:
+    """Nothing fits at the device's default context: the longest context that does (as vLLM's
+    "estimated maximum model length"), in the same order of preference."""
+    for cand, report in misfits:
+        shorter = max_model_len_for(report, length) // 256 * 256
+        if shorter < MIN_AUTO_MODEL_LEN:
+            continue
+        util, report = _budget(s, device, model, cand, shorter)
+        if fit_problem(report, util, shorter) is None:
+            notes.append(f"max_model_len {length} does not fit; {shorter} does "
+                         f"(set specdec_max_model_len to choose)")
+            return _Choice(cand, util, report, shorter)
+    return None
+
+
+def _budget(s: HostSettings, device: Device, model: Model, cand: MethodCandidate,
+            length: int) -> tuple[float, FitReport]:
+    """The memory fraction (pinned, else the device's for speculation or baseline) and fit."""
+    util = s.gpu_memory_utilization or (
+        device.mem_util_speculative if cand.method != "none" else device.mem_util_baseline
+    )
+    return util, fit(device, model.weight_gib, model.kv_bytes_per_token,
+                     cand.draft_weight_gib, cand.draft_kv_bytes_per_token, util, length)
+
+
+def _tuning(s: HostSettings, device: Device, cand: MethodCandidate,
+            cands: list[MethodCandidate], vllm_pin: str | None, notes: list[str]) -> _Tuning:
+    """k: pinned, or the device's starting point that the host tunes (k auto)."""
+    k = spec_tokens(s, device, cand.method)
     # k auto is tuned on the host's own API; a Dynamo group is measured through its frontend
     k_auto = s.num_speculative_tokens is None and cand.method != "none" and vllm_pin is None
-    methods: tuple[tuple[str, str | None], ...] = ()
-    if k_auto:
-        methods = ((cand.method, cand.draft),)
-        # n-gram needs no weights nor memory: the tune measures it too, unless pinned
-        if not pinned_choice and cand.method != "ngram" and any(
-                c.method == "ngram" for c in candidates):
-            methods += (("ngram", None),)
-        notes.append(f"num_speculative_tokens auto: tuned on the host from k={k} over 1.."
-                     f"{K_MAX}" + (" (and against n-gram)" if len(methods) > 1 else ""))
-    env = dict(s.env)
-    dyn: DynamoPlan | None = None
-    if vllm_pin is not None:
-        from specdec.dynamo.plan import dynamo_part
+    if not k_auto:
+        return _Tuning(k, False, ())
+    methods: tuple[tuple[str, str | None], ...] = ((cand.method, cand.draft),)
+    # n-gram needs no weights nor memory: the tune measures it too, unless pinned
+    if not _pinned_choice(s) and cand.method != "ngram" and any(
+            c.method == "ngram" for c in cands):
+        methods += (("ngram", None),)
+    notes.append(f"num_speculative_tokens auto: tuned on the host from k={k} over 1.."
+                 f"{K_MAX}" + (" (and against n-gram)" if len(methods) > 1 else ""))
+    return _Tuning(k, True, methods)
 
-        dyn = dynamo_part(s, as_mapping(data), group, vllm_pin, port, cand.method, k, notes)
-    decoding, draft_dir, tiktoken = engine_details(engine, version, model, cand.method,
-                                                    cand.draft)
+
+def _dynamo_part(s: HostSettings, data: Any, group: Group | None, rel: _Release, port: int,
+                 method: str, k: int, notes: list[str]) -> DynamoPlan | None:
+    if rel.vllm_pin is None:
+        return None
+    from specdec.dynamo.plan import dynamo_part
+
+    return dynamo_part(s, as_mapping(data), group, rel.vllm_pin, port, method, k, notes)
+
+
+def _assemble(s: HostSettings, device: Device, model: Model, rel: _Release, choice: _Choice,
+              tuning: _Tuning, port: int, dyn: DynamoPlan | None, notes: list[str]) -> Plan:
+    cand = choice.cand
+    decoding, draft_dir, tiktoken = engine_details(rel.engine, rel.version, model, cand.method,
+                                                   cand.draft)
     return Plan(
-        host=host,
+        host=s.host,
         device=device.id,
-        engine=engine,
-        runtime=runtime,
-        image=image,
-        engine_version=str(version),
+        engine=rel.engine,
+        runtime=rel.runtime,
+        image=rel.image,
+        engine_version=str(rel.version),
         model=model.id,
         served_model_name=model.id,
         method=cand.method,
         draft=cand.draft,
-        num_speculative_tokens=k,
-        gpu_memory_utilization=util,
-        max_model_len=max_model_len,
-        max_num_seqs=max_num_seqs,
+        num_speculative_tokens=tuning.k,
+        gpu_memory_utilization=choice.util,
+        max_model_len=choice.max_model_len,
+        max_num_seqs=s.max_num_seqs or device.max_num_seqs,
         port=port,
         memlock=s.memlock,
         jetson_tuning=s.jetson_tuning and device.is_jetson,
         health_timeout_s=s.health_timeout,
         gate=s.gate,
-        fit=report,
+        fit=choice.report,
         extra_args=s.extra_args,
         env=s.env,
-        fault=env.get("SPECDEC_EMU_FAULT"),
+        fault=dict(s.env).get("SPECDEC_EMU_FAULT"),
         notes=tuple(notes),
         service_user=s.service_user,
         pinned=tuple(sorted(s.keys)),
@@ -431,8 +376,8 @@ def make_plan(
         draft_dir=draft_dir,
         tiktoken_dir=tiktoken,
         dynamo=dyn,
-        k_auto=k_auto,
-        tune_methods=methods,
+        k_auto=tuning.k_auto,
+        tune_methods=tuning.methods,
     )
 
 
@@ -485,7 +430,7 @@ def _target_kv(cat: Catalog, plan: Plan) -> int:
     if plan.draft in cat.models:
         draft_kv = cat.models[plan.draft].kv_bytes_per_token
     elif plan.draft in cat.heads and plan.model in cat.models:
-        draft_kv = _one_layer(cat.models[plan.model])
+        draft_kv = one_layer(cat.models[plan.model])
     if plan.model in cat.models and "specdec_model_kv_bytes_per_token" not in plan.pinned:
         return cat.models[plan.model].kv_bytes_per_token
     total = plan.fit.kv_needed_gib * GIB / max(1, plan.max_model_len)

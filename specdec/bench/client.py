@@ -37,7 +37,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -49,7 +49,7 @@ from specdec.bench.onhost import errors as core_errors
 from specdec.bench.onhost.levels import check_level, choose, level_result, run_requests
 from specdec.bench.onhost.records import Rec
 from specdec.bench.onhost.stats import finite
-from specdec.bench.prompts import Prompt, builtin_prompts
+from specdec.bench.prompts import Prompt, PromptSet, builtin_prompts
 from specdec.bench.tokens import load_counter
 from specdec.bench.transport import SpecProbe, parse_sse_line, probe_server, request
 from specdec.errors import BenchError, ConfigError
@@ -132,12 +132,31 @@ def _level(cfg: BenchConfig, recs: list[Rec], conc: int,
     return lvl
 
 
-async def run_bench_async(cfg: BenchConfig, *, stderr: TextIO | None = None) -> dict[str, Any]:
-    """Run the benchmark; returns the result dict (see module doc) or raises `BenchError`."""
-    cfg.validate()
-    err = stderr if stderr is not None else sys.stderr
-    show = cfg.progress if cfg.progress is not None else err.isatty()
-    progress = _Progress(bool(show), err)
+# -- the run ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Workload:
+    """What each level sends: its measured prompts (chosen by id, else ``requests`` from its
+    offset, round the set), fillers after them, and the warmup prompts."""
+
+    pset: PromptSet
+    counts: dict[int, int]
+    offsets: dict[int, int]
+    measured_set: list[P]
+    chosen: dict[int, list[P]]
+    warm: list[P]
+
+    def measured(self, conc: int) -> list[P]:
+        if conc in self.chosen:
+            return self.chosen[conc]
+        n, off = self.counts[conc], self.offsets[conc]
+        return [self.measured_set[(off + i) % len(self.measured_set)] for i in range(n)]
+
+    def fillers(self, conc: int) -> list[P]:
+        n, off = self.counts[conc], self.offsets[conc]
+        return [self.measured_set[(off + n + i) % len(self.measured_set)] for i in range(conc)]
+
+
+def _workload(cfg: BenchConfig) -> _Workload:
     pset = cfg.prompts or builtin_prompts()
     if isinstance(cfg.requests, tuple):
         counts = dict(zip(cfg.concurrency, cfg.requests, strict=True))
@@ -145,80 +164,111 @@ async def run_bench_async(cfg: BenchConfig, *, stderr: TextIO | None = None) -> 
         counts = {c: cfg.requests or len(pset.measured) for c in cfg.concurrency}
     offsets = dict(zip(cfg.concurrency, cfg.prompt_offset, strict=True)) if isinstance(
         cfg.prompt_offset, tuple) else dict.fromkeys(cfg.concurrency, cfg.prompt_offset)
-
     measured_set = [_p(p) for p in pset.measured]
     try:
-        chosen: dict[int, list[P]] = choose(measured_set, pset.source, cfg.prompt_ids,
-                                                   counts)
+        chosen: dict[int, list[P]] = choose(measured_set, pset.source, cfg.prompt_ids, counts)
     except core_errors.ConfigError as exc:
         raise ConfigError(str(exc)) from None
-
-    def measured(n: int, off: int, conc: int) -> list[P]:
-        if conc in chosen:
-            return chosen[conc]
-        return [measured_set[(off + i) % len(measured_set)] for i in range(n)]
-
     warm = [_p(pset.warmup[i % len(pset.warmup)]) for i in range(cfg.warmup)]
+    return _Workload(pset, counts, offsets, measured_set, chosen, warm)
 
-    started = datetime.now(UTC).isoformat()
-    warnings: list[str] = []
+
+def _http_client(cfg: BenchConfig) -> httpx.AsyncClient:
     limits = httpx.Limits(max_connections=max(cfg.concurrency) + 4,
                           max_keepalive_connections=max(cfg.concurrency) + 4)
-    timeout = httpx.Timeout(None, connect=cfg.connect_timeout_s)
+    return httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(None,
+                                                                  connect=cfg.connect_timeout_s))
+
+
+def _served_model(cfg: BenchConfig, server: ServerInfo) -> str:
+    """``--model``, which the server must serve; else the one model it serves."""
     base = cfg.base_url
-    async with httpx.AsyncClient(limits=limits, timeout=timeout) as client:
-        server = await probe_server(client, base)
-        if cfg.model is None:
-            if len(server.models) != 1:
-                raise BenchError(f"{base} serves {len(server.models)} models "
-                                 f"({', '.join(server.models) or 'none'}); pick one with --model")
-            model = server.models[0]
-        else:
-            model = cfg.model
-            if model not in server.models:
-                raise BenchError(f"--model {model!r} is not served at {base} "
-                                 f"(served: {', '.join(server.models) or 'none'})")
-        warm_failed = 0
-        if warm:
-            wcfg = replace(cfg, max_tokens=max(2, min(cfg.max_tokens, cfg.warmup_max_tokens)))
-            wrecs = await _run_requests(client, wcfg, model, warm, max(cfg.concurrency),
-                                        "warmup", progress, counter=load_counter(None))
-            bad = [r for r in wrecs if not r.ok]
-            warm_failed = len(bad)
-            if len(bad) == len(wrecs):
-                raise BenchError(f"warmup: all {len(wrecs)} requests failed "
-                                 f"({bad[0].error_kind}: {bad[0].error})")
-        levels: dict[str, Any] = {}
-        total = Counters()
-        any_spec = False
-        last: Counters | None = None
-        counter = load_counter(cfg.tokenizer or model)
-        for conc in cfg.concurrency:
-            probe = SpecProbe(client, base, server, cfg.trtllm_poll_s, last)
-            await probe.start()
-            n, off = counts[conc], offsets[conc]
-            fill = [measured_set[(off + n + i) % len(measured_set)] for i in range(conc)]
-            recs = await _run_requests(client, cfg, model, measured(n, off, conc), conc,
-                                       f"c{conc}" + (f" o{off}" if off else ""), progress,
-                                       probe.check, counter,
-                                       fill if conc > 1 and cfg.fill else None,
-                                       cfg.ramp_tokens if conc > 1 else 0)
-            fig, delta = await probe.stop()
-            last = probe.after
-            lvl = _level(cfg, recs, conc, warnings)
-            lvl["spec_decode"] = fig
-            if fig is not None:
-                any_spec = True
-                total = add_counters(total, delta)
-            levels[str(conc)] = lvl
+    if cfg.model is None:
+        if len(server.models) != 1:
+            raise BenchError(f"{base} serves {len(server.models)} models "
+                             f"({', '.join(server.models) or 'none'}); pick one with --model")
+        return server.models[0]
+    if cfg.model not in server.models:
+        raise BenchError(f"--model {cfg.model!r} is not served at {base} "
+                         f"(served: {', '.join(server.models) or 'none'})")
+    return cfg.model
+
+
+async def _warm_up(client: httpx.AsyncClient, cfg: BenchConfig, model: str, warm: list[P],
+                   progress: _Progress) -> int:
+    """The warmup requests (short answers, at the highest level); how many failed. All failing
+    is an error."""
+    if not warm:
+        return 0
+    wcfg = replace(cfg, max_tokens=max(2, min(cfg.max_tokens, cfg.warmup_max_tokens)))
+    wrecs = await _run_requests(client, wcfg, model, warm, max(cfg.concurrency), "warmup",
+                                progress, counter=load_counter(None))
+    bad = [r for r in wrecs if not r.ok]
+    if len(bad) == len(wrecs):
+        raise BenchError(f"warmup: all {len(wrecs)} requests failed "
+                         f"({bad[0].error_kind}: {bad[0].error})")
+    return len(bad)
+
+
+async def _measure_levels(client: httpx.AsyncClient, cfg: BenchConfig, server: ServerInfo,
+                          model: str, work: _Workload, counter: Callable[[str], int] | None,
+                          progress: _Progress, warnings: list[str]
+                          ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Each concurrency level between two counter snapshots: the levels' figures, and the
+    acceptance over all levels (None when the server reports none)."""
+    levels: dict[str, Any] = {}
+    total = Counters()
+    any_spec = False
+    last: Counters | None = None
+    for conc in cfg.concurrency:
+        probe = SpecProbe(client, cfg.base_url, server, cfg.trtllm_poll_s, last)
+        await probe.start()
+        off, fill = work.offsets[conc], work.fillers(conc)
+        recs = await _run_requests(client, cfg, model, work.measured(conc), conc,
+                                   f"c{conc}" + (f" o{off}" if off else ""), progress,
+                                   probe.check, counter, fill if conc > 1 and cfg.fill else None,
+                                   cfg.ramp_tokens if conc > 1 else 0)
+        fig, delta = await probe.stop()
+        last = probe.after
+        lvl = _level(cfg, recs, conc, warnings)
+        lvl["spec_decode"] = fig
+        if fig is not None:
+            any_spec = True
+            total = add_counters(total, delta)
+        levels[str(conc)] = lvl
     spec = spec_delta(Counters(present=True, per_pos=None if total.per_pos is None else {}),
                       total) if any_spec else None
+    return levels, spec
+
+
+def _config(cfg: BenchConfig, work: _Workload) -> dict[str, Any]:
+    """The configuration as run: per-level lists, the prompt ids chosen by id."""
     conf = asdict(replace(cfg, prompts=None))
     conf.pop("prompts")
-    conf["requests"] = [counts[c] for c in cfg.concurrency]
+    conf["requests"] = [work.counts[c] for c in cfg.concurrency]
     conf["concurrency"] = list(cfg.concurrency)
-    conf["prompt_offset"] = [offsets[c] for c in cfg.concurrency]
-    conf["prompt_ids"] = {str(c): [p["id"] for p in ps] for c, ps in chosen.items()}
+    conf["prompt_offset"] = [work.offsets[c] for c in cfg.concurrency]
+    conf["prompt_ids"] = {str(c): [p["id"] for p in ps] for c, ps in work.chosen.items()}
+    return conf
+
+
+async def run_bench_async(cfg: BenchConfig, *, stderr: TextIO | None = None) -> dict[str, Any]:
+    """Run the benchmark; returns the result dict (see module doc) or raises `BenchError`."""
+    cfg.validate()
+    err = stderr if stderr is not None else sys.stderr
+    show = cfg.progress if cfg.progress is not None else err.isatty()
+    progress = _Progress(bool(show), err)
+    work = _workload(cfg)
+    started = datetime.now(UTC).isoformat()
+    warnings: list[str] = []
+    async with _http_client(cfg) as client:
+        server = await probe_server(client, cfg.base_url)
+        model = _served_model(cfg, server)
+        warm_failed = await _warm_up(client, cfg, model, work.warm, progress)
+        counter = load_counter(cfg.tokenizer or model)
+        levels, spec = await _measure_levels(client, cfg, server, model, work, counter,
+                                             progress, warnings)
+    pset = work.pset
     return {
         "schema": SCHEMA,
         "tool": "specdec bench",
@@ -228,10 +278,10 @@ async def run_bench_async(cfg: BenchConfig, *, stderr: TextIO | None = None) -> 
         "server": {"kind": server.kind, "metrics": server.metrics, "version": server.version},
         "started_at": started,
         "finished_at": datetime.now(UTC).isoformat(),
-        "config": conf,
+        "config": _config(cfg, work),
         "prompts": {"source": pset.source, "measured": len(pset.measured),
                     "categories": pset.categories()},
-        "warmup": {"requests": len(warm), "failed": warm_failed},
+        "warmup": {"requests": len(work.warm), "failed": warm_failed},
         "concurrency": levels,
         "spec_decode": spec,
         "tokens": {"tokenizer": cfg.tokenizer or model, "tokenizer_found": counter is not None,

@@ -116,6 +116,18 @@ def _prefix_blocks(text: str, prompt_tokens: int) -> tuple[int, ...]:
     return tuple(blocks)
 
 
+@dataclass(frozen=True)
+class _Sampling:
+    """The validated sampling fields (``max_tokens`` None: the engine's default)."""
+
+    max_tokens: int | None
+    min_tokens: int
+    n: int
+    seed: int | None
+    temperature: float
+    ignore_eos: bool
+
+
 def parse_generation(
     kind: str,
     body: Any,
@@ -129,10 +141,29 @@ def parse_generation(
     """Validate one /v1/completions or /v1/chat/completions body; raises `ApiError`."""
     if not isinstance(body, dict):
         raise _bad("Input should be a valid dictionary or object to extract fields from")
+    extra = _extra_fields(kind, body, engine)
+    model = _model(body, served_names)
+    stream, include_usage, continuous = _stream_options(body, engine)
+    texts, ptoks = _chat_prompt(body, tokenizer) if kind == "chat" else _completion_prompts(body)
+    sampling = _sampling(kind, body, default_temperature)
+    req = GenRequest(kind=kind, model=model, stream=stream, include_usage=include_usage,
+                     continuous_usage=continuous, ignored=extra)
+    for text, p in zip(texts, ptoks, strict=True):
+        mt = _prompt_max_tokens(kind, p, sampling, max_model_len)
+        _add_choice(req, kind, text, p, mt, sampling)
+    return req
+
+
+def _extra_fields(kind: str, body: dict[str, Any], engine: str) -> list[str]:
+    """Fields the kind does not know: ignored by vLLM, a 400 from trtllm-serve."""
     allowed = _COMMON | (_CHAT_ONLY if kind == "chat" else _COMPLETION_ONLY)
     extra = sorted(k for k in body if k not in allowed)
     if extra and engine == "trtllm":
         raise _bad("; ".join(f"{k}: Extra inputs are not permitted" for k in extra), extra[0])
+    return extra
+
+
+def _model(body: dict[str, Any], served_names: tuple[str, ...]) -> str:
     model = body.get("model")
     if model is None:
         model = served_names[0]
@@ -141,6 +172,11 @@ def parse_generation(
     if model not in served_names:
         raise ApiError(404, f"The model `{model}` does not exist.", type_="NotFoundError",
                        param="model")
+    return model
+
+
+def _stream_options(body: dict[str, Any], engine: str) -> tuple[bool, bool, bool]:
+    """(stream, include_usage, continuous_usage_stats)."""
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise _bad(f"stream: Input should be a valid boolean, got {stream!r}", "stream")
@@ -154,46 +190,53 @@ def parse_generation(
     opts = opts or {}
     # trtllm-serve's StreamOptions.include_usage defaults to True once stream_options is given
     include_usage = bool(opts.get("include_usage", engine == "trtllm" and bool(opts)))
-    continuous = bool(opts.get("continuous_usage_stats", False))
+    return stream, include_usage, bool(opts.get("continuous_usage_stats", False))
 
+
+def _chat_prompt(body: dict[str, Any], tokenizer: str) -> tuple[list[str], list[int]]:
+    """The conversation as one prompt text and its token count."""
+    msgs = body.get("messages")
+    if not isinstance(msgs, list) or not msgs:
+        raise _bad("messages: Field required" if msgs is None else
+                   "messages: Input should be a non-empty list", "messages")
+    contents = []
+    for i, m in enumerate(msgs):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise _bad(f"messages[{i}]: each message needs a 'role'", "messages")
+        contents.append(_content_text(m.get("content"), i))
+    return ["\n".join(contents)], [chat_prompt_tokens(contents, tokenizer)]
+
+
+def _completion_prompts(body: dict[str, Any]) -> tuple[list[str], list[int]]:
+    """Each prompt (a string or token ids, or a list of them) as text and its token count."""
+    prompt = body.get("prompt")
+    if prompt is None:
+        raise _bad("prompt: Field required", "prompt")
+    items: list[Any]
+    token_ids = isinstance(prompt, list) and bool(prompt) and all(
+        isinstance(x, int) for x in prompt)
+    if isinstance(prompt, str) or token_ids:
+        items = [prompt]
+    elif isinstance(prompt, list) and prompt:
+        items = list(prompt)
+    else:
+        raise _bad("prompt: Input should be a string, a list of strings or token ids", "prompt")
     texts: list[str] = []
     ptoks: list[int] = []
-    if kind == "chat":
-        msgs = body.get("messages")
-        if not isinstance(msgs, list) or not msgs:
-            raise _bad("messages: Field required" if msgs is None else
-                       "messages: Input should be a non-empty list", "messages")
-        contents = []
-        for i, m in enumerate(msgs):
-            if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-                raise _bad(f"messages[{i}]: each message needs a 'role'", "messages")
-            contents.append(_content_text(m.get("content"), i))
-        texts.append("\n".join(contents))
-        ptoks.append(chat_prompt_tokens(contents, tokenizer))
-    else:
-        prompt = body.get("prompt")
-        if prompt is None:
-            raise _bad("prompt: Field required", "prompt")
-        items: list[Any]
-        token_ids = isinstance(prompt, list) and bool(prompt) and all(
-            isinstance(x, int) for x in prompt)
-        if isinstance(prompt, str) or token_ids:
-            items = [prompt]
-        elif isinstance(prompt, list) and prompt:
-            items = list(prompt)
+    for it in items:
+        if isinstance(it, str):
+            texts.append(it)
+            ptoks.append(max(1, count_tokens(it) + 1))
+        elif isinstance(it, list) and it and all(isinstance(x, int) for x in it):
+            texts.append(" ".join(map(str, it)))
+            ptoks.append(len(it))
         else:
             raise _bad("prompt: Input should be a string, a list of strings or token ids",
                        "prompt")
-        for it in items:
-            if isinstance(it, str):
-                texts.append(it)
-                ptoks.append(max(1, count_tokens(it) + 1))
-            elif isinstance(it, list) and it and all(isinstance(x, int) for x in it):
-                texts.append(" ".join(map(str, it)))
-                ptoks.append(len(it))
-            else:
-                raise _bad("prompt: Input should be a string, a list of strings or token ids",
-                           "prompt")
+    return texts, ptoks
+
+
+def _sampling(kind: str, body: dict[str, Any], default_temperature: float) -> _Sampling:
     max_tokens = _int(body, "max_tokens", minimum=1)
     if kind == "chat":
         mct = _int(body, "max_completion_tokens", minimum=1)
@@ -215,37 +258,44 @@ def parse_generation(
     if not isinstance(ignore_eos, bool):
         raise _bad(f"ignore_eos: Input should be a valid boolean, got {ignore_eos!r}",
                    "ignore_eos")
-    req = GenRequest(kind=kind, model=model, stream=stream, include_usage=include_usage,
-                     continuous_usage=continuous, ignored=extra)
-    for text, p in zip(texts, ptoks, strict=True):
-        if p >= max_model_len:
-            raise _bad(f"This model's maximum context length is {max_model_len} tokens. However, "
-                       f"your request has {p} input tokens. Please reduce the length of the "
-                       "input messages.", "messages" if kind == "chat" else "prompt")
-        mt = max_tokens if max_tokens is not None else (
-            max_model_len - p if kind == "chat" else 16)
-        if p + mt > max_model_len:
-            raise _bad(f"'max_tokens' or 'max_completion_tokens' is too large: {mt}. This "
-                       f"model's maximum context length is {max_model_len} tokens and your "
-                       f"request has {p} input tokens ({mt} > {max_model_len} - {p}).",
-                       "max_tokens")
-        if min_tokens > mt:
-            raise _bad(f"min_tokens must be less than or equal to max_tokens={mt}, got "
-                       f"{min_tokens}.", "min_tokens")
-        cat = category_of(text)
-        key = stable_int(kind, text)
-        for j in range(n):
-            req.seqs.append(SeqRequest(
-                prompt_key=key, prompt_tokens=p, category=cat, max_tokens=mt,
-                min_tokens=min_tokens, ignore_eos=ignore_eos, temperature=temperature,
-                seed=(seed + j) if seed is not None else (j if n > 1 and temperature > 0 else
-                                                          None),
-                prefix_blocks=_prefix_blocks(text, p),
-            ))
-            req.choice_of.append(len(req.prompt_tokens))
-            req.prompt_tokens.append(p)
-            req.categories.append(cat)
-    return req
+    return _Sampling(max_tokens, min_tokens, n, seed, temperature, ignore_eos)
+
+
+def _prompt_max_tokens(kind: str, p: int, s: _Sampling, max_model_len: int) -> int:
+    """The prompt's max_tokens (default: the rest of the context for chat, 16 for completions),
+    checked against the context length and min_tokens."""
+    if p >= max_model_len:
+        raise _bad(f"This model's maximum context length is {max_model_len} tokens. However, "
+                   f"your request has {p} input tokens. Please reduce the length of the "
+                   "input messages.", "messages" if kind == "chat" else "prompt")
+    mt = s.max_tokens if s.max_tokens is not None else (
+        max_model_len - p if kind == "chat" else 16)
+    if p + mt > max_model_len:
+        raise _bad(f"'max_tokens' or 'max_completion_tokens' is too large: {mt}. This "
+                   f"model's maximum context length is {max_model_len} tokens and your "
+                   f"request has {p} input tokens ({mt} > {max_model_len} - {p}).",
+                   "max_tokens")
+    if s.min_tokens > mt:
+        raise _bad(f"min_tokens must be less than or equal to max_tokens={mt}, got "
+                   f"{s.min_tokens}.", "min_tokens")
+    return mt
+
+
+def _add_choice(req: GenRequest, kind: str, text: str, p: int, mt: int, s: _Sampling) -> None:
+    """The prompt's ``n`` sequences (seeds ``seed + j``; unseeded and sampling: ``j``)."""
+    cat = category_of(text)
+    key = stable_int(kind, text)
+    for j in range(s.n):
+        req.seqs.append(SeqRequest(
+            prompt_key=key, prompt_tokens=p, category=cat, max_tokens=mt,
+            min_tokens=s.min_tokens, ignore_eos=s.ignore_eos, temperature=s.temperature,
+            seed=(s.seed + j) if s.seed is not None else (j if s.n > 1 and s.temperature > 0
+                                                          else None),
+            prefix_blocks=_prefix_blocks(text, p),
+        ))
+        req.choice_of.append(len(req.prompt_tokens))
+        req.prompt_tokens.append(p)
+        req.categories.append(cat)
 
 
 def usage(prompt: int, completion: int, cached: int | None = None) -> dict[str, Any]:

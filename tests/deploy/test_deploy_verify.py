@@ -19,7 +19,7 @@ from tests.deploy.conftest import TOKEN
 from tests.deploy.harness import AGX as AGX_AUTO
 from tests.deploy.harness import World, converged, run_deploy
 from tests.deploy.harness import host_plan as _hp
-from tests.unit.test_verify import FAST, PLAIN, SLOW8, Behaviour, FakeHost
+from tests.unit.verify_fakes import FAST, PLAIN, SLOW8, Behaviour, FakeHost
 
 OLD = "0ld0ld0ld0ld"
 # `roles.verify` the attribute is the deploy function; the module is in sys.modules.

@@ -15,7 +15,7 @@ from specdec.plan import baseline, make_plan
 from specdec.render import render
 from specdec.rounds import RoundBench
 from specdec.verify import FileSpec, VerifySpec
-from tests.unit.test_verify import FAST, PLAIN, SLOW8, TOKEN, Behaviour, FakeHost
+from tests.unit.verify_fakes import FAST, PLAIN, SLOW8, TOKEN, Behaviour, FakeHost
 
 HOSTS = [(f"spark-0{i}", {"specdec_device": "dgx-spark", "specdec_engine": "dynamo",
                           "specdec_model": "Qwen/Qwen3-8B", "ssh_hostname": f"192.0.2.4{i}",
