@@ -151,6 +151,23 @@ class StepResult:
     generation_requests: int
 
 
+_Planned = tuple[_Seq, int, int]  # (seq, query tokens, draft tokens) in one step
+
+
+def _step_load(plan: list[_Planned], k: int) -> StepLoad:
+    """What the planned step asks of the device (before any sequence advances)."""
+    decode = [(s, q, d) for s, q, d in plan if not s.prefilling]
+    prefill = [(s, q) for s, q, _ in plan if s.prefilling]
+    return StepLoad(
+        decode_seqs=len(decode),
+        drafting_seqs=sum(1 for _, _, d in decode if d),
+        draft_tokens=sum(d for _, _, d in decode),
+        k=k,
+        prefill_tokens=sum(q for _, q in prefill),
+        kv_tokens=sum(s.computed for s, _, _ in plan) + sum(q for _, q in prefill),
+    )
+
+
 class EngineCore:
     """Sequences in, tokens out, one step at a time (not thread-safe: the caller locks)."""
 
@@ -241,11 +258,21 @@ class EngineCore:
         if not self.has_work():
             return None
         m = self.model
-        budget = m.max_num_batched_tokens
-        preempted = 0
         batch_guess = min(m.max_num_seqs, len(self.running) + len(self.waiting))
         k = m.spec.k_for_batch(batch_guess)
-        plan: list[tuple[_Seq, int, int]] = []  # (seq, query tokens, draft tokens)
+        plan, budget, used, preempted = self._schedule_running(k)
+        if not preempted:
+            self._admit_waiting(plan, budget, used)
+        load = _step_load(plan, k)
+        cost = m.timing.step_time(load)
+        return self._advance(plan, k, load, cost, preempted)
+
+    def _schedule_running(self, k: int) -> tuple[list[_Planned], int, int, int]:
+        """Running sequences first, preempting the newest when KV blocks run out.
+        Returns (plan, budget left, blocks used, preemptions)."""
+        budget = self.model.max_num_batched_tokens
+        preempted = 0
+        plan: list[_Planned] = []
         used = self._used_blocks()
         for seq in list(self.running):
             if seq not in self.running:
@@ -275,7 +302,12 @@ class EngineCore:
             used += need
             budget -= chunk
             plan.append((seq, chunk, draft))
-        while self.waiting and len(self.running) < m.max_num_seqs and budget > 0 and not preempted:
+        return plan, budget, used, preempted
+
+    def _admit_waiting(self, plan: list[_Planned], budget: int, used: int) -> None:
+        """Then waiting sequences, in order, while seats, budget and KV blocks last."""
+        m = self.model
+        while self.waiting and len(self.running) < m.max_num_seqs and budget > 0:
             seq = self.waiting[0]
             if seq.computed == 0:
                 seq.cached = self._cached_prefix(seq.req) if seq.generated == 0 else 0
@@ -292,20 +324,9 @@ class EngineCore:
             budget -= chunk
             plan.append((seq, chunk, 0))
 
-        # cost of the step
-        decode = [(s, q, d) for s, q, d in plan if not s.prefilling]
-        prefill = [(s, q) for s, q, _ in plan if s.prefilling]
-        load = StepLoad(
-            decode_seqs=len(decode),
-            drafting_seqs=sum(1 for _, _, d in decode if d),
-            draft_tokens=sum(d for _, _, d in decode),
-            k=k,
-            prefill_tokens=sum(q for _, q in prefill),
-            kv_tokens=sum(s.computed for s, _, _ in plan) + sum(q for _, q in prefill),
-        )
-        cost = m.timing.step_time(load)
-
-        # results
+    def _advance(self, plan: list[_Planned], k: int, load: StepLoad, cost: StepCost,
+                 preempted: int) -> StepResult:
+        """Advance every planned sequence (acceptance drawn for drafting ones); the result."""
         outputs: list[SeqOutput] = []
         per_pos = [0] * k
         drafts = accepted_total = new_prompt = gen_total = 0
@@ -349,8 +370,8 @@ class EngineCore:
             accepted_per_pos=tuple(per_pos), prefill_tokens=load.prefill_tokens,
             new_prompt_tokens=new_prompt, generated_tokens=gen_total,
             running=len(self.running), waiting=len(self.waiting), kv_usage=self.kv_usage,
-            preemptions=preempted, context_requests=len(prefill),
-            generation_requests=len(decode),
+            preemptions=preempted, context_requests=len(plan) - load.decode_seqs,
+            generation_requests=load.decode_seqs,
         )
 
 

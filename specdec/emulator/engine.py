@@ -3,7 +3,8 @@
 `EngineService.generate` submits a parsed request and yields `Event`s (one per engine step that
 produced tokens for it) as the scheduler publishes them; the server turns them into SSE chunks or
 one JSON response. Request-level metrics (TTFT, TPOT, e2e) and the truth record are completed by
-the server through `finish`, because only it knows when bytes reached the socket.
+the server through `finish`, because only it knows when bytes reached the socket. The metrics
+and vLLM's stat log are kept by `EngineStats` (`engine_stats`).
 """
 
 from __future__ import annotations
@@ -11,12 +12,12 @@ from __future__ import annotations
 import dataclasses
 import queue
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from specdec.emulator.core import EngineCore, SeqOutput, StepResult
+from specdec.emulator.engine_stats import EngineStats
 from specdec.emulator.memory import MemoryReport
 from specdec.emulator.metrics import IterStats, VllmMetrics
 from specdec.emulator.openai import GenRequest
@@ -72,14 +73,9 @@ class EngineService:
         self.request_number = 0  # generation requests received (5xx_burst counts these)
         self.completed_requests = 0  # generation requests answered (hang_after counts these)
         spec_k = setup.k if setup.speculative else 0
-        self.vllm: VllmMetrics | None = None
-        if cfg.engine == "vllm":
-            self.vllm = VllmMetrics(self.name, spec_k=spec_k, cache_info={
-                "block_size": "16", "cache_dtype": setup.kv_cache_dtype,
-                "enable_prefix_caching": str(setup.prefix_caching),
-                "gpu_memory_utilization": str(cfg.gpu_memory_utilization),
-                "num_gpu_blocks": str(mem.num_blocks)})
-        self.iter_stats = IterStats(cfg.iter_perf_stats)
+        self.stats = EngineStats(cfg, ctx, mem, self.name, spec_k, counts=self.running_waiting)
+        self.vllm: VllmMetrics | None = self.stats.vllm
+        self.iter_stats: IterStats = self.stats.iter_stats
         self.truth = Truth(ctx.time_scale, {
             "engine": cfg.engine, "device": ctx.device.id, "model": setup.target.id,
             "power_mode": ctx.device.power_mode, "bandwidth_gbs": ctx.device.bandwidth_gbs,
@@ -87,9 +83,6 @@ class EngineService:
             "num_speculative_tokens": spec_k,
             "draft": setup.drafter.id if setup.drafter else None,
         })
-        self._interval = _Interval(spec_k)
-        self._stats_thread = threading.Thread(target=self._stats_loop, name="stat-logger",
-                                              daemon=True)
         self.scheduler = Scheduler(self.core, time_scale=ctx.time_scale, faults=ctx.faults,
                                    on_step=self._on_step, on_idle=self._follow_power,
                                    fault_counter=lambda: self.completed_requests)
@@ -97,8 +90,7 @@ class EngineService:
     # -- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
         self.scheduler.start()
-        if self.cfg.engine == "vllm" and not self.cfg.non_default_args.get("disable_log_stats"):
-            self._stats_thread.start()
+        self.stats.start()
 
     def stop(self) -> None:
         self.scheduler.stop()
@@ -147,8 +139,8 @@ class EngineService:
                 if st.first_out is None:
                     st.first_out = t
                 prev = st.prev_out.get(i)
-                if prev is not None and self.vllm is not None:
-                    self.vllm.itl.observe(self.vllm.lv, t - prev)
+                if prev is not None:
+                    self.stats.inter_token(t - prev)
                 st.prev_out[i] = t
                 if out.finished:
                     st.finish[i] = out.finish_reason
@@ -169,26 +161,8 @@ class EngineService:
         self.truth.add(rec)
         with self._lock:
             self.completed_requests += 1
-        m = self.vllm
-        if m is None or status != 200 or st.aborted:
-            return
-        lv = m.lv
-        for i, reason in enumerate(st.finish):
-            m.success.inc((*lv, reason or "abort"))
-            m.gen_hist.observe(lv, st.completion[i])
-            m.prompt_hist.observe(lv, st.gen.prompt_tokens[i])
-        m.prefix_queries.inc(lv, st.prompt_tokens)
-        m.prefix_hits.inc(lv, sum(st.cached))
-        if first is not None:
-            m.ttft.observe(lv, first - rec.arrival)
-            m.queue.observe(lv, 0.0)
-            m.prefill_time.observe(lv, first - rec.arrival)
-        m.e2e.observe(lv, end - rec.arrival)
-        if first is not None and last is not None:
-            m.decode_time.observe(lv, last - first)
-            n = max(st.completion) if st.completion else 0
-            if n > 1:
-                m.tpot.observe(lv, (last - first) / (n - 1))
+        if status == 200 and not st.aborted:
+            self.stats.request_done(st, first=first, last=last, end=end)
 
     # -- engine steps (scheduler thread) --------------------------------------------------------
     def _follow_power(self) -> None:
@@ -208,140 +182,7 @@ class EngineService:
                         draft_tokens=res.draft_tokens, accepted=res.accepted,
                         per_pos=res.accepted_per_pos, preemptions=res.preemptions,
                         wall_s=wall, model_s=res.duration_s)
-        with self._lock:
-            self._interval.add(res)
-        m = self.vllm
-        if m is not None:
-            lv = m.lv
-            m.running.set(lv, res.running)
-            m.waiting.set(lv, res.waiting)
-            m.kv_usage.set(lv, res.kv_usage)
-            if res.preemptions:
-                m.preemptions.inc(lv, res.preemptions)
-            m.prompt_tokens.inc(lv, res.new_prompt_tokens)
-            m.generation_tokens.inc(lv, res.generated_tokens)
-            m.iter_tokens.observe(lv, res.prefill_tokens + res.generated_tokens)
-            if m.spec_k and res.drafts:
-                m.drafts.inc(lv, res.drafts)
-                m.draft_tokens.inc(lv, res.draft_tokens)
-                m.accepted.inc(lv, res.accepted)
-                for pos, v in enumerate(res.accepted_per_pos):
-                    if v:
-                        m.per_pos.inc((*lv, str(pos)), v)
-        if self.iter_stats.enabled:
-            self.iter_stats.push(self._iter_entry(res, wall))
-
-    def _iter_entry(self, res: StepResult, wall: float) -> dict[str, Any]:
-        ms = wall * 1000.0
-        scale = wall / res.duration_s if res.duration_s > 0 else 0.0
-        blocks = max(1, self.mem.kv_tokens // 32)
-        used = min(blocks, round(res.kv_usage * blocks))
-        gen = max(1, res.generation_requests)
-        entry: dict[str, Any] = {
-            "cpuMemUsage": 0,
-            "gpuMemUsage": int((self.mem.weights_gib + self.mem.kv_gib) * 1024**3),
-            "pinnedMemUsage": 0,
-            "iter": res.iteration - 1,
-            "iterLatencyMS": round(ms, 4),
-            "newActiveRequestsQueueLatencyMS": 0.0,
-            "numActiveRequests": res.running + sum(1 for o in res.outputs if o.finished),
-            "numCompletedRequests": sum(1 for o in res.outputs if o.finished),
-            "numNewActiveRequests": res.context_requests,
-            "numQueuedRequests": res.waiting,
-            "maxNumActiveRequests": self.cfg.setup.max_num_seqs,
-            "maxBatchSizeStatic": self.cfg.setup.max_num_seqs,
-            "maxBatchSizeRuntime": self.cfg.setup.max_num_seqs,
-            "maxNumTokensStatic": self.cfg.setup.batched_tokens,
-            "maxNumTokensRuntime": self.cfg.setup.batched_tokens,
-            "timestamp": time.strftime("%m-%d-%Y %H:%M:%S"),
-            "kvCacheStats": {
-                "allocNewBlocks": 0, "allocTotalBlocks": used, "cacheHitRate": 0.0,
-                "freeNumBlocks": blocks - used, "maxNumBlocks": blocks, "missedBlocks": 0,
-                "reusedBlocks": 0, "tokensPerBlock": 32, "usedNumBlocks": used,
-            },
-            "inflightBatchingStats": {
-                "avgNumDecodedTokensPerIter": round(
-                    (res.generated_tokens - res.context_requests) / gen, 4)
-                if res.generation_requests else 0.0,
-                "microBatchId": 0,
-                "numContextRequests": res.context_requests,
-                "numCtxTokens": res.prefill_tokens,
-                "numGenRequests": res.generation_requests,
-                "numPausedRequests": 0,
-                "numScheduledRequests": res.context_requests + res.generation_requests,
-            },
-        }
-        if self.cfg.setup.speculative:
-            draft_ms = res.cost.draft_s * scale * 1000.0
-            entry["specDecodingStats"] = {
-                "acceptanceLength": round((res.accepted + res.drafts) / res.drafts, 4)
-                if res.drafts else 0.0,
-                "draftOverhead": round(draft_ms / ms, 4) if ms > 0 else 0.0,
-                "iterLatencyMS": round(draft_ms, 4),
-                "numAcceptedTokens": res.accepted,
-                "numDraftTokens": res.draft_tokens,
-                "numRequestsWithDraftTokens": res.drafts,
-            }
-        return entry
+        self.stats.step(res, wall)
 
     def running_waiting(self) -> tuple[int, int]:
         return self.scheduler.counts()
-
-    # -- vLLM's periodic stat log (every 10 emulated seconds, at least 1 s apart) ---------------
-    def _stats_loop(self) -> None:
-        period = max(1.0, 10.0 * self.ctx.time_scale)
-        last = time.perf_counter()
-        while not self.ctx.stop.wait(period):
-            now = time.perf_counter()
-            with self._lock:
-                iv, self._interval = self._interval, _Interval(self._interval.k)
-            running, waiting = self.running_waiting()
-            if iv.steps == 0 and running == 0 and waiting == 0:
-                last = now
-                continue
-            span = (now - last) / self.ctx.time_scale  # emulated seconds
-            last = now
-            log = self.ctx.log
-            log.info(
-                f"Engine 000: Avg prompt throughput: {iv.prompt / span:.1f} tokens/s, Avg "
-                f"generation throughput: {iv.generated / span:.1f} tokens/s, Running: {running} "
-                f"reqs, Waiting: {waiting} reqs, GPU KV cache usage: {iv.kv_usage * 100:.1f}%, "
-                "Prefix cache hit rate: 0.0%", where="loggers.py:123")
-            if iv.drafts:
-                rates = ", ".join(f"{v / iv.drafts:.3f}" for v in iv.per_pos)
-                log.info(
-                    f"SpecDecoding metrics: Mean acceptance length: "
-                    f"{1 + iv.accepted / iv.drafts:.2f}, Accepted throughput: "
-                    f"{iv.accepted / span:.2f} tokens/s, Drafted throughput: "
-                    f"{iv.draft_tokens / span:.2f} tokens/s, Accepted: {iv.accepted} tokens, "
-                    f"Drafted: {iv.draft_tokens} tokens, Per-position acceptance rate: {rates}, "
-                    f"Avg Draft acceptance rate: {100 * iv.accepted / iv.draft_tokens:.1f}%",
-                    where="metrics.py:96")
-
-
-@dataclass
-class _Interval:
-    """Counters between two periodic stat log lines."""
-
-    k: int
-    steps: int = 0
-    prompt: int = 0
-    generated: int = 0
-    drafts: int = 0
-    draft_tokens: int = 0
-    accepted: int = 0
-    kv_usage: float = 0.0
-    per_pos: list[int] = field(default_factory=list)
-
-    def add(self, res: StepResult) -> None:
-        self.steps += 1
-        self.prompt += res.new_prompt_tokens
-        self.generated += res.generated_tokens
-        self.drafts += res.drafts
-        self.draft_tokens += res.draft_tokens
-        self.accepted += res.accepted
-        self.kv_usage = res.kv_usage
-        if len(self.per_pos) < self.k:
-            self.per_pos += [0] * (self.k - len(self.per_pos))
-        for i, v in enumerate(res.accepted_per_pos[:self.k]):
-            self.per_pos[i] += v
