@@ -28,8 +28,7 @@ from roles.verify import PyinfraIO, _previous, _write
 from specdec import release
 from specdec import verify as sv
 from specdec.dynamo.group import Group
-from specdec.dynamo.groupverify import GroupFailure, GroupVerifier, Member, ready_workers
-from specdec.engines.dynamo import READY_PATH
+from specdec.dynamo.groupverify import GroupFailure, GroupVerifier, Member
 from specdec.errors import redact
 
 __all__ = ["MemberIO", "dynamo_infra", "verify_group"]
@@ -143,33 +142,22 @@ def _run_group(group: Group, box: dict[str, Any], secret: str | None) -> dict[st
     front = next((m for m in members if m.dyn.is_frontend), None)
     scale = _time_scale(members)
     if lost or front is None:
-        gv = GroupVerifier(members, scale) if front is not None else None
         failed = lost[0] if lost else group.frontend
         text = "the deploy failed on this member before the group could be verified"
-        if gv is None:
+        if front is None:
             return {m.name: _failed_report(entries[m.name], group, f"group {group.name}: "
                                            f"{failed}: {text}; the frontend member is lost")
                     for m in members}
-        return gv._recover(GroupFailure(failed, "deploy", text))
-    if not why:
-        url = sv.engine_url(front.dyn.frontend_address, front.spec.plan.port)
-        path = READY_PATH.format(model=_quote(front.spec.plan.served_model_name))
-        status, body = front.io.http_get(url + path, 5.0)
-        if status == 200 and ready_workers(body) == len(members):
-            out: dict[str, Any] = {}
-            for m in members:
-                rep = sv.unchanged_report(m.spec, m.state, (status, body[:0]),
-                                          _previous(m.spec))
-                rep["group"] = {**group.to_dict(), "outcome": "unchanged", "url": url}
-                out[m.name] = rep
-            return out
-    return GroupVerifier(members, scale).run()
-
-
-def _quote(model: str) -> str:
-    import urllib.parse
-
-    return urllib.parse.quote(model, safe="")
+        return GroupVerifier(members, scale).recover(GroupFailure(failed, "deploy", text))
+    gv = GroupVerifier(members, scale)
+    if not why and gv.serving_as_verified():
+        reports: dict[str, Any] = {}
+        for m in members:
+            rep = sv.unchanged_report(m.spec, m.state, (200, ""), _previous(m.spec))
+            rep["group"] = {**group.to_dict(), "outcome": "unchanged", "url": gv.url}
+            reports[m.name] = rep
+        return reports
+    return gv.run()
 
 
 def _time_scale(members: list[Member]) -> float | None:
@@ -186,8 +174,10 @@ def _time_scale(members: list[Member]) -> float | None:
     return None
 
 
-def _group_callback(group: Group, me: str, token: HiddenValue | None,
-                    result: dict[str, Any]) -> None:
+def _verify_group_once(group: Group, me: str, token: HiddenValue | None,
+                       result: dict[str, Any]) -> None:
+    """The first member here verifies the whole group and writes every member's report; the
+    others wait for it. ``result``: this member's report."""
     box = _box(group.name)
     secret = token.unmask() if token is not None else None
     with box["lock"]:
@@ -213,7 +203,7 @@ def _group_callback(group: Group, me: str, token: HiddenValue | None,
     result.update(rep or {"outcome": "failed", "message": f"group {group.name}: no report"})
 
 
-def _verified(outcome: str) -> bool:
+def _verified() -> bool:
     """What a member whose group verification changed something yields (the work is done)."""
     return True
 
@@ -234,19 +224,19 @@ def verify_group_release(group: Group, token: HiddenValue | None = None):
     result: dict[str, Any] = {}
     # Run here, not in a FunctionCommand: the members' greenlets meet in the box, and a member
     # yields a command (a change) only when its group's verification changed something.
-    _group_callback(group, host.name, token, result)
+    _verify_group_once(group, host.name, token, result)
     outcome = str(result.get("outcome") or "failed")
     if outcome == "unchanged":
         host.noop(f"serving group {group.name} verified before; not re-benchmarked")
         return
-    if outcome in sv.FAILURE_OUTCOMES or not result:
+    if outcome in sv.FAILURE_OUTCOMES:
         conn = connector_args()
         release_now(conn)
         secret = token.unmask() if token is not None else None
         msg = redact(str(result.get("message") or "verification did not complete"), secret)
         yield fail_command(f"{host.name}: {outcome}: {msg}")
         return
-    yield FunctionCommand(_verified, (outcome,), {})
+    yield FunctionCommand(_verified, (), {})
 
 
 @deploy("Verify the serving group")

@@ -22,6 +22,7 @@ else is written or deleted on the host. The client prints its JSON on stdout
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import io
 import json
@@ -60,6 +61,7 @@ _PACKAGE = "specdec.bench.onhost"
 _ZIP_MAIN = b"import sys\n\nfrom onhost.cli import main\n\nsys.exit(main())\n"
 
 
+@functools.cache  # the package does not change while a deploy runs: built once
 def pyz() -> bytes:
     """The on-host client as a zipapp: ``onhost/*.py`` (the package's modules) and a
     ``__main__.py`` that runs its command line, behind a ``#!/usr/bin/env python3`` line; run

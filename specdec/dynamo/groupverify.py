@@ -208,9 +208,7 @@ class GroupOps:
                 else:
                     last = f"{m.name}'s worker /health answered {status or 'nothing'}"
             if len(healthy) == len(self.members):
-                path = READY_PATH.format(model=urllib.parse.quote(self.model, safe=""))
-                status, body = self.io.http_get(self.url + path, 5.0)
-                workers = ready_workers(body) if status == 200 else 0
+                path, status, workers = self.frontend_workers()
                 if workers == len(self.members):
                     took = self.io.monotonic() - t0
                     self._measure(phase, f"group_ready[{label}]", round(took, 2), timeout, True,
@@ -226,6 +224,17 @@ class GroupOps:
                 raise GroupFailure(who, "health", f"{label} not ready after {timeout:.0f}s "
                                    f"(health_timeout_s): {last}")
             self.io.sleep(min(self.front.spec.poll_s, max(0.0, timeout - elapsed)))
+
+    def frontend_workers(self) -> tuple[str, int, int]:
+        """The frontend's readiness route for the model: (path, HTTP status, workers it
+        counts; 0 unless it answered 200)."""
+        path = READY_PATH.format(model=urllib.parse.quote(self.model, safe=""))
+        status, body = self.io.http_get(self.url + path, 5.0)
+        return path, status, ready_workers(body) if status == 200 else 0
+
+    def serving_as_verified(self) -> bool:
+        """Every member is a worker behind the frontend now (an unchanged group needs no more)."""
+        return self.frontend_workers()[2] == len(self.members)
 
     # -- measurement ---------------------------------------------------------------------------
     def _measure(self, phase: str, name: str, value: Any, threshold: Any = None,
@@ -288,9 +297,9 @@ class GroupVerifier(GroupOps):
         try:
             return self._verify()
         except GroupFailure as fail:
-            return self._recover(fail)
+            return self.recover(fail)
         except VerifyFailure as f:  # from the gate's rounds: the frontend member's
-            return self._recover(GroupFailure(self.front.name, f.phase, f.reason))
+            return self.recover(GroupFailure(self.front.name, f.phase, f.reason))
 
     def _verify(self) -> dict[str, dict[str, Any]]:
         for m in self.members:
@@ -317,7 +326,7 @@ class GroupVerifier(GroupOps):
             self._commit(self.cands, drop_decision=True)
             return self._finish("kept", f"speculation kept on every member: {dec.reason}")
         if dec.held:
-            return self._recover(GroupFailure(front, "gate", dec.reason), "held")
+            return self.recover(GroupFailure(front, "gate", dec.reason), "held")
         reason = dec.reason if dec.decision == "disable" else \
             f"inconclusive, disabled conservatively: {dec.reason}"
         GroupBench(self).activate(self.bases[front], "baseline")
@@ -362,7 +371,7 @@ class GroupVerifier(GroupOps):
                                        f"group {self.info['name']}: {message}")
         return out
 
-    def _recover(self, fail: GroupFailure, outcome: str = "rolled_back"
+    def recover(self, fail: GroupFailure, outcome: str = "rolled_back"
                  ) -> dict[str, dict[str, Any]]:
         self.info.update(failed_member=fail.member, phase=fail.phase)
         what = f"{fail.member}: {fail.phase}: {fail.reason}"

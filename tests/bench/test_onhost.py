@@ -8,6 +8,7 @@ import ast
 import hashlib
 import io
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -154,11 +155,15 @@ def test_pyz_runs_without_site_packages(tmp_path: Path) -> None:
 
 
 def _python38() -> str:
-    exe = shutil.which("python3.8")
-    if exe is None or subprocess.run([exe, "-c", "import sys; assert sys.version_info[:2] == "
-                                       "(3, 8)"], capture_output=True, check=False).returncode:
-        pytest.skip("no python3.8 on this machine")
-    return exe
+    # on PATH, else a pyenv-installed 3.8 (pyenv's shim needs PYENV_VERSION to expose it)
+    root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    found = [shutil.which("python3.8"),
+             *sorted(str(p) for p in (root / "versions").glob("3.8*/bin/python3.8"))]
+    for exe in filter(None, found):
+        if subprocess.run([exe, "-c", "import sys; assert sys.version_info[:2] == (3, 8)"],
+                          capture_output=True, check=False).returncode == 0:
+            return exe
+    pytest.skip("no python3.8 on this machine")
 
 
 def test_pyz_runs_on_python38(tmp_path: Path) -> None:
