@@ -44,12 +44,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from specdec.bench.device_time import to_device_time  # noqa: E402
-from specdec.bench.emulated import free_port  # noqa: E402
 from specdec.bench.metrics import parse_vllm, spec_delta  # noqa: E402
 from specdec.catalog import GIB, load_catalog  # noqa: E402
 from specdec.emulator.calibration import FIGURES  # noqa: E402
 from specdec.emulator.dyntok import write_model_card  # noqa: E402
-from specdec.engines.dynamo import SYSTEM_PORT_MAX  # noqa: E402
+from specdec.emulator.local import free_port  # noqa: E402
+from specdec.engines.dynamo.facts import SYSTEM_PORT_MAX  # noqa: E402
 
 DEVICE, MODEL = "dgx-spark", "Qwen/Qwen3-8B"
 SCALE = 0.1  # wall seconds per device second, both systems (emulator time scale, mocker 1/x)

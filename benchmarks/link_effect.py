@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT))  # this checkout's specdec
 
 from specdec import verify as sv  # noqa: E402
 from specdec.bench import remote  # noqa: E402
-from specdec.bench.emulated import lab_truth, reset_truth  # noqa: E402
+from specdec.emulator.local import lab_truth, reset_truth  # noqa: E402
 from specdec.gate import decide  # noqa: E402
 from specdec.lab import host as hostmod  # noqa: E402
 from specdec.lab import link as linkmod  # noqa: E402

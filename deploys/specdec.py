@@ -15,8 +15,8 @@ from roles import (
     deploy_lock,
     deploy_unlock,
     docker_access,
-    dynamo_infra,
     hf_token,
+    host_packages,
     images,
     jetson_tuning,
     model_prefetch,
@@ -51,8 +51,9 @@ jetson_tuning(hp, **kw)
 digest = images(hp, **kw)
 # Weights after the image: with the docker runtime `hf download` runs inside it.
 model_prefetch(hp, **kw)
-# A Dynamo group's frontend member: etcd present, the distribution's etcd.service off.
-dynamo_infra(hp, **kw)
+# Packages the release's units need (a Dynamo group's frontend member: etcd, the
+# distribution's etcd.service off).
+host_packages(hp, **kw)
 # Last: release files, unit link, atomic switch, restart only on change.
 served = serve(hp, restart_on=[daemon_json, digest], recorded=planned, **kw)
 # Health, limits, benchmark and gate; keep, disable, or roll back and fail the host.

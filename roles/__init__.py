@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from roles.common import DeployError, HostPlan, plan_host, prepare_host, read_hf_token
 from roles.docker_access import docker_access
-from roles.dynamo import dynamo_infra
 from roles.hf_token import hf_token
+from roles.host_packages import host_packages
 from roles.images import images
 from roles.jetson_tuning import jetson_tuning
 from roles.lock import deploy_lock, deploy_unlock
@@ -25,8 +25,8 @@ __all__ = [
     "deploy_lock",
     "deploy_unlock",
     "docker_access",
-    "dynamo_infra",
     "hf_token",
+    "host_packages",
     "images",
     "jetson_tuning",
     "model_prefetch",

@@ -12,15 +12,17 @@ from pyinfra.api import HiddenValue
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.context import ctx_host
 
+from roles.facts import DeviceIdentity, EngineVersions
 from specdec.catalog import load_catalog
-from specdec.dynamo.group import Group, check_limit, check_plans, groups_of
 from specdec.errors import SpecdecError, redact
+from specdec.groups import check_limit, check_plans, groups_of
 from specdec.hftoken import read_token
-from specdec.hostdata import as_mapping, parse_host_settings
-from specdec.plan import baseline, make_plan
-from specdec.plan_types import Plan
+from specdec.hostdata import parse_host_settings
+from specdec.plan import baseline, plan_host_settings
+from specdec.plan_types import Group, Plan
 from specdec.render import Rendered, render
 from specdec.report import reports_root
+from specdec.settings import HostSettings
 from specdec.tunecache import apply_cached
 
 __all__ = [
@@ -60,16 +62,18 @@ class HostPlan:
     rendered: Rendered
     baseline: Rendered | None  # speculation off; None when the plan already has it off
     is_jetson: bool
-    group: Group | None = None  # engine dynamo: the host's serving group
+    settings: HostSettings  # the host's data, parsed (once per run)
+    group: Group | None = None  # a serving group's member: the group
 
 
-def plan_host(name: str, data: Any, identity: Any,
+def plan_host(settings: HostSettings, identity: Any,
               installed: dict[str, str] | None = None, group: Group | None = None) -> HostPlan:
     """Plan and render one host; any `SpecdecError` becomes a one-line `DeployError`."""
+    name = settings.host
     try:
-        planned = make_plan(name, data, identity, installed=installed, group=group)
+        planned = plan_host_settings(settings, identity, installed=installed, group=group)
         # k: auto with a tuned entry in the cache: the plan carries the tuned values (noted)
-        plan = apply_cached(planned, reports_root(), parse_host_settings(name, data).reverify)
+        plan = apply_cached(planned, reports_root(), settings.reverify)
         rendered = render(plan)
         base = render(baseline(planned)) if plan.speculative else None
         device = load_catalog().device(plan.device)
@@ -78,7 +82,7 @@ def plan_host(name: str, data: Any, identity: Any,
         if exc.host is None:
             msg = f"{name}: {msg}"
         raise DeployError(msg) from None
-    return HostPlan(plan, rendered, base, device.is_jetson, group)
+    return HostPlan(plan, rendered, base, device.is_jetson, settings, group)
 
 
 def gated_repos(plan: Plan) -> list[str]:
@@ -92,13 +96,11 @@ class SecretIO(BytesIO):
         return "<secret>"
 
 
-def read_hf_token(name: str, data: Any) -> HiddenValue | None:
+def read_hf_token(settings: HostSettings) -> HiddenValue | None:
     """The HF token on the control node: the file named by ``specdec_hf_token_file``, else
-    ``$HF_TOKEN``; None when neither is set. Validates the host's name and data first. The
-    value only ever travels as a `HiddenValue`."""
+    ``$HF_TOKEN``; None when neither is set. The value only ever travels as a `HiddenValue`."""
     try:
-        settings = parse_host_settings(name, data)
-        token = read_token(name, settings.hf_token_file)
+        token = read_token(settings.host, settings.hf_token_file)
     except SpecdecError as exc:
         raise DeployError(one_line(exc)) from None
     return HiddenValue(token) if token is not None else None
@@ -115,10 +117,8 @@ def missing_token_message(hp: HostPlan) -> str | None:
     )
 
 
-def _prepare_one(h: Any, token: HiddenValue | None,
+def _prepare_one(h: Any, settings: HostSettings, token: HiddenValue | None,
                  group: Group | None) -> tuple[HostPlan, HiddenValue | None]:
-    from roles.facts import DeviceIdentity, EngineVersions
-
     try:
         identity = h.get_fact(DeviceIdentity)
     except SpecdecError as exc:
@@ -126,15 +126,22 @@ def _prepare_one(h: Any, token: HiddenValue | None,
     if identity is None:
         raise DeployError(f"{h.name}: could not read the device identity files")
     # Natively, the engine release is what the host has installed (docker: the image's).
-    native = (h.data.get("specdec_runtime") or "docker") == "native"
+    native = (settings.runtime or "docker") == "native"
     installed = h.get_fact(EngineVersions) if native else None
-    hp = plan_host(h.name, h.data, identity, installed, group)
+    hp = plan_host(settings, identity, installed, group)
     if token is None and (msg := missing_token_message(hp)):
         raise DeployError(msg)
     return hp, token
 
 
 _Prepared = dict[str, "tuple[HostPlan, HiddenValue | None] | DeployError"]
+
+
+def _settings(h: Any) -> HostSettings:
+    try:
+        return parse_host_settings(h.name, h.data)
+    except SpecdecError as exc:
+        raise DeployError(one_line(exc)) from None
 
 
 def _prepare_all(state: Any) -> _Prepared:
@@ -146,14 +153,19 @@ def _prepare_all(state: Any) -> _Prepared:
     in inventory order, stops them all.
     """
     targeted = [h for h in state.inventory if state.is_host_in_limit(h)]
+    settings: dict[str, HostSettings] = {}
     tokens: dict[str, HiddenValue | None] = {}
-    for h in targeted:
+    for h in targeted:  # host by host: the first bad one (data, then token) stops them all
         try:
-            tokens[h.name] = read_hf_token(h.name, h.data)
+            settings[h.name] = _settings(h)
+            tokens[h.name] = read_hf_token(settings[h.name])
         except DeployError as exc:
             return {x.name: exc for x in state.inventory}
     try:  # serving groups over the whole inventory; a group is targeted whole or not at all
-        groups = groups_of((h.name, as_mapping(h.data)) for h in state.inventory)
+        for h in state.inventory:
+            if h.name not in settings:
+                settings[h.name] = parse_host_settings(h.name, h.data)
+        groups = groups_of(settings[h.name] for h in state.inventory)
         check_limit(groups, [h.name for h in targeted])
     except SpecdecError as exc:
         err = DeployError(one_line(exc))
@@ -164,7 +176,8 @@ def _prepare_all(state: Any) -> _Prepared:
     def one(h: Any) -> None:
         with ctx_host.use(h):
             try:
-                results[h.name] = _prepare_one(h, tokens.get(h.name), groups.get(h.name))
+                results[h.name] = _prepare_one(h, settings[h.name], tokens.get(h.name),
+                                               groups.get(h.name))
             except DeployError as exc:
                 results[h.name] = exc
 

@@ -1,5 +1,5 @@
-"""NVIDIA Dynamo serving groups: etcd on the frontend member, and the group's verification
-(thin: the logic is `specdec.dynamo.groupverify`).
+"""NVIDIA Dynamo serving groups: the group's verification (thin: the logic is
+`specdec.dynamo.groupverify`).
 
 A group's members verify as one. Each member's verify operation runs on its own host, as every
 host's does; the first member to get there verifies the whole group through the frontend, using
@@ -21,47 +21,16 @@ from pyinfra.api.operation import OperationMeta
 from pyinfra.context import ctx_host
 
 from roles.common import HostPlan
-from roles.facts import EtcdState
 from roles.lock import connector_args, fail_command, release_now
 from roles.serve import ServeResult
 from roles.verify import PyinfraIO, _previous, _write
 from specdec import release
 from specdec import verify as sv
-from specdec.dynamo.group import Group
 from specdec.dynamo.groupverify import GroupFailure, GroupVerifier, Member
 from specdec.errors import redact
+from specdec.plan_types import Group
 
-__all__ = ["MemberIO", "dynamo_infra", "verify_group"]
-
-
-@deploy("Dynamo group infrastructure")
-def dynamo_infra(hp: HostPlan) -> None:
-    """On the frontend member: the etcd binary (the distribution's ``etcd-server`` when it is
-    missing), and the distribution's own ``etcd.service`` stopped and disabled (it would hold
-    the ports; the group's etcd is ``specdec-etcd.service`` in the release)."""
-    d = hp.plan.dynamo
-    if d is None or not d.is_frontend:
-        return
-    etcd_present(name="Ensure etcd is installed and the distribution's etcd.service is off")
-
-
-@operation()
-def etcd_present():
-    """etcd on PATH; the distribution's etcd.service neither enabled nor running.
-
-    (no arguments)
-    """
-    st = host.get_fact(EtcdState)
-    if not st.get("binary"):
-        yield ("DEBIAN_FRONTEND=noninteractive apt-get install -y -q etcd-server || "
-               "{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
-               "etcd-server; }")
-        yield "systemctl disable --now etcd.service >/dev/null 2>&1 || true"
-        return
-    if st.get("enabled") == "enabled" or st.get("active") == "active":
-        yield "systemctl disable --now etcd.service"
-        return
-    host.noop(f"etcd at {st['binary']}; the distribution's etcd.service is off")
+__all__ = ["MemberIO", "verify_group"]
 
 
 # -- the group's verification -------------------------------------------------------------------

@@ -10,7 +10,9 @@ from pyinfra.api import FactBase
 from pyinfra.api.exceptions import FactProcessError
 from typing_extensions import override
 
-from specdec import layout, power, prefetch, release
+from specdec import power, prefetch, release
+from specdec.engines.registry import ENGINES
+from specdec.engines.version import Version
 from specdec.identify import (
     IDENTITY_FILES,
     NVIDIA_SMI_CMD,
@@ -25,10 +27,10 @@ __all__ = [
     "DeviceIdentity",
     "DockerDaemonConfig",
     "EngineVersions",
-    "EtcdState",
     "HfCached",
     "ImageDigest",
     "JetsonPower",
+    "PackageState",
     "SpecdecReleases",
     "identity_command",
     "split_identity_output",
@@ -199,33 +201,19 @@ class _Pairs(FactBase[dict[str, str]]):
 
 class EngineVersions(_Pairs):
     """Engines installed on the host (native runtime) and their versions, e.g.
-    ``{"vllm": "0.19.0"}``: ``vllm --version``, and the ``tensorrt_llm`` distribution's version
-    as the Python behind ``trtllm-serve`` sees it (importing tensorrt_llm would print a banner
-    and take long)."""
+    ``{"vllm": "0.19.0"}``: each engine's own probe (`specdec.engines.base.Engine.version_probe`:
+    ``vllm --version``, the ``tensorrt_llm`` distribution's version, ai-dynamo's in its venv)."""
 
     @override
     def command(self) -> str:
-        meta = shlex.quote("import importlib.metadata as m; print(m.version('tensorrt_llm'))")
-        dyn = shlex.quote("import importlib.metadata as m; print(m.version('ai-dynamo'))")
-        venv_py = f"{layout.DYNAMO_VENV}/bin/python3"
-        return (
-            "if command -v vllm >/dev/null 2>&1; then "
-            "echo \"vllm=$(vllm --version 2>/dev/null | tail -n 1)\"; fi; "
-            "if t=$(command -v trtllm-serve 2>/dev/null); then "
-            "py=$(head -n 1 \"$t\" | sed -n 's|^#! *\\([^ ]*python[0-9.]*\\).*|\\1|p'); "
-            f"echo \"trtllm=$(${{py:-python3}} -c {meta} 2>/dev/null | tail -n 1)\"; fi; "
-            f"if [ -x {venv_py} ]; then "
-            f"echo \"dynamo=$({venv_py} -c {dyn} 2>/dev/null | tail -n 1)\"; fi; true"
-        )
+        return "".join(f"{e.version_probe()}; " for e in ENGINES.values()) + "true"
 
     @override
     def process(self, output: list[str]) -> dict[str, str]:
-        from specdec.engines.version import Version
-
         found: dict[str, str] = {}
         for line in output:
             engine, sep, text = line.strip().partition("=")
-            if not sep or engine not in ("vllm", "trtllm", "dynamo") or not text:
+            if not sep or engine not in ENGINES or not text:
                 continue
             try:
                 found[engine] = str(Version.parse(text.split()[-1]))
@@ -234,15 +222,18 @@ class EngineVersions(_Pairs):
         return found
 
 
-class EtcdState(_Pairs):
-    """etcd on the host: ``binary`` (its path, or empty) and the distribution unit's state
-    (``enabled``/``active`` as ``systemctl is-enabled``/``is-active`` print them)."""
+class PackageState(_Pairs):
+    """A distribution package's binary on the host: ``binary`` (its path, or empty) and the
+    state of the distribution's unit of it (``enabled``/``active`` as ``systemctl
+    is-enabled``/``is-active`` print them; empty without a unit)."""
 
     @override
-    def command(self) -> str:
-        return ("echo \"binary=$(command -v etcd 2>/dev/null)\"; "
-                "echo \"enabled=$(systemctl is-enabled etcd.service 2>/dev/null)\"; "
-                "echo \"active=$(systemctl is-active etcd.service 2>/dev/null)\"; true")
+    def command(self, binary: str, unit: str = "") -> str:
+        b, u = shlex.quote(binary), shlex.quote(unit)
+        return (f"echo \"binary=$(command -v {b} 2>/dev/null)\"; "
+                + (f"echo \"enabled=$(systemctl is-enabled {u} 2>/dev/null)\"; "
+                   f"echo \"active=$(systemctl is-active {u} 2>/dev/null)\"; " if unit else "")
+                + "true")
 
     @override
     def process(self, output: list[str]) -> dict[str, str]:

@@ -15,7 +15,7 @@ from pyinfra.facts.files import Sha256File
 from roles.common import HostPlan
 from roles.facts import HfCached
 from specdec import layout, prefetch
-from specdec.engines.trtllm import TIKTOKEN_FILES
+from specdec.engines.trtllm.facts import TIKTOKEN_FILES
 
 __all__ = ["model_prefetch", "prefetch_repo", "tiktoken_encoding"]
 

@@ -157,9 +157,9 @@ def serve(hp: HostPlan, restart_on: Sequence[OperationMeta | None] = (),
         target=UNIT_TARGET,
         force=True,
     )
-    # A Dynamo group's frontend member: etcd and the frontend, linked like the engine unit.
-    aux = [f"{u}.service" for u in layout.AUX_SERVICES] if (
-        hp.plan.dynamo is not None and hp.plan.dynamo.is_frontend) else []
+    # The release's other units (a serving group's frontend member: etcd and the frontend),
+    # linked like the engine unit.
+    aux = list(hp.rendered.other_units)
     aux_links = [files.link(name=f"Link /etc/systemd/system/{u} to {layout.CURRENT}/{u}",
                             path=f"/etc/systemd/system/{u}", target=f"{layout.CURRENT}/{u}",
                             force=True) for u in host.loop(aux)]
@@ -173,7 +173,7 @@ def serve(hp: HostPlan, restart_on: Sequence[OperationMeta | None] = (),
     )
     if aux:
         before = layout.release_dir(recorded.current) if recorded.current else "/nonexistent"
-        restart_aux(name="Restart etcd and the Dynamo frontend where the release changed them",
+        restart_aux(name=f"Restart {', '.join(aux)} where the release changed them",
                     old=before, new=layout.release_dir(desired),
                     _if=any_changed(switch, *aux_links))
         for u in host.loop(aux):

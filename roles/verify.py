@@ -46,7 +46,6 @@ from specdec import verify as sv
 from specdec.bench import remote
 from specdec.catalog import GIB, load_catalog
 from specdec.errors import SpecdecError, redact
-from specdec.hostdata import parse_host_settings
 from specdec.power import PowerState
 from specdec.release import ReleaseState
 from specdec.report import reports_root, safe_name, write_host_report
@@ -239,10 +238,7 @@ def verify_release(spec: sv.VerifySpec, changed: tuple[OperationMeta, ...],
 def verify_spec(hp: HostPlan, served: ServeResult, token: HiddenValue | None,
                 prior: ReleaseState | None) -> sv.VerifySpec:
     """What to verify on this host (prepare phase)."""
-    try:
-        settings = parse_host_settings(host.name, host.data)
-    except SpecdecError as exc:
-        raise DeployError(str(exc)) from None
+    settings = hp.settings
     if prior is None:
         prior = host.get_fact(SpecdecReleases)  # before this run changes anything
     base = hp.baseline

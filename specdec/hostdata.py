@@ -8,22 +8,19 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from specdec import hygiene
 from specdec.catalog import ENGINES, METHODS, RUNTIMES
-from specdec.engines.dynamo import (
-    DEFAULT_MIGRATION_LIMIT,
-    DEFAULT_ROUTER_MODE,
-    DEFAULT_SYSTEM_PORT,
-    SYSTEM_PORT_MAX,
-)
+from specdec.engines.registry import ENGINES as ENGINE_IMPLS
+from specdec.engines.registry import engine as engine_named
+from specdec.engines.version import Version
 from specdec.errors import REDACTED, ConfigError, redact
-from specdec.hygiene import show
+from specdec.hostkeys import SECRET_MARKERS, KeyReader, key_text
 from specdec.layout import SERVICE_USER
 from specdec.plan_types import GatePolicy
+from specdec.settings import DEFAULT_HEALTH_TIMEOUT, DEFAULT_MEMLOCK, PREFIX, HostSettings
 
 __all__ = [
     "DEFAULT_HEALTH_TIMEOUT",
@@ -34,82 +31,14 @@ __all__ = [
     "HostSettings",
     "as_mapping",
     "parse_host_settings",
+    "parse_hosts",
 ]
 
-PREFIX = "specdec_"
-DEFAULT_MEMLOCK = "unlimited"
-DEFAULT_HEALTH_TIMEOUT = 900
-# An engine env key containing one of these is a secret and belongs in /etc/specdec/hf_token.
-SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
 # memlock in bytes: at least 64 KiB (the old kernel default), at most 1 TiB (more than any
 # device's memory; systemd and dockerd's daemon.json need it well inside int64).
 MEMLOCK_RANGE = (65536, 2**40)
 MAX_MODEL_LEN = 2**24  # tokens; above the longest context of any catalog model
-_KEY = re.compile(r"[A-Za-z0-9_]{1,64}")
 _USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
-
-
-def _key_text(key: Any) -> str:
-    return key if isinstance(key, str) and _KEY.fullmatch(key) else show(key)
-
-
-def _looks_secret(key: Any) -> bool:
-    return (isinstance(key, str) and key not in KNOWN_KEYS
-            and any(m in key.upper() for m in SECRET_MARKERS))
-
-
-def _show(key: Any, value: Any) -> str:
-    """``key=value`` for an error message, with anything secret-looking redacted."""
-    return f"{_key_text(key)}={REDACTED if _looks_secret(key) else show(value)}"
-
-
-@dataclass(frozen=True)
-class HostSettings:
-    """The validated ``specdec_*`` keys of one host; ``None`` means "not set, use the default"."""
-
-    host: str
-    device: str | None = None
-    engine: str | None = None
-    runtime: str | None = None
-    model: str | None = None
-    method: str | None = None
-    draft: str | None = None
-    num_speculative_tokens: int | None = None  # None: auto (tuned on the host)
-    gpu_memory_utilization: float | None = None
-    max_model_len: int | None = None
-    max_num_seqs: int | None = None
-    port: int | None = None
-    image: str | None = None
-    engine_version: str | None = None  # what the image (or native install) carries
-    memlock: str = DEFAULT_MEMLOCK
-    env: tuple[tuple[str, str], ...] = ()
-    extra_args: tuple[str, ...] = ()
-    jetson_tuning: bool = True
-    health_timeout: int = DEFAULT_HEALTH_TIMEOUT
-    gate: GatePolicy = dataclasses.field(default_factory=GatePolicy)
-    model_params_b: float | None = None
-    model_weight_gib: float | None = None
-    model_kv_bytes_per_token: int | None = None
-    model_tokenizer: str | None = None
-    hf_token_file: str | None = None
-    reverify: bool = False
-    verify: bool = True  # False: provision and release only (no benchmark/gate)
-    bench_mode: str = "host"  # where the benchmark client runs (specdec.bench.remote.MODES)
-    service_user: str = SERVICE_USER
-    # NVIDIA Dynamo (specdec_engine: dynamo): the serving group and its frontend member, this
-    # host's address for the group's traffic, its worker's system port, the frontend's router
-    # and request migration.
-    group: str | None = None
-    group_frontend: str | None = None
-    dynamo_address: str | None = None
-    dynamo_system_port: int = DEFAULT_SYSTEM_PORT
-    dynamo_router_mode: str = DEFAULT_ROUTER_MODE
-    dynamo_migration_limit: int = DEFAULT_MIGRATION_LIMIT
-    keys: frozenset[str] = frozenset()  # the specdec_* keys the data actually set ("pinned")
-
-    def pinned(self, field_name: str) -> bool:
-        """Whether ``specdec_<field_name>`` was set in the host's data."""
-        return PREFIX + field_name in self.keys
 
 
 def as_mapping(data: Any) -> Mapping[str, Any]:
@@ -126,49 +55,6 @@ def as_mapping(data: Any) -> Mapping[str, Any]:
     raise ConfigError(f"host data must be a mapping, got {type(data).__name__}")
 
 
-class _Reader:
-    def __init__(self, host: str, data: Mapping[str, Any]) -> None:
-        self.host = host
-        self.data = data
-
-    def fail(self, key: str, value: Any, why: str) -> ConfigError:
-        return ConfigError(f"{_show(key, value)}: {why}", host=self.host)
-
-    def get(self, key: str) -> Any:
-        return self.data.get(key)
-
-    def str_(self, key: str, choices: tuple[str, ...] | None = None,
-             max_len: int = hygiene.MAX_TEXT) -> str | None:
-        value = self.get(key)
-        if value is None:
-            return None
-        hygiene.check_text(self.host, key, value, max_len)
-        if choices is not None and value not in choices:
-            raise self.fail(key, value, f"must be one of {', '.join(choices)}")
-        return value
-
-    def repo_id(self, key: str) -> str | None:
-        value = self.get(key)
-        return None if value is None else hygiene.check_repo_id(self.host, key, value)
-
-    def int_(self, key: str, lo: int, hi: int) -> int | None:
-        value = self.get(key)
-        return None if value is None else hygiene.check_int(self.host, key, value, lo, hi)
-
-    def float_(self, key: str, hi: float) -> float | None:
-        """A finite number in (0, hi]."""
-        value = self.get(key)
-        return None if value is None else hygiene.check_number(self.host, key, value, 0, hi)
-
-    def bool_(self, key: str, default: bool) -> bool:
-        value = self.get(key)
-        if value is None:
-            return default
-        if not isinstance(value, bool):
-            raise self.fail(key, value, "must be true or false")
-        return value
-
-
 def _check_unknown(host: str, data: Mapping[str, Any]) -> None:
     for key in sorted(k for k in data if isinstance(k, str) and k.startswith(PREFIX)):
         if key in KNOWN_KEYS:
@@ -176,10 +62,11 @@ def _check_unknown(host: str, data: Mapping[str, Any]) -> None:
         names = [k[len(PREFIX):] for k in KNOWN_KEYS]
         close = difflib.get_close_matches(key[len(PREFIX):], names, n=1, cutoff=0.6)
         hint = f"; did you mean {PREFIX}{close[0]}?" if close else ""
-        raise ConfigError(f"unknown key {_show(key, data[key])}{hint}", host=host)
+        raise ConfigError(f"unknown key {KeyReader(host, data, KNOWN_KEYS).shown(key, data[key])}"
+                          f"{hint}", host=host)
 
 
-def _spec_tokens(r: _Reader) -> int | None:
+def _spec_tokens(r: KeyReader) -> int | None:
     """An integer pins k; ``auto`` (the default) tunes it on the host."""
     key = "specdec_num_speculative_tokens"
     value = r.get(key)
@@ -191,7 +78,7 @@ def _spec_tokens(r: _Reader) -> int | None:
     return r.int_(key, 1, 16)
 
 
-def _memlock(r: _Reader) -> str:
+def _memlock(r: KeyReader) -> str:
     key = "specdec_memlock"
     value = r.get(key)
     if value is None:
@@ -211,7 +98,7 @@ def _memlock(r: _Reader) -> str:
     return str(value_int)
 
 
-def _env(r: _Reader) -> tuple[tuple[str, str], ...]:
+def _env(r: KeyReader) -> tuple[tuple[str, str], ...]:
     key = "specdec_env"
     value = r.get(key)
     if value is None:
@@ -229,7 +116,7 @@ def _env(r: _Reader) -> tuple[tuple[str, str], ...]:
                 "in host data (the HF token goes to specdec_hf_token_file)",
                 host=r.host,
             )
-        hygiene.check_env_reserved(r.host, key, name, val)
+        hygiene.check_env_reserved(r.host, key, name, val, RESERVED_ENV)
         if isinstance(val, bool) or not isinstance(val, str | int | float):
             raise r.fail(f"{key}.{name}", val, "must be a string")
         sval = str(val)
@@ -239,9 +126,7 @@ def _env(r: _Reader) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(items))
 
 
-def _engine_version(r: _Reader) -> str | None:
-    from specdec.engines.version import Version
-
+def _engine_version(r: KeyReader) -> str | None:
     key = "specdec_engine_version"
     value = r.get(key)
     if isinstance(value, int | float) and not isinstance(value, bool):
@@ -258,7 +143,7 @@ def _engine_version(r: _Reader) -> str | None:
 _GATE_FIELDS = {f.name: f for f in dataclasses.fields(GatePolicy)}
 
 
-def _gate(r: _Reader) -> GatePolicy:
+def _gate(r: KeyReader) -> GatePolicy:
     key = "specdec_gate"
     value = r.get(key)
     if value is None:
@@ -270,7 +155,7 @@ def _gate(r: _Reader) -> GatePolicy:
         if name not in _GATE_FIELDS:
             close = difflib.get_close_matches(str(name), list(_GATE_FIELDS), n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]}?" if close else ""
-            raise r.fail(f"{key}.{_key_text(name)}", val, f"unknown gate field{hint}")
+            raise r.fail(f"{key}.{key_text(name)}", val, f"unknown gate field{hint}")
         field = f"{key}.{name}"
         if isinstance(getattr(GatePolicy(), name), int):
             kwargs[name] = hygiene.check_int(r.host, field, val, 1, 1024)
@@ -281,7 +166,7 @@ def _gate(r: _Reader) -> GatePolicy:
     return GatePolicy(**kwargs)
 
 
-def _bench_mode(r: _Reader) -> str:
+def _bench_mode(r: KeyReader) -> str:
     """host (the host's python3), image (the engine's image) or control (the control node)."""
     from specdec.bench.remote import DEFAULT_MODE, MODES
 
@@ -293,14 +178,13 @@ def _bench_mode(r: _Reader) -> str:
 
 
 _GROUP_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,30}")
-_ADDRESS = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:-]{0,252}")
-DYNAMO_KEYS = ("group", "group_frontend", "dynamo_address", "dynamo_system_port",
-               "dynamo_router_mode", "dynamo_migration_limit")
+GROUP_KEYS = ("group", "group_frontend")
+_GROUP_ENGINES = tuple(n for n, e in ENGINE_IMPLS.items() if e.serves_groups)
+# every variable an engine's units set is specdec's, not the host data's
+RESERVED_ENV = tuple(n for e in ENGINE_IMPLS.values() for n in e.reserved_env)
 
 
-def _dynamo(r: _Reader, engine: str | None) -> dict[str, Any]:
-    from specdec.engines.dynamo import ROUTER_MODES
-
+def _group(r: KeyReader) -> dict[str, Any]:
     out: dict[str, Any] = {}
     group = r.str_("specdec_group")
     if group is not None and not _GROUP_NAME.fullmatch(group):
@@ -309,19 +193,27 @@ def _dynamo(r: _Reader, engine: str | None) -> dict[str, Any]:
     out["group"] = group
     front = r.get("specdec_group_frontend")
     out["group_frontend"] = None if front is None else hygiene.check_host_name(front)
-    addr = r.str_("specdec_dynamo_address")
-    if addr is not None and not _ADDRESS.fullmatch(addr):
-        raise r.fail("specdec_dynamo_address", addr, "must be an IP address or a host name")
-    out["dynamo_address"] = addr
-    out["dynamo_system_port"] = r.int_("specdec_dynamo_system_port", 1024, SYSTEM_PORT_MAX)
-    out["dynamo_router_mode"] = r.str_("specdec_dynamo_router_mode", ROUTER_MODES)
-    out["dynamo_migration_limit"] = r.int_("specdec_dynamo_migration_limit", 0, 16)
-    if engine != "dynamo":
-        for name in DYNAMO_KEYS:
-            if out[name] is not None:
-                raise r.fail(f"specdec_{name}", out[name], "only applies to "
-                             "specdec_engine='dynamo'")
-    return {k: v for k, v in out.items() if v is not None}  # unset: the defaults
+    return out
+
+
+def _engine_keys(r: KeyReader, engine: str | None) -> dict[str, Any]:
+    """The serving-group keys and every engine's own keys, each checked; a key set for an engine
+    other than the host's is an error. The host's engine's keys become ``engine_options``."""
+    group = _group(r)
+    options = {name: e.read_options(r) for name, e in ENGINE_IMPLS.items()}
+    chosen = engine_named(engine).name
+    for key, value in group.items():
+        if value is not None and chosen not in _GROUP_ENGINES:
+            raise r.fail(f"specdec_{key}", value, "only applies to specdec_engine="
+                         + " or ".join(repr(n) for n in _GROUP_ENGINES))
+    for name, found in options.items():
+        if name != chosen and found:
+            key = next(k for k in ENGINE_IMPLS[name].option_keys if k in found)
+            raise r.fail(f"specdec_{key}", found[key], f"only applies to specdec_engine={name!r}")
+    out = {k: v for k, v in group.items() if v is not None}
+    if options[chosen]:
+        out["engine_options"] = tuple(sorted(options[chosen].items()))
+    return out
 
 
 def parse_host_settings(host: str, data: Any) -> HostSettings:
@@ -329,7 +221,7 @@ def parse_host_settings(host: str, data: Any) -> HostSettings:
     hygiene.check_host_name(host)
     mapping = as_mapping(data)
     _check_unknown(host, mapping)
-    r = _Reader(host, mapping)
+    r = KeyReader(host, mapping, KNOWN_KEYS)
 
     util = r.get("specdec_gpu_memory_utilization")
     if util is not None:
@@ -347,6 +239,7 @@ def parse_host_settings(host: str, data: Any) -> HostSettings:
         )
     hf_token_file = r.str_("specdec_hf_token_file", max_len=hygiene.MAX_PATH)
     engine = r.str_("specdec_engine", ENGINES)
+    eng = engine_named(engine)
     image = r.get("specdec_image")
     extra_args = r.get("specdec_extra_args")
 
@@ -368,7 +261,7 @@ def parse_host_settings(host: str, data: Any) -> HostSettings:
         memlock=_memlock(r),
         env=_env(r),
         extra_args=() if extra_args is None else hygiene.check_engine_args(
-            host, "specdec_extra_args", extra_args, engine or "vllm"),
+            host, "specdec_extra_args", extra_args, eng.managed_flags, eng.abbreviated_flags),
         jetson_tuning=r.bool_("specdec_jetson_tuning", True),
         health_timeout=r.int_("specdec_health_timeout", 30, 24 * 3600) or DEFAULT_HEALTH_TIMEOUT,
         gate=_gate(r),
@@ -381,12 +274,21 @@ def parse_host_settings(host: str, data: Any) -> HostSettings:
         verify=r.bool_("specdec_verify", True),
         bench_mode=_bench_mode(r),
         service_user=service_user,
-        **_dynamo(r, engine),
+        **_engine_keys(r, engine),
+        ssh_hostname=ssh if isinstance(ssh := mapping.get("ssh_hostname"), str) else None,
         keys=frozenset(
             k for k, v in mapping.items() if isinstance(k, str) and k.startswith(PREFIX)
             and v is not None
         ),
     )
+
+
+def parse_hosts(hosts: Iterable[tuple[str, Any]],
+                overrides: Mapping[str, Any] | None = None) -> list[HostSettings]:
+    """Every host's settings, in order (``overrides``: values over each host's data, as
+    pyinfra's ``--data``); the first bad host raises."""
+    return [parse_host_settings(name, {**as_mapping(data), **(overrides or {})})
+            for name, data in hosts]
 
 
 KNOWN_KEYS = tuple(
@@ -397,6 +299,7 @@ KNOWN_KEYS = tuple(
         "engine_version", "memlock",
         "env", "extra_args", "jetson_tuning", "health_timeout", "gate", "model_params_b",
         "model_weight_gib", "model_kv_bytes_per_token", "model_tokenizer", "hf_token_file",
-        "reverify", "verify", "bench_mode", "service_user", *DYNAMO_KEYS,
+        "reverify", "verify", "bench_mode", "service_user", *GROUP_KEYS,
+        *(k for e in ENGINE_IMPLS.values() for k in e.option_keys),
     )
 )

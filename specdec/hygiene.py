@@ -11,10 +11,9 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Sized
+from collections.abc import Collection, Mapping, Sized
 from typing import Any
 
-from specdec.engines.dynamo import ENV_NAMES
 from specdec.errors import ConfigError, redact
 
 __all__ = [
@@ -225,46 +224,7 @@ def check_number(host: str | None, key: str, value: Any, lo: float, hi: float, *
 
 # -- engine arguments and environment --------------------------------------------------------
 
-# Flags specdec sets (specdec/render.py engine_argv) and the config-file flags that could set
-# them again, per engine: flag -> what to use instead.
-_VLLM_MANAGED = {
-    "--host": "specdec serves on 0.0.0.0",
-    "--port": "use specdec_port",
-    "--served-model-name": "specdec serves the model under its id",
-    "--gpu-memory-utilization": "use specdec_gpu_memory_utilization",
-    "--max-model-len": "use specdec_max_model_len",
-    "--max-num-seqs": "use specdec_max_num_seqs",
-    "--speculative-config": "use specdec_method, specdec_draft, specdec_num_speculative_tokens",
-    "--model": "use specdec_model",
-    "--config": "a config file could set managed flags",
-}
-# trtllm-serve (click; NVIDIA/TensorRT-LLM tensorrt_llm/commands/serve.py at main 00209af):
-# "--config" is an alias of "--extra_llm_api_options" there (newer than some pinned releases),
-# "--free_gpu_memory_fraction" of "--kv_cache_free_gpu_memory_fraction".
-_TRTLLM_MANAGED = {
-    "--host": "specdec serves on 0.0.0.0",
-    "--port": "use specdec_port",
-    "--backend": "specdec runs the pytorch backend",
-    "--max_batch_size": "use specdec_max_num_seqs",
-    "--max_seq_len": "use specdec_max_model_len",
-    "--kv_cache_free_gpu_memory_fraction": "use specdec_gpu_memory_utilization",
-    "--free_gpu_memory_fraction": "use specdec_gpu_memory_utilization",
-    "--extra_llm_api_options": "specdec writes engine.yaml",
-    "--config": "specdec writes engine.yaml",
-}
-# python -m dynamo.vllm (Dynamo 1.6.1 dynamo/vllm/args.py): vLLM's engine flags plus Dynamo's
-# own; specdec sets the discovery and transport through the environment and the identity by
-# its defaults, so none of them may come again as an argument.
-_DYNAMO_MANAGED = {
-    **{k: v for k, v in _VLLM_MANAGED.items() if k not in ("--host", "--port")},
-    "--discovery-backend": "specdec runs etcd discovery on the group's frontend host",
-    "--request-plane": "specdec uses the TCP request plane",
-    "--event-plane": "specdec uses the default ZMQ event plane",
-    "--response-plane": "specdec uses the default TCP response plane",
-    "--namespace": "a group serves in Dynamo's default namespace",
-    "--endpoint": "a group serves on dyn://dynamo.backend.generate",
-    "--store-kv": "specdec runs etcd discovery on the group's frontend host",
-}
+# Which flags each engine manages is the engine's (`specdec.engines.base.Engine.managed_flags`).
 _SECRET_FLAGS = ("--hf-token", "--api-key", "--token")
 
 
@@ -272,21 +232,23 @@ def _normal(flag: str) -> str:
     return flag.replace("_", "-")
 
 
-def managed_flag(arg: str, engine: str) -> tuple[str, str] | None:
-    """``(flag, why)`` when ``arg`` sets a managed or secret flag, in any spelling.
+def managed_flag(arg: str, managed: Mapping[str, str],
+                 abbreviated: bool) -> tuple[str, str] | None:
+    """``(flag, why)`` when ``arg`` sets a flag of ``managed`` (flag -> what to use instead) or
+    a secret flag, in any spelling.
 
     vLLM's FlexibleArgumentParser (vllm v0.9.2, the Jetson images' release,
     vllm/utils/__init__.py, parse_args; the same in v0.11) reads ``--a_b`` as ``--a-b``,
     ``--k.x=v`` as setting ``--k``, and ``--config FILE`` as more arguments; argparse
-    (allow_abbrev, left on) takes an unambiguous prefix such as ``--max-model`` for
-    ``--max-model-len``. trtllm-serve (click) takes exact names and ``--name=value``; the
-    other spellings are refused there as well.
+    (allow_abbrev, left on; ``abbreviated``) takes an unambiguous prefix such as
+    ``--max-model`` for ``--max-model-len``. trtllm-serve (click) takes exact names and
+    ``--name=value``; the other spellings are refused there as well.
     """
     if not arg.startswith("--") or arg == "--":
         return None
     key = _normal(arg.split("=", 1)[0].split(".", 1)[0])
-    table = {"vllm": _VLLM_MANAGED, "dynamo": _DYNAMO_MANAGED}.get(engine, _TRTLLM_MANAGED)
-    prefixes = engine in ("vllm", "dynamo") and len(key) > 3
+    table = managed
+    prefixes = abbreviated and len(key) > 3
     for flag, why in table.items():
         if key == _normal(flag) or (prefixes and _normal(flag).startswith(key)):
             return flag, f"{flag} is managed by specdec ({why})"
@@ -296,7 +258,8 @@ def managed_flag(arg: str, engine: str) -> tuple[str, str] | None:
     return None
 
 
-def check_engine_args(host: str | None, key: str, value: Any, engine: str) -> tuple[str, ...]:
+def check_engine_args(host: str | None, key: str, value: Any, managed: Mapping[str, str],
+                      abbreviated: bool) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, list | tuple):
         raise fail(host, key, value, "must be a list of strings")
     if len(value) > MAX_ARGS:
@@ -304,7 +267,7 @@ def check_engine_args(host: str | None, key: str, value: Any, engine: str) -> tu
     for i, arg in enumerate(value):
         item = f"{key}[{i}]"
         check_text(host, item, arg, MAX_ARG, allow_spaces=True)
-        hit = managed_flag(arg, engine)
+        hit = managed_flag(arg, managed, abbreviated)
         if hit is not None:
             raise fail(host, item, arg, hit[1])
     return tuple(value)
@@ -315,9 +278,7 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 # token go: the Hub's own variables (HF_ENDPOINT, HUGGING_FACE_HUB_TOKEN, …), the dynamic
 # loader (LD_PRELOAD, LD_LIBRARY_PATH, …), the search path and the interpreter's import path.
 RESERVED_ENV_PREFIXES = ("HF_", "HUGGING_FACE_", "HUGGINGFACE_", "LD_")
-RESERVED_ENV = ("PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "CREDENTIALS_DIRECTORY",
-                # what specdec sets for a Dynamo worker and frontend (specdec/engines/dynamo.py)
-                *ENV_NAMES)
+RESERVED_ENV = ("PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "CREDENTIALS_DIRECTORY")
 
 
 def check_env_name(host: str | None, key: str, name: Any) -> str:
@@ -327,9 +288,11 @@ def check_env_name(host: str | None, key: str, name: Any) -> str:
     return name
 
 
-def check_env_reserved(host: str | None, key: str, name: str, value: Any) -> str:
+def check_env_reserved(host: str | None, key: str, name: str, value: Any,
+                       engines_env: Collection[str] = ()) -> str:
+    """``name`` unless specdec manages it, or an engine's units set it (``engines_env``)."""
     upper = name.upper()
-    if upper in RESERVED_ENV or upper.startswith(RESERVED_ENV_PREFIXES):
+    if upper in RESERVED_ENV or upper in engines_env or upper.startswith(RESERVED_ENV_PREFIXES):
         raise fail(host, f"{key}.{name}", value, f"{name} is reserved (managed by specdec, or "
                    "it changes where the engine loads code, weights or the token from)")
     return name

@@ -14,30 +14,25 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from specdec.catalog import GIB, Catalog, Device, Image, Model, load_catalog
-from specdec.engines import Version
+from specdec.engines.base import Engine
+from specdec.engines.registry import engine, engine_of
+from specdec.engines.version import Version
 from specdec.errors import ConfigError, PlanError
 from specdec.fit import fit, fit_problem, max_model_len_for
-from specdec.hostdata import HostSettings, as_mapping, parse_host_settings
+from specdec.groups import groups_of
+from specdec.hostdata import parse_host_settings
 from specdec.hygiene import check_image
 from specdec.identify import Identity
-from specdec.plan_engine import (
-    engine_details,
-    engine_version,
-    image_for_host,
-    release_details,
-    runnable,
-)
+from specdec.plan_engine import engine_details, engine_version, image_for_host, runnable
 from specdec.plan_method import MethodCandidate, candidates, one_layer, spec_tokens
-from specdec.plan_types import DynamoPlan, FitReport, Plan
+from specdec.plan_types import DynamoPlan, FitReport, Group, Plan
+from specdec.settings import HostSettings
 from specdec.tune import K_MAX
 
-if TYPE_CHECKING:
-    from specdec.dynamo.group import Group
-
-__all__ = ["DEFAULT_PORT", "baseline", "check_image", "make_plan"]
+__all__ = ["DEFAULT_PORT", "baseline", "check_image", "make_plan", "plan_host_settings"]
 
 DEFAULT_PORT = 8000
 # A default context that does not fit is shortened, but not below this.
@@ -122,11 +117,10 @@ def _coerce_args(identity: Any, catalog: Any) -> tuple[Identity | None, Catalog]
 class _Release:
     """What the host runs: engine, runtime, image (docker) and engine release."""
 
-    engine: str
+    engine: Engine
     runtime: str
     image: str | None
     version: Version
-    vllm_pin: str | None  # Dynamo: the vLLM it runs (whose speculative config applies)
 
 
 @dataclass(frozen=True)
@@ -156,11 +150,24 @@ def make_plan(
     installed: Mapping[str, str] | None = None,
     group: Group | None = None,
 ) -> Plan:
-    """Plan one host. ``data``: its host data (dict, Mapping or pyinfra ``host.data``);
-    ``installed``: engine -> version found on the host (native runtime), when known;
-    ``group``: its Dynamo serving group (`specdec.dynamo.group.groups_of` over the inventory)."""
+    """Plan one host from its host data (dict, Mapping or pyinfra ``host.data``): parse it
+    (`specdec.hostdata.parse_host_settings`), then `plan_host_settings`."""
     identity, cat = _coerce_args(identity, catalog)
-    s = parse_host_settings(host, data)
+    return plan_host_settings(parse_host_settings(host, data), identity, cat, installed, group)
+
+
+def plan_host_settings(
+    s: HostSettings,
+    identity: Identity | None = None,
+    catalog: Catalog | None = None,
+    installed: Mapping[str, str] | None = None,
+    group: Group | None = None,
+) -> Plan:
+    """Plan one host from its parsed settings. ``installed``: engine -> version found on the
+    host (native runtime), when known; ``group``: its serving group (`specdec.groups.groups_of`
+    over the inventory)."""
+    cat = catalog or load_catalog()
+    host = s.host
     if s.model is None:
         raise ConfigError("specdec_model is not set", host=host)
     device = _resolve_device(s, identity, cat)
@@ -171,9 +178,9 @@ def make_plan(
     notes += cand_notes
     cands = runnable(s, rel.engine, rel.version, model, cands, notes)
     choice = _memory_fit(s, device, model, cands, notes)
-    tuning = _tuning(s, device, choice.cand, cands, rel.vllm_pin, notes)
+    tuning = _tuning(s, device, choice.cand, cands, rel.engine, notes)
     port = s.port or DEFAULT_PORT
-    dyn = _dynamo_part(s, data, group, rel, port, choice.cand.method, tuning.k, notes)
+    dyn = _group_part(s, group, rel, port, choice.cand.method, tuning.k, notes)
     return _assemble(s, device, model, rel, choice, tuning, port, dyn, notes)
 
 
@@ -187,18 +194,13 @@ def _identity_notes(identity: Identity | None) -> list[str]:
 def _release(s: HostSettings, cat: Catalog, device: Device, identity: Identity | None,
              installed: Mapping[str, str] | None, notes: list[str]) -> _Release:
     """Engine and runtime (both supported on the device), image and engine release."""
-    engine, runtime = _engine_and_runtime(s, device)
-    image, img = _image(s, cat, device, engine, runtime, identity, notes)
-    version, origin = engine_version(s, engine, runtime, image, img, installed)
-    notes.append(f"{engine} {version} ({origin})")
-    vllm_pin: str | None = None
-    if engine == "dynamo":
-        from specdec.dynamo.plan import vllm_release
-
-        vllm_pin = vllm_release(s, version, origin)
-        notes.append(f"Dynamo {version} runs vLLM {vllm_pin}: its speculative config is "
-                     f"vLLM {vllm_pin}'s")
-    return _Release(engine, runtime, image, version, vllm_pin)
+    name, runtime = _engine_and_runtime(s, device)
+    eng = engine(name)
+    image, img = _image(s, cat, device, name, runtime, identity, notes)
+    version, origin = engine_version(s, eng, runtime, image, img, installed)
+    notes.append(f"{name} {version} ({origin})")
+    notes += eng.release_notes(s, version, origin)
+    return _Release(eng, runtime, image, version)
 
 
 def _engine_and_runtime(s: HostSettings, device: Device) -> tuple[str, str]:
@@ -314,11 +316,11 @@ def _budget(s: HostSettings, device: Device, model: Model, cand: MethodCandidate
 
 
 def _tuning(s: HostSettings, device: Device, cand: MethodCandidate,
-            cands: list[MethodCandidate], vllm_pin: str | None, notes: list[str]) -> _Tuning:
+            cands: list[MethodCandidate], eng: Engine, notes: list[str]) -> _Tuning:
     """k: pinned, or the device's starting point that the host tunes (k auto)."""
     k = spec_tokens(s, device, cand.method)
-    # k auto is tuned on the host's own API; a Dynamo group is measured through its frontend
-    k_auto = s.num_speculative_tokens is None and cand.method != "none" and vllm_pin is None
+    # k auto is tuned on the host's own API (a serving group is measured through its frontend)
+    k_auto = s.num_speculative_tokens is None and cand.method != "none" and eng.tunes_on_host
     if not k_auto:
         return _Tuning(k, False, ())
     methods: tuple[tuple[str, str | None], ...] = ((cand.method, cand.draft),)
@@ -331,13 +333,21 @@ def _tuning(s: HostSettings, device: Device, cand: MethodCandidate,
     return _Tuning(k, True, methods)
 
 
-def _dynamo_part(s: HostSettings, data: Any, group: Group | None, rel: _Release, port: int,
-                 method: str, k: int, notes: list[str]) -> DynamoPlan | None:
-    if rel.vllm_pin is None:
+def _group_part(s: HostSettings, group: Group | None, rel: _Release, port: int,
+                method: str, k: int, notes: list[str]) -> DynamoPlan | None:
+    """The host's part in its serving group (None unless its engine serves groups); without
+    ``group`` the host is a group of its own, unless it names one."""
+    if not rel.engine.serves_groups:
         return None
-    from specdec.dynamo.plan import dynamo_part
-
-    return dynamo_part(s, as_mapping(data), group, rel.vllm_pin, port, method, k, notes)
+    if group is None:
+        if s.group is not None:
+            raise ConfigError(f"specdec_group={s.group!r}: planning a member of a serving group "
+                              "needs the whole inventory (specdec plan INVENTORY, or the deploy)",
+                              host=s.host)
+        group = groups_of([s])[s.host]
+    if s.host not in group.members:
+        raise PlanError(f"not a member of group {group.name!r}", host=s.host)
+    return rel.engine.group_part(s, group, rel.version, port, method, k, notes)
 
 
 def _assemble(s: HostSettings, device: Device, model: Model, rel: _Release, choice: _Choice,
@@ -348,7 +358,7 @@ def _assemble(s: HostSettings, device: Device, model: Model, rel: _Release, choi
     return Plan(
         host=s.host,
         device=device.id,
-        engine=rel.engine,
+        engine=rel.engine.name,
         runtime=rel.runtime,
         image=rel.image,
         engine_version=str(rel.version),
@@ -418,7 +428,8 @@ def speculating(plan: Plan, method: str, draft: str | None, k: int,
                 k_by_batch: tuple[tuple[int, int, int], ...] = ()) -> Plan:
     """The plan with another speculation setting (a tune point); the release-specific details
     (TensorRT-LLM's decoding_type, a local draft directory) follow the method and draft."""
-    decoding, draft_dir = release_details(plan.engine, plan.engine_version, method, draft)
+    decoding, draft_dir = engine_of(plan).speculation_details(
+        Version.parse(plan.engine_version), method, draft)
     return dataclasses.replace(plan, method=method, draft=draft, num_speculative_tokens=k,
                                k_by_batch=k_by_batch, decoding_type=decoding,
                                draft_dir=draft_dir)

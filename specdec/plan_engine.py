@@ -12,13 +12,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol, TypeVar
 
-from specdec import layout
 from specdec.catalog import Catalog, Device, Image, Model
-from specdec.engines import Support, Target, Version, support, trtllm_facts, version_in_tag
+from specdec.engines.base import Engine
+from specdec.engines.support import Support, Target
+from specdec.engines.version import Version, version_in_tag
 from specdec.errors import ConfigError, PlanError
-from specdec.hostdata import HostSettings
 from specdec.hygiene import check_image
 from specdec.identify import Identity
+from specdec.settings import HostSettings
 
 __all__ = ["Candidate", "engine_details", "engine_version", "image_for_host", "runnable"]
 
@@ -56,10 +57,11 @@ def image_for_host(s: HostSettings, cat: Catalog, device: Device, engine: str,
     return check_image(s.host, f"catalog image for {device.id}/{engine}", img.ref), img
 
 
-def engine_version(s: HostSettings, engine: str, runtime: str, image: str | None,
-                    img: Image | None, installed: Mapping[str, str] | None
-                    ) -> tuple[Version, str]:
+def engine_version(s: HostSettings, eng: Engine, runtime: str, image: str | None,
+                   img: Image | None, installed: Mapping[str, str] | None
+                   ) -> tuple[Version, str]:
     """The engine release this host runs, and where that is known from."""
+    engine = eng.name
     pinned = Version.parse(s.engine_version) if s.engine_version else None
     if runtime == "docker":
         assert image is not None
@@ -81,10 +83,8 @@ def engine_version(s: HostSettings, engine: str, runtime: str, image: str | None
     if installed is not None:  # the deploy looked on the host
         found = Version.parse(installed[engine]) if engine in installed else None
         if found is None and pinned is None:
-            where = (f"no ai-dynamo in {layout.DYNAMO_VENV}" if engine == "dynamo" else
-                     "nothing on PATH answers --version")
             raise PlanError(f"specdec_runtime='native': {engine} is not installed on the host "
-                            f"({where})", host=s.host)
+                            f"({eng.installed_hint})", host=s.host)
         if found is not None and pinned is not None and found != pinned:
             raise PlanError(
                 f"specdec_engine_version={s.engine_version!r}: the host has {engine} {found} "
@@ -103,16 +103,16 @@ def engine_version(s: HostSettings, engine: str, runtime: str, image: str | None
 
 
 
-def runnable(s: HostSettings, engine: str, version: Version, model: Model,
+def runnable(s: HostSettings, eng: Engine, version: Version, model: Model,
              candidates: Sequence[C], notes: list[str]) -> list[C]:
     """The candidates this engine release can run. A pinned method it cannot run is an error
     naming the first release that can; otherwise each skipped one is noted (fallback order:
     EAGLE-3 -> draft model -> n-gram)."""
     target = Target(model.id, model.architecture, model.model_type)
-    name = {"vllm": "vLLM", "trtllm": "TensorRT-LLM", "dynamo": "Dynamo"}[engine]
+    name = eng.label
     out: list[C] = []
     for cand in candidates:
-        sup = support(engine, version, cand.method, target)
+        sup = eng.support(version, cand.method, target)
         if sup.ok:
             if sup.caveat:
                 notes.append(sup.caveat.strip())
@@ -141,22 +141,8 @@ def _why(sup: Support) -> str:
     return f"{reason}{first}"
 
 
-def engine_details(engine: str, version: Version, model: Model, method: str,
-                    draft: str | None) -> tuple[str | None, str | None, str | None]:
+def engine_details(eng: Engine, version: Version, model: Model, method: str,
+                   draft: str | None) -> tuple[str | None, str | None, str | None]:
     """(TensorRT-LLM decoding_type, local draft dir, TIKTOKEN_ENCODINGS_BASE) for the release."""
-    if engine != "trtllm":
-        return None, None, None
-    decoding, draft_dir = release_details(engine, str(version), method, draft)
-    tiktoken = layout.TIKTOKEN_DIR if model.tokenizer == "o200k_harmony" else None
-    return decoding, draft_dir, tiktoken
-
-
-def release_details(engine: str, version: str, method: str,
-                    draft: str | None) -> tuple[str | None, str | None]:
-    """(TensorRT-LLM decoding_type, local draft dir) for a method and draft at the release."""
-    if engine != "trtllm":
-        return None, None
-    facts = trtllm_facts(Version.parse(version))
-    decoding = facts.decoding_type(method) if method != "none" else None
-    draft_dir = layout.local_model_dir(draft) if draft and facts.head_local_dir.value else None
-    return decoding, draft_dir
+    decoding, draft_dir = eng.speculation_details(version, method, draft)
+    return decoding, draft_dir, eng.tiktoken_dir(model)

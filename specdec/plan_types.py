@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DynamoPlan", "FitReport", "GatePolicy", "Plan"]
+__all__ = ["DynamoPlan", "FitReport", "GatePolicy", "Group", "Plan"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,28 @@ class FitReport:
     @property
     def fits(self) -> bool:
         return self.kv_gib >= self.kv_needed_gib
+
+
+@dataclass(frozen=True)
+class Group:
+    """A serving group of the inventory: hosts that serve one model behind one frontend and
+    deploy, verify and roll back as one (`specdec.groups`)."""
+
+    name: str
+    members: tuple[str, ...]  # inventory order
+    frontend: str
+    addresses: tuple[tuple[str, str], ...]  # (member, address)
+
+    def address(self, member: str) -> str:
+        return dict(self.addresses)[member]
+
+    @property
+    def frontend_address(self) -> str:
+        return self.address(self.frontend)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "members": list(self.members), "frontend": self.frontend,
+                "addresses": dict(self.addresses)}
 
 
 @dataclass(frozen=True)
@@ -114,13 +136,6 @@ class Plan:
     k_by_batch: tuple[tuple[int, int, int], ...] = ()  # num_speculative_tokens_per_batch_size
     tuned: str | None = None  # the tune cache entry whose values this plan carries
     dynamo: DynamoPlan | None = None  # engine dynamo: the host's part in its serving group
-
-    @property
-    def vllm_version(self) -> str | None:
-        """The vLLM release whose flags and speculative config the engine takes."""
-        if self.engine == "vllm":
-            return self.engine_version
-        return self.dynamo.vllm_version if self.dynamo is not None else None
 
     @property
     def speculative(self) -> bool:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import shlex
 
 from specdec import layout
-from specdec.engines.trtllm import TIKTOKEN_FILES, TIKTOKEN_URL
+from specdec.engines.trtllm.facts import TIKTOKEN_FILES, TIKTOKEN_URL
 
 __all__ = [
     "CONTAINER_HF_TOKEN",

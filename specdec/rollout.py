@@ -31,6 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from specdec.errors import RolloutError, redact
+from specdec.hftoken import read_token
+from specdec.hostdata import parse_hosts
+from specdec.plan import plan_host_settings
 from specdec.report import (
     REPORTS_ENV,
     RUN_ID_ENV,
@@ -41,6 +44,7 @@ from specdec.report import (
     write_fleet,
     write_host_report,
 )
+from specdec.settings import HostSettings
 
 __all__ = [
     "FAILED",
@@ -286,26 +290,31 @@ def _cli_value(arg: str) -> Any:
         return arg
 
 
-def check_hosts(hosts: Sequence[tuple[str, Mapping[str, Any]]],
-                data: Sequence[str] = ()) -> None:
-    """Refuse bad input before the first batch, as the deploy's prepare would: every host's
-    name, ``specdec_*`` data (with the ``--data`` overrides) and HF token. Raises `ConfigError`."""
-    from specdec.hftoken import read_token
-    from specdec.hostdata import parse_host_settings
-
+def parse_with_data(hosts: Sequence[tuple[str, Mapping[str, Any]]],
+                    data: Sequence[str] = ()) -> list[HostSettings]:
+    """Every host's settings with the ``--data`` overrides (as the deploy will see them)."""
     overrides = {k.strip(): _cli_value(v) for k, v in (d.split("=", 1) for d in data)}
-    for name, host_data in hosts:
-        settings = parse_host_settings(name, {**host_data, **overrides})
-        read_token(name, settings.hf_token_file)
+    return parse_hosts(hosts, overrides)
 
 
-def host_meta(name: str, data: Mapping[str, Any]) -> dict[str, Any]:
-    """Device and method of a host from its inventory data (offline), for reports of hosts
-    the deploy never verified; empty when it cannot be planned offline."""
-    from specdec.plan import make_plan
+def check_hosts(hosts: Sequence[tuple[str, Mapping[str, Any]]],
+                data: Sequence[str] = ()) -> list[HostSettings]:
+    """Refuse bad input before the first batch, as the deploy's prepare would: every host's
+    name, ``specdec_*`` data (with the ``--data`` overrides) and HF token. Raises `ConfigError`;
+    returns the hosts' settings."""
+    settings = []
+    for name, host_data in hosts:  # host by host: the first bad one is the error
+        s = parse_with_data([(name, host_data)], data)[0]
+        read_token(name, s.hf_token_file)
+        settings.append(s)
+    return settings
 
+
+def host_meta(s: HostSettings) -> dict[str, Any]:
+    """Device and method of a host from its settings (offline), for reports of hosts the
+    deploy never verified; empty when it cannot be planned offline."""
     try:
-        p = make_plan(name, data, None)
+        p = plan_host_settings(s, None)
     except Exception:  # noqa: BLE001 - best effort: the deploy reports the real error
         return {}
     return {"device": p.device, "engine": p.engine, "runtime": p.runtime, "model": p.model,

@@ -37,18 +37,20 @@ def register(subparsers: Any) -> None:
 
 def _plans(inventory: str, limit: str | None) -> list[Plan]:
     """Plans as the deploy makes them: with the tuned values of the tune cache, if any."""
-    from specdec.dynamo.group import check_plans, groups_of
-    from specdec.hostdata import parse_host_settings
+    from specdec.groups import check_plans, groups_of
+    from specdec.hostdata import parse_hosts
     from specdec.inventory import load_inventory
-    from specdec.plan import make_plan
+    from specdec.plan import plan_host_settings
     from specdec.report import reports_root
     from specdec.tunecache import apply_cached
 
     chosen = load_inventory(inventory, limit)
-    groups = groups_of(load_inventory(inventory) if limit else chosen)
-    plans = [apply_cached(make_plan(name, data, None, group=groups.get(name)), reports_root(),
-                          parse_host_settings(name, data).reverify)
-             for name, data in chosen]
+    every = parse_hosts(load_inventory(inventory) if limit else chosen)  # groups span them all
+    names = {name for name, _ in chosen}
+    groups = groups_of(every)
+    plans = [apply_cached(plan_host_settings(s, None, group=groups.get(s.host)), reports_root(),
+                          s.reverify)
+             for s in every if s.host in names]
     check_plans(plans)
     return plans
 
@@ -116,7 +118,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def _print_groups(plans: list[Plan]) -> None:
     """Each Dynamo serving group: its frontend endpoint and members."""
-    from specdec.dynamo.group import plans_by_group
+    from specdec.groups import plans_by_group
     from specdec.verify import engine_url
 
     for name, ps in plans_by_group(plans).items():

@@ -52,12 +52,13 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     if not inventory.is_file():
         raise RolloutError(f"inventory {args.inventory!r}: no such file")
 
-    from specdec.dynamo.group import check_limit, groups_of, units
+    from specdec.groups import check_limit, groups_of, units
     from specdec.inventory import load_inventory
 
     loaded = load_inventory(str(inventory), args.limit)
-    ro.check_hosts(loaded, args.data)
-    every = load_inventory(str(inventory)) if args.limit else loaded
+    settings = ro.check_hosts(loaded, args.data)
+    every = ro.parse_with_data(load_inventory(str(inventory)), args.data) if args.limit \
+        else settings
     groups = groups_of(every)
     check_limit(groups, [name for name, _ in loaded])
     order = units([name for name, _ in loaded], groups)
@@ -70,7 +71,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         run_id=run_id,
         reports_root=root,
         data=tuple(args.data),
-        meta={name: ro.host_meta(name, data) for name, data in loaded},
+        meta={s.host: ro.host_meta(s) for s in settings},
     )
     result = ro.run_rollout(plan)
     print()

@@ -5,7 +5,7 @@ vLLM: each pinned release is installed from PyPI into its own environment outsid
 puts every rendered ``vllm serve`` argv (`cases`) and every control (`controls`) through the
 release's own CLI parser, EngineArgs, ModelConfig and SpeculativeConfig, with config.json files
 made from the catalog (`models`); `verdict` compares what it says with the plans and with the
-fact tables in `specdec.engines.vllm`. TensorRT-LLM's PyPI package is a download stub, so its
+fact tables in `specdec.engines.vllm.facts`. TensorRT-LLM's PyPI package is a download stub, so its
 ``engine.yaml`` files are checked against the schema facts copied from its source
-(`trtllm_schema`, `specdec.engines.trtllm`).
+(`trtllm_schema`, `specdec.engines.trtllm.facts`).
 """

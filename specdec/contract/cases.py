@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from specdec.catalog import Catalog, Image, load_catalog
-from specdec.engines import Target, Version, support
+from specdec.engines.registry import support
+from specdec.engines.support import Target
+from specdec.engines.version import Version
 from specdec.errors import PlanError
 from specdec.plan import make_plan
 from specdec.plan_types import Plan

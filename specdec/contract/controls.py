@@ -1,6 +1,7 @@
 """Controls: argv lists a release must refuse (so the contract cannot pass vacuously) and the
-probes that read a release's EAGLE-3 gates, each expectation taken from `specdec.engines.vllm`.
-`checker_input` is what one release's checker gets: every case and every config.json."""
+probes that read a release's EAGLE-3 gates, each expectation taken from
+`specdec.engines.vllm.facts`. `checker_input` is what one release's checker gets: every case and
+every config.json."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from typing import Any
 from specdec.catalog import Catalog, load_catalog
 from specdec.contract.cases import Case, Suite, rendered_cases
 from specdec.contract.models import CONTROL_TARGETS, configs, generic_head
-from specdec.engines import Version
-from specdec.engines import vllm as facts
+from specdec.engines.version import Version
+from specdec.engines.vllm import facts
 
 __all__ = ["ARCH_PREFIX", "arch_targets", "checker_input", "core_error", "full_suite"]
 

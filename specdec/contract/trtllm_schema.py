@@ -1,11 +1,11 @@
 """TensorRT-LLM's ``engine.yaml`` (trtllm-serve ``--extra_llm_api_options``) against the schema
-facts in `specdec.engines.trtllm`.
+facts in `specdec.engines.trtllm.facts`.
 
 TensorRT-LLM on PyPI is a stub that downloads the real package from NVIDIA's registry, which
 these machines cannot reach, so no release can be run here. The facts were copied from the
 release's source (``tensorrt_llm/llmapi/llm_args.py``: every level a ``StrictBaseModel``, i.e.
 ``extra='forbid'``; ``DecodingBaseConfig.from_dict``'s decoding types; PR #10099 / #10124), each
-with its citation in `specdec.engines.trtllm`. Checked for every rendered ``engine.yaml``: the
+with its citation in `specdec.engines.trtllm.facts`. Checked for every rendered ``engine.yaml``: the
 golden cases and every TensorRT-LLM host of the example inventories, as planned and pinned to
 each TensorRT-LLM release the catalog has.
 """
@@ -18,8 +18,9 @@ import yaml
 
 from specdec.catalog import Catalog, load_catalog
 from specdec.contract.cases import example_hosts, golden_plans, image_of, pinned_versions
-from specdec.engines import Version, trtllm_facts
-from specdec.engines import trtllm as facts
+from specdec.engines.trtllm import facts
+from specdec.engines.trtllm.facts import trtllm_facts
+from specdec.engines.version import Version
 from specdec.errors import PlanError
 from specdec.plan import make_plan
 from specdec.render import render

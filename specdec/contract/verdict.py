@@ -1,5 +1,5 @@
 """Judge one release's checker output: every case as expected, and the fact tables in
-`specdec.engines.vllm` equal to what the release itself has. Each problem is one line."""
+`specdec.engines.vllm.facts` equal to what the release itself has. Each problem is one line."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from typing import Any
 from specdec.catalog import Catalog, load_catalog
 from specdec.contract.cases import Case, Suite
 from specdec.contract.controls import ARCH_PREFIX, arch_targets
-from specdec.engines import Target, Version, support
-from specdec.engines import vllm as facts
+from specdec.engines.registry import support
+from specdec.engines.support import Target
+from specdec.engines.version import Version
+from specdec.engines.vllm import facts
 
 __all__ = ["STAGES", "case_problems", "fact_problems", "judge"]
 

@@ -31,7 +31,7 @@ from typing import Any
 from specdec import layout, release
 from specdec.bench.device_time import to_device_time
 from specdec.bench.metrics import Counters, add_counters, parse_vllm, spec_delta
-from specdec.engines.dynamo import READY_PATH
+from specdec.engines.dynamo.facts import READY_PATH
 from specdec.errors import BenchError, SpecdecError, one_line
 from specdec.phases.bench import Bench, bench_summary
 from specdec.phases.gate import Arm, run_gate

@@ -15,7 +15,7 @@ import yaml
 from specdec.emulator.profiles import DeviceProfile, ModelSpec, resolve_model_ref
 from specdec.emulator.runtime import ServeConfig, StartupError
 from specdec.emulator.setup import EngineSetup
-from specdec.engines.trtllm import (
+from specdec.engines.trtllm.facts import (
     CUDA_GRAPH_KEYS,
     KV_CACHE_KEYS,
     TIKTOKEN_FILES,
@@ -204,8 +204,8 @@ def parse_extra_options(path: str) -> dict[str, Any]:
 
 def parse_spec_config(raw: Any, target: ModelSpec, facts: TrtllmFacts
                       ) -> tuple[str, int, ModelSpec | None, str | None, dict[str, Any]]:
-    """Validate ``speculative_config`` like release ``facts.version`` (`specdec.engines.trtllm`):
-    (method, max_draft_len, draft, draft ref, extras)."""
+    """Validate ``speculative_config`` like release ``facts.version``
+    (`specdec.engines.trtllm.facts`): (method, max_draft_len, draft, draft ref, extras)."""
     if not isinstance(raw, dict):
         raise _type_error("TorchLlmArgs", "speculative_config", raw, "dict")
     dt = raw.get("decoding_type")

@@ -13,7 +13,7 @@ from specdec.emulator.profiles import ModelSpec, resolve_model_ref
 from specdec.emulator.runtime import ServeConfig, StartupError
 from specdec.emulator.setup import EngineSetup, spec_kind
 from specdec.engines.version import Version
-from specdec.engines.vllm import K_ERROR, VllmFacts, method_literal, vllm_facts
+from specdec.engines.vllm.facts import K_ERROR, VllmFacts, method_literal, vllm_facts
 
 __all__ = ["build_parser", "config_from_args", "parse_spec_config", "normalize_argv"]
 
@@ -170,7 +170,7 @@ def parse_spec_config(
     raw: Any, target: ModelSpec, *, tp: int, max_model_len: int, facts: VllmFacts
 ) -> tuple[str, int, ModelSpec | None, dict[str, Any], list[str]]:
     """Validate ``--speculative-config`` like release ``facts.version``'s SpeculativeConfig
-    (`specdec.engines.vllm`). Returns (method, k, draft spec, extras, warnings); raises
+    (`specdec.engines.vllm.facts`). Returns (method, k, draft spec, extras, warnings); raises
     `StartupError` with that release's text."""
     warnings: list[str] = []
     if not isinstance(raw, dict):

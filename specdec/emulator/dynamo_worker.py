@@ -36,7 +36,7 @@ from specdec.emulator.runtime import RunContext, ServeConfig, StartupError, make
 from specdec.emulator.scheduler import SHUTDOWN, Sink
 from specdec.emulator.startup import EngineExit, config_failure, vllm_startup
 from specdec.emulator.textgen import category_of, count_tokens, stable_int
-from specdec.engines.dynamo import dynamo_facts
+from specdec.engines.dynamo.facts import dynamo_facts
 
 __all__ = ["main", "vllm_release"]
 

@@ -1,27 +1,8 @@
-"""Engine versions as data: what each pinned vLLM / TensorRT-LLM / Dynamo release accepts, with
-sources.
+"""The engines specdec serves with, one package each (`vllm`, `trtllm`, `dynamo`).
 
-`support` answers whether a release runs a speculative method for a target; `vllm_facts` and
-`trtllm_facts` hold the details the renderer and the engine emulator need. Pure Python, no
-third-party imports (the emulator ships this package into the lab images).
+In each package, ``facts.py`` holds what every release accepts, with sources (pure Python, no
+third-party imports: the engine emulator ships it into the lab's images) and ``engine.py`` the
+engine's part in plan, render and verify (`specdec.engines.base.Engine`). The generic flow finds
+an engine by name in `specdec.engines.registry`. Shared pieces: `version` (release numbers),
+`ranges` (facts dated by release), `support` (can a release run a method).
 """
-
-from specdec.engines.dynamo import DynamoFacts, dynamo_facts
-from specdec.engines.support import Support, Target, support
-from specdec.engines.trtllm import TrtllmFacts, trtllm_facts
-from specdec.engines.version import Version, version_in_tag
-from specdec.engines.vllm import VllmFacts, vllm_facts
-
-__all__ = [
-    "DynamoFacts",
-    "Support",
-    "Target",
-    "TrtllmFacts",
-    "Version",
-    "VllmFacts",
-    "dynamo_facts",
-    "support",
-    "trtllm_facts",
-    "version_in_tag",
-    "vllm_facts",
-]

@@ -190,10 +190,11 @@ def nspawn_binds(h: LabHost, host_dir: Path) -> list[str]:
 
 def lab_groups(inventory: str, limit: str | None = None) -> dict[str, list[str]]:
     """Host -> the members of its serving group (Dynamo hosts of the inventory only)."""
-    from specdec.dynamo.group import groups_of
+    from specdec.groups import groups_of
+    from specdec.hostdata import parse_hosts
     from specdec.inventory import load_inventory
 
-    groups = groups_of(load_inventory(inventory, limit))
+    groups = groups_of(parse_hosts(load_inventory(inventory, limit)))
     return {h: list(g.members) for h, g in groups.items()}
 
 

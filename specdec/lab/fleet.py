@@ -348,18 +348,19 @@ def host_status(h: LabHost, up_: bool, probe: str | None = None) -> dict[str, An
 
 def _probes(inventory: str, limit: str | None) -> dict[str, str]:
     """Dynamo worker-only members serve no OpenAI API: their worker's system /health."""
-    from specdec.dynamo.group import groups_of
-    from specdec.engines.dynamo import DEFAULT_SYSTEM_PORT
+    from specdec.engines.registry import engine
+    from specdec.groups import groups_of
+    from specdec.hostdata import parse_hosts
     from specdec.inventory import load_inventory
 
-    loaded = load_inventory(inventory, limit)
-    groups = groups_of(loaded)
+    settings = parse_hosts(load_inventory(inventory, limit))
+    groups = groups_of(settings)
     out = {}
-    for name, data in loaded:
-        g = groups.get(name)
-        if g is not None and g.frontend != name:
-            port = data.get("specdec_dynamo_system_port") or DEFAULT_SYSTEM_PORT
-            out[name] = f"http://{g.address(name)}:{port}/health"
+    for s in settings:
+        g = groups.get(s.host)
+        if g is not None and g.frontend != s.host:
+            port = engine(s.engine).options(s).system_port
+            out[s.host] = f"http://{g.address(s.host)}:{port}/health"
     return out
 
 

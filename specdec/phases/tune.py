@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specdec.bench.prompts import builtin_prompts
-from specdec.engines import vllm_facts
+from specdec.engines.registry import engine_of
 from specdec.phases.bench import Bench
 from specdec.phases.gate import Arm
 from specdec.phases.host import Ctx, VerifyFailure
@@ -37,7 +37,7 @@ class Tuned:
 
 def per_batch_supported(plan: Plan) -> bool:
     """Whether the plan's engine release has ``num_speculative_tokens_per_batch_size``."""
-    return plan.engine == "vllm" and bool(vllm_facts(plan.engine_version).per_batch_size_k.value)
+    return engine_of(plan).per_batch_k(plan)
 
 
 def release_files(plan: Plan) -> tuple[str, tuple[Any, ...]]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from specdec.bench.client import BenchConfig, run_bench
-from specdec.bench.emulated import emulator, lab_truth, reset_truth
+from specdec.emulator.local import emulator, lab_truth, reset_truth
 from specdec.errors import BenchError
 
 ORIN = {"SPECDEC_EMU_DEVICE": "agx-orin-64gb", "SPECDEC_EMU_TIME_SCALE": "0.02",

@@ -1,5 +1,6 @@
 """TensorRT-LLM: every rendered engine.yaml against the schema facts copied from the release's
-source (`specdec.engines.trtllm`; its PyPI package is a download stub, so no release runs here)."""
+source (`specdec.engines.trtllm.facts`; its PyPI package is a download stub, so no release runs
+here)."""
 
 from __future__ import annotations
 

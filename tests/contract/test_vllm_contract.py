@@ -4,7 +4,7 @@ Each release is installed from PyPI into its own environment under /var/cache/sp
 (minutes the first time, reused after) and judges, with its own CLI parser, EngineArgs,
 ModelConfig and SpeculativeConfig, every ``vllm serve`` argv specdec renders for it (golden
 cases, example inventories, the method matrix), the controls it must refuse, and the fact tables
-in `specdec.engines.vllm`.
+in `specdec.engines.vllm.facts`.
 """
 
 from __future__ import annotations

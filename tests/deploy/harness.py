@@ -41,7 +41,7 @@ from roles.images import image_present  # noqa: F401  (import check)
 from roles.jetson_tuning import CLOCKS_MARKER
 from specdec import guard, layout, power, release
 from specdec.catalog import load_catalog
-from specdec.engines.trtllm import TIKTOKEN_FILES
+from specdec.engines.trtllm.facts import TIKTOKEN_FILES
 from specdec.lab.identity import device_files
 from specdec.lab.tegra import CLOCKS_STATE, Tegra
 
@@ -388,9 +388,11 @@ def _path(root: str, rel: str) -> Path:
 
 def host_plan(world: World, data: dict[str, Any]) -> HostPlan:
     from roles.common import plan_host
+    from specdec.hostdata import parse_host_settings
 
     native = data.get("specdec_runtime") == "native"
-    return plan_host(HOST, data, world.identity, dict(world.engines) if native else None)
+    return plan_host(parse_host_settings(HOST, data), world.identity,
+                     dict(world.engines) if native else None)
 
 
 def identity_output(files: dict[str, str | None]) -> list[str]:

@@ -19,8 +19,8 @@ from specdec.contract.cases import (
 )
 from specdec.contract.controls import core_error, full_suite
 from specdec.contract.verdict import STAGES, case_problem, fact_problems
-from specdec.engines import Version
-from specdec.engines import vllm as facts
+from specdec.engines.version import Version
+from specdec.engines.vllm import facts
 from specdec.render import systemd_quote
 
 

@@ -12,10 +12,13 @@ from typing import Any
 import pytest
 
 from specdec import layout, release
-from specdec.dynamo.group import check_limit, check_plans, groups_of, units
-from specdec.engines import Target, Version, dynamo_facts, support
+from specdec.engines.dynamo.facts import dynamo_facts
+from specdec.engines.registry import support
+from specdec.engines.support import Target
+from specdec.engines.version import Version
 from specdec.errors import ConfigError
-from specdec.hostdata import parse_host_settings
+from specdec.groups import check_limit, check_plans, groups_of, units
+from specdec.hostdata import parse_host_settings, parse_hosts
 from specdec.plan import baseline, make_plan
 from specdec.render import render
 from specdec.report import summary_markdown
@@ -33,7 +36,7 @@ PAIR = [("spark-01", spark("192.0.2.41")), ("spark-02", spark("192.0.2.42"))]
 
 
 def plans(hosts: list[tuple[str, dict[str, Any]]] = PAIR) -> list[Any]:
-    g = groups_of(hosts)
+    g = groups_of(parse_hosts(hosts))
     return [make_plan(n, d, group=g[n]) for n, d in hosts]
 
 
@@ -79,26 +82,26 @@ def test_group_keys_only_for_dynamo_and_checked() -> None:
 
 
 def test_groups_frontend_addresses_and_errors() -> None:
-    g = groups_of(PAIR)
+    g = groups_of(parse_hosts(PAIR))
     assert g["spark-01"] is g["spark-02"]
     assert g["spark-01"].frontend == "spark-01" and g["spark-01"].frontend_address == \
         "192.0.2.41"
     link = [(n, {**d, "specdec_dynamo_address": f"192.168.100.{i}",
                  "specdec_group_frontend": "spark-02"}) for i, (n, d) in enumerate(PAIR, 1)]
-    g2 = groups_of(link)["spark-01"]
+    g2 = groups_of(parse_hosts(link))["spark-01"]
     assert g2.frontend == "spark-02" and g2.address("spark-01") == "192.168.100.1"
-    alone = groups_of([("solo", {"specdec_engine": "dynamo"})])["solo"]
+    alone = groups_of(parse_hosts([("solo", {"specdec_engine": "dynamo"})]))["solo"]
     assert alone.name == "solo" and alone.members == ("solo",)
     with pytest.raises(ConfigError, match="several frontends"):
-        groups_of([(n, {**d, "specdec_group_frontend": n}) for n, d in PAIR])
+        groups_of(parse_hosts([(n, {**d, "specdec_group_frontend": n}) for n, d in PAIR]))
     with pytest.raises(ConfigError, match="not a member"):
-        groups_of([(n, {**d, "specdec_group_frontend": "spark-09"}) for n, d in PAIR])
+        groups_of(parse_hosts([(n, {**d, "specdec_group_frontend": "spark-09"}) for n, d in PAIR]))
     with pytest.raises(ConfigError, match="also the address"):
-        groups_of([(n, {**d, "ssh_hostname": "192.0.2.41"}) for n, d in PAIR])
+        groups_of(parse_hosts([(n, {**d, "ssh_hostname": "192.0.2.41"}) for n, d in PAIR]))
 
 
 def test_a_group_is_targeted_whole() -> None:
-    g = groups_of([*PAIR, ("orin", {"specdec_device": "agx-orin-64gb"})])
+    g = groups_of(parse_hosts([*PAIR, ("orin", {"specdec_device": "agx-orin-64gb"})]))
     check_limit(g, ["spark-01", "spark-02", "orin"])
     check_limit(g, ["orin"])
     with pytest.raises(ConfigError, match="but not spark-02"):
@@ -121,7 +124,8 @@ def test_rollout_batches_never_split_a_group() -> None:
 
 def test_members_plan_their_roles() -> None:
     p1, p2 = plans()
-    assert p1.engine == "dynamo" and p1.engine_version == "1.6.1" and p1.vllm_version == "0.31.0"
+    assert p1.engine == "dynamo" and p1.engine_version == "1.6.1"
+    assert p1.dynamo is not None and p1.dynamo.vllm_version == "0.31.0"
     assert p1.image == "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1"
     assert p1.dynamo and p2.dynamo and p1.dynamo.is_frontend and not p2.dynamo.is_frontend
     assert p2.dynamo.etcd_endpoint == "http://192.0.2.41:2379" and p2.dynamo.address == \
@@ -166,7 +170,7 @@ def test_worker_and_frontend_units() -> None:
     assert "-e DYN_TCP_RPC_HOST=192.0.2.42" in worker and "-e DYN_SYSTEM_PORT=8081" in worker
     assert "--port" not in worker.split("dynamo.vllm", 1)[1]
     cfg = json.loads(re.search(r"--speculative-config '(\{.*?\})'", worker).group(1))
-    from specdec.engines import vllm_facts
+    from specdec.engines.vllm.facts import vllm_facts
 
     assert cfg["method"] == "eagle3" and set(cfg) <= vllm_facts("0.31.0").spec_keys
     assert "After=network-online.target docker.service specdec-etcd.service" in \

@@ -8,9 +8,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from specdec.dynamo.group import groups_of
 from specdec.dynamo.groupverify import GroupVerifier, Member, ready_workers
 from specdec.errors import BenchError
+from specdec.groups import groups_of
+from specdec.hostdata import parse_hosts
 from specdec.plan import baseline, make_plan
 from specdec.render import render
 from specdec.rounds import RoundBench
@@ -21,7 +22,7 @@ HOSTS = [(f"spark-0{i}", {"specdec_device": "dgx-spark", "specdec_engine": "dyna
                           "specdec_model": "Qwen/Qwen3-8B", "ssh_hostname": f"192.0.2.4{i}",
                           "specdec_group": "pair", "specdec_health_timeout": 60})
          for i in (1, 2)]
-GROUPS = groups_of(HOSTS)
+GROUPS = groups_of(parse_hosts(HOSTS))
 PLANS = {n: make_plan(n, d, group=GROUPS[n]) for n, d in HOSTS}
 CAND = {n: render(p) for n, p in PLANS.items()}
 BASE = {n: render(baseline(p)) for n, p in PLANS.items()}

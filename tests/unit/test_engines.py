@@ -6,8 +6,12 @@ import pytest
 
 from specdec.catalog import load_catalog
 from specdec.catalog.images import parse_image_ref
-from specdec.engines import Target, Version, support, trtllm_facts, version_in_tag, vllm_facts
 from specdec.engines.ranges import Fact, FactTable
+from specdec.engines.registry import support
+from specdec.engines.support import Target
+from specdec.engines.trtllm.facts import trtllm_facts
+from specdec.engines.version import Version, version_in_tag
+from specdec.engines.vllm.facts import vllm_facts
 from specdec.errors import ConfigError, PlanError
 from specdec.plan import make_plan
 

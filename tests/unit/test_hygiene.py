@@ -14,12 +14,14 @@ from pathlib import Path
 import pytest
 
 from specdec import hygiene, layout, release
+from specdec.engines.registry import engine as engine_named
 from specdec.errors import ConfigError, RenderError, redact
 from specdec.hftoken import read_token
 from specdec.plan import make_plan
-from specdec.render import render, unit_text
+from specdec.render import render
 from specdec.report import write_host_report
 from specdec.rollout import check_hosts
+from specdec.unitfile import unit_text
 
 TOK = "hf_" + "Xyz789" * 5
 
@@ -94,6 +96,11 @@ def test_invalid_image_references(image: str) -> None:
         hygiene.check_image("h", "k", image)
 
 
+def _managed(arg: str, engine: str) -> tuple[str, str] | None:
+    e = engine_named(engine)
+    return hygiene.managed_flag(arg, e.managed_flags, e.abbreviated_flags)
+
+
 @pytest.mark.parametrize(("engine", "arg"), [
     ("vllm", "--enforce-eager"), ("vllm", "--tokenizer=x"), ("vllm", "--trust-remote-code"),
     ("vllm", "--config-format=hf"), ("vllm", "--model-impl"), ("vllm", "-tp"), ("vllm", "2"),
@@ -102,7 +109,7 @@ def test_invalid_image_references(image: str) -> None:
     ("trtllm", "--max_num_tokens=8192"), ("trtllm", "--log_level=info"),
 ])
 def test_ordinary_engine_args_pass(engine: str, arg: str) -> None:
-    assert hygiene.managed_flag(arg, engine) is None
+    assert _managed(arg, engine) is None
 
 
 @pytest.mark.parametrize(("engine", "arg", "flag"), [
@@ -115,7 +122,7 @@ def test_ordinary_engine_args_pass(engine: str, arg: str) -> None:
     ("trtllm", "--po", None),  # click takes no abbreviations
 ])
 def test_managed_and_secret_flags(engine: str, arg: str, flag: str | None) -> None:
-    hit = hygiene.managed_flag(arg, engine)
+    hit = _managed(arg, engine)
     assert (hit[0] if hit else None) == flag
 
 

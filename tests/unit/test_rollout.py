@@ -12,6 +12,7 @@ import pytest
 from specdec import rollout as ro
 from specdec.cli import main
 from specdec.errors import RolloutError
+from specdec.hostdata import parse_host_settings
 from specdec.report import load_reports, skipped_report, write_host_report
 
 
@@ -209,10 +210,10 @@ def test_missing_report_names_pyinfra_error_and_host_meta(tmp_path):
 
 
 def test_host_meta_from_inventory_data():
-    meta = ro.host_meta("x", {"specdec_device": "orin-nano-8gb",
-                              "specdec_model": "Qwen/Qwen3-0.6B"})
+    meta = ro.host_meta(parse_host_settings("x", {"specdec_device": "orin-nano-8gb",
+                                                  "specdec_model": "Qwen/Qwen3-0.6B"}))
     assert meta["device"] == "orin-nano-8gb" and meta["method"]
-    assert ro.host_meta("x", {"specdec_device": "no-such-device"}) == {}
+    assert ro.host_meta(parse_host_settings("x", {"specdec_device": "no-such-device"})) == {}
 
 
 def test_subprocess_runner_echoes_and_keeps_the_error(tmp_path, capsys):

@@ -18,9 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specdec.engines.ranges import Fact, FactTable
+from specdec.engines.support import Support, Target
 from specdec.engines.version import Version
 
 __all__ = [
+    "check",
     "CUDA_GRAPH_KEYS",
     "KV_CACHE_KEYS",
     "SPEC_KEYS",
@@ -160,3 +162,13 @@ def boundaries() -> list[Version]:
     for table in (DECODING_TYPES, ACCEPTED_DECODING_TYPES, HEAD_LOCAL_DIR):
         out.update(table.boundaries())
     return sorted(out)
+
+
+def check(v: Version, method: str, target: Target) -> Support:
+    """Whether TensorRT-LLM ``v`` has a ``decoding_type`` for ``method``."""
+    facts = trtllm_facts(v)
+    spelling = facts.decoding_type(method)
+    if spelling is None:
+        return Support(False, f"TensorRT-LLM {v} has no decoding_type for {method!r}",
+                       facts.decoding_source)
+    return Support(True, "", facts.decoding_source)

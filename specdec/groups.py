@@ -1,10 +1,11 @@
 """Serving groups from the inventory.
 
-A host with ``specdec_engine: dynamo`` belongs to the group named by ``specdec_group`` (set it
-per host or in ``group_data``); without it the host is a group of its own. One member runs the
-group's etcd and frontend: ``specdec_group_frontend`` (every member that sets it must name the
-same member), else the first member in inventory order. A member's address for the group's
-traffic is ``specdec_dynamo_address``, else its ``ssh_hostname``, else its inventory name.
+A host whose engine serves groups (`specdec.engines.base.Engine.serves_groups`: Dynamo) belongs
+to the group named by ``specdec_group`` (set it per host or in ``group_data``); without it the
+host is a group of its own. One member runs the group's frontend: ``specdec_group_frontend``
+(every member that sets it must name the same member), else the first member in inventory order.
+A member's address for the group's traffic is what its engine says (``specdec_dynamo_address``),
+else its ``ssh_hostname``, else its inventory name.
 
 A group deploys, verifies and rolls back as one: a ``--limit`` or a rollout batch takes all of
 its members or none, and its members must plan the same model and speculation.
@@ -13,54 +14,33 @@ its members or none, and its members must plan the same model and speculation.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
 
+from specdec.engines.registry import engine
 from specdec.errors import ConfigError
-from specdec.hostdata import parse_host_settings
-from specdec.plan_types import Plan
+from specdec.plan_types import Group, Plan
+from specdec.settings import HostSettings
 
 __all__ = ["Group", "check_limit", "check_plans", "groups_of", "plans_by_group", "units"]
 
 
-@dataclass(frozen=True)
-class Group:
-    name: str
-    members: tuple[str, ...]  # inventory order
-    frontend: str
-    addresses: tuple[tuple[str, str], ...]  # (member, address)
-
-    def address(self, member: str) -> str:
-        return dict(self.addresses)[member]
-
-    @property
-    def frontend_address(self) -> str:
-        return self.address(self.frontend)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "members": list(self.members), "frontend": self.frontend,
-                "addresses": dict(self.addresses)}
-
-
-def _address(name: str, data: Mapping[str, Any], explicit: str | None) -> str:
+def _address(s: HostSettings) -> str:
+    explicit = engine(s.engine).member_address(s)
     if explicit:
         return explicit
-    ssh = data.get("ssh_hostname")
-    if isinstance(ssh, str) and ssh.strip():
+    ssh = s.ssh_hostname
+    if ssh and ssh.strip():
         return ssh.strip()
-    return name.rsplit("/", 1)[-1]
+    return s.host.rsplit("/", 1)[-1]
 
 
-def groups_of(hosts: Iterable[tuple[str, Mapping[str, Any]]]) -> dict[str, Group]:
-    """Every Dynamo host's group, by host name (bad input: `ConfigError`)."""
+def groups_of(hosts: Iterable[HostSettings]) -> dict[str, Group]:
+    """Every group-serving host's group, by host name (bad input: `ConfigError`)."""
     members: dict[str, list[tuple[str, str, str | None]]] = {}
-    for name, data in hosts:
-        s = parse_host_settings(name, data)
-        if (s.engine or "vllm") != "dynamo":
+    for s in hosts:
+        if not engine(s.engine).serves_groups:
             continue
-        group = s.group or name
-        members.setdefault(group, []).append(
-            (name, _address(name, data, s.dynamo_address), s.group_frontend))
+        group = s.group or s.host
+        members.setdefault(group, []).append((s.host, _address(s), s.group_frontend))
     out: dict[str, Group] = {}
     for group, rows in members.items():
         names = [n for n, _, _ in rows]
@@ -106,7 +86,7 @@ _SHARED = ("engine_version", "model", "served_model_name", "method", "draft",
 
 
 def plans_by_group(plans: Sequence[Plan]) -> dict[str, list[Plan]]:
-    """The Dynamo plans among ``plans``, by group name, in order."""
+    """The plans of group members among ``plans``, by group name, in order."""
     out: dict[str, list[Plan]] = {}
     for p in plans:
         if p.dynamo is not None:

@@ -1,7 +1,7 @@
 """NVIDIA Dynamo releases as data: the vLLM release each pins, and what its worker and frontend
 take. Dynamo's vLLM worker (``python -m dynamo.vllm``) hands every flag it does not know to
 vLLM's own parser, so what a speculative config may hold is the pinned vLLM release's
-(`specdec.engines.vllm`).
+(`specdec.engines.vllm.facts`).
 
 Sources: the ``ai-dynamo`` wheel on PyPI (``METADATA`` Requires-Dist), the ``ai-dynamo-runtime``
 wheel (the ``DYN_*`` names compiled into ``dynamo/_core.abi3.so``), ``python -m dynamo.frontend
@@ -13,9 +13,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specdec.engines.support import Support, Target
 from specdec.engines.version import Version
+from specdec.engines.vllm.facts import check as vllm_check
 
 __all__ = [
+    "EAGLE3_ONLY",
+    "boundaries",
+    "check",
     "DEFAULT_MIGRATION_LIMIT",
     "DEFAULT_ROUTER_MODE",
     "DEFAULT_SYSTEM_PORT",
@@ -85,3 +90,28 @@ def dynamo_facts(version: Version | str) -> DynamoFacts | None:
         return None
     vllm, nixl, source = row
     return DynamoFacts(v, Version.parse(vllm), nixl, source)
+
+
+# Dynamo's speculative-decoding guide (docs/features/speculative_decoding/
+# speculative_decoding_vllm.md, "Limitations"): only EAGLE-3 is supported as the draft model;
+# dynamo.vllm still hands --speculative-config to vLLM unchanged (dynamo/vllm/args.py).
+EAGLE3_ONLY = ("Dynamo's vLLM speculative-decoding guide lists only EAGLE-3 as "
+               "supported; dynamo.vllm passes the config to vLLM {vllm} unchanged")
+
+
+def check(v: Version, method: str, target: Target) -> Support:
+    """What Dynamo ``v``'s vLLM worker runs: what its pinned vLLM release runs."""
+    facts = dynamo_facts(v)
+    if facts is None:
+        return Support(False, f"Dynamo {v} is not in the release table (its vLLM pin is not "
+                       f"known; known: {', '.join(known_releases())})",
+                       "specdec/engines/dynamo/facts.py RELEASES")
+    inner = vllm_check(facts.vllm, method, target)
+    src = f"{facts.source}; {inner.source}"
+    if not inner.ok:
+        return Support(False, f"{inner.reason} (Dynamo {v} runs vLLM {facts.vllm})", src)
+    return Support(True, "", src, caveat=inner.caveat)
+
+
+def boundaries() -> list[Version]:
+    return [Version.parse(r) for r in known_releases()]

@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from specdec.engines.ranges import Fact, FactTable
+from specdec.engines.support import Support, Target
 from specdec.engines.version import Version
 
 __all__ = [
+    "check",
     "EAGLE3_ARCHITECTURES",
     "EAGLE3_MODEL_TYPES",
     "METHOD_STATES",
@@ -336,3 +338,22 @@ def boundaries() -> list[Version]:
         out.update(table.boundaries())
     out.update(Version.parse(f.since) for f in EAGLE3_ARCHITECTURES if f.since)
     return sorted(out)
+
+
+def check(v: Version, method: str, target: Target) -> Support:
+    """Whether vLLM ``v`` runs ``method`` for ``target`` (the release's own error text if not)."""
+    facts = vllm_facts(v)
+    state = facts.method(method)
+    if state.value == "absent":
+        return Support(False, f"vLLM {v} has no speculative method {method!r}", state.source)
+    if state.value == "refused":
+        return Support(False, state.error or f"vLLM {v} refuses {method!r}", state.source)
+    caveat = None
+    if state.value == "v0":
+        caveat = f"vLLM {v} runs {method} on its V0 engine (V1 cannot): {state.error}"
+    if method == "eagle3":
+        gate = facts.eagle3_target(target.model_type, target.architecture)
+        if not gate.value:
+            return Support(False, gate.error or "EAGLE-3 unsupported for this target",
+                           gate.source)
+    return Support(True, "", state.source, caveat=caveat)

@@ -1,14 +1,14 @@
-"""The units of a Dynamo serving group, rendered from a member's plan (pure).
+"""The units of a Dynamo serving group besides the worker, rendered from a member's plan (pure).
 
-Every member's ``specdec-engine.service`` runs Dynamo's vLLM worker (``python3 -m dynamo.vllm``
-with the plan's vLLM flags and ``--speculative-config``); the frontend member's release also
-holds ``specdec-etcd.service`` (etcd from the distribution, single node) and
+Every member's ``specdec-engine.service`` runs Dynamo's vLLM worker (``python3 -m dynamo.vllm``,
+`specdec.engines.dynamo.engine`); the frontend member's release also holds
+``specdec-etcd.service`` (etcd from the distribution, single node) and
 ``specdec-frontend.service`` (``python3 -m dynamo.frontend``). All three are release files, so
 ``current`` switches them together and a rollback restores them together; the etcd and frontend
 units carry no release id, so a baseline and its candidate share them byte for byte and a switch
 between the two restarts only the worker.
 
-Environment (names as ai-dynamo-runtime 1.6.1 reads them, `specdec.engines.dynamo.ENV_NAMES`):
+Environment (names as ai-dynamo-runtime 1.6.1 reads them, `specdec.engines.dynamo.facts.ENV_NAMES`):
 etcd discovery at the frontend member (``ETCD_ENDPOINTS``), the TCP request plane, and every
 address a process binds or advertises set to the member's group address (``DYN_TCP_RPC_HOST``,
 ``DYN_TCP_RESPONSE_STREAM_HOST``, ``DYN_EVENT_PLANE_HOST``, ``DYN_SYSTEM_HOST``); otherwise
@@ -21,18 +21,20 @@ from __future__ import annotations
 
 from specdec import layout
 from specdec.plan_types import DynamoPlan, Plan
+from specdec.unitfile import env_assignment, exec_line, template
 
-__all__ = ["aux_units", "frontend_argv", "worker_argv", "worker_env"]
+__all__ = ["aux_units", "dynamo_part", "etcd_argv", "frontend_argv", "python", "transport",
+           "worker_env"]
 
 ETCD_BINARY = "/usr/bin/etcd"  # Debian / Ubuntu package etcd-server
 
 
-def _dyn(plan: Plan) -> DynamoPlan:
+def dynamo_part(plan: Plan) -> DynamoPlan:
     assert plan.dynamo is not None, "not a Dynamo plan"
     return plan.dynamo
 
 
-def _transport(d: DynamoPlan) -> list[tuple[str, str]]:
+def transport(d: DynamoPlan) -> list[tuple[str, str]]:
     # Names in ai-dynamo-runtime 1.6.1 dynamo/_core.abi3.so (strings); DYN_DISCOVERY_BACKEND and
     # DYN_REQUEST_PLANE are also the env names `python -m dynamo.frontend --help` gives for
     # --discovery-backend and --request-plane; ETCD_ENDPOINTS: Dynamo's docs/backends/vllm/
@@ -50,8 +52,8 @@ def _transport(d: DynamoPlan) -> list[tuple[str, str]]:
 def worker_env(plan: Plan) -> list[tuple[str, str]]:
     # the system server: DYN_SYSTEM_ENABLED/DYN_SYSTEM_PORT as in the ai-dynamo/dynamo repo's
     # examples/backends/vllm/launch/agg_spec_decoding.sh; DYN_SYSTEM_HOST in _core.abi3.so
-    d = _dyn(plan)
-    return [*_transport(d), ("DYN_SYSTEM_ENABLED", "true"), ("DYN_SYSTEM_HOST", d.address),
+    d = dynamo_part(plan)
+    return [*transport(d), ("DYN_SYSTEM_ENABLED", "true"), ("DYN_SYSTEM_HOST", d.address),
             ("DYN_SYSTEM_PORT", str(d.system_port))]
 
 
@@ -60,28 +62,10 @@ def python(plan: Plan) -> str:
     return "python3" if plan.runtime == "docker" else f"{layout.DYNAMO_VENV}/bin/python3"
 
 
-def worker_argv(plan: Plan, spec_config: str | None) -> list[str]:
-    """``python3 -m dynamo.vllm`` with vLLM's engine flags (it has no --host/--port: the
-    frontend serves HTTP). ai-dynamo 1.6.1 dynamo/vllm/args.py parses Dynamo's own groups and
-    hands the rest to vLLM 0.31.0's parser (--model, --served-model-name,
-    --gpu-memory-utilization, --max-model-len, --max-num-seqs, --speculative-config)."""
-    argv = [
-        python(plan), "-m", "dynamo.vllm",
-        "--model", plan.model,
-        "--served-model-name", plan.served_model_name,
-        "--gpu-memory-utilization", f"{plan.gpu_memory_utilization:g}",
-        "--max-model-len", str(plan.max_model_len),
-        "--max-num-seqs", str(plan.max_num_seqs),
-    ]
-    if spec_config is not None:
-        argv += ["--speculative-config", spec_config]
-    return argv
-
-
 def frontend_argv(plan: Plan) -> list[str]:
     # ai-dynamo 1.6.1 `python -m dynamo.frontend --help`: --http-host, --http-port,
     # --router-mode {round-robin,...}, --migration-limit
-    d = _dyn(plan)
+    d = dynamo_part(plan)
     return [python(plan), "-m", "dynamo.frontend", "--http-host", "0.0.0.0",
             "--http-port", str(plan.port), "--router-mode", d.router_mode,
             "--migration-limit", str(d.migration_limit)]
@@ -90,7 +74,7 @@ def frontend_argv(plan: Plan) -> list[str]:
 def etcd_argv(plan: Plan) -> list[str]:
     # etcd 3.4 (Debian 12 etcd-server) flags as `etcd --help` lists them; a single-member
     # cluster on the frontend member, its peer URL on loopback only
-    d = _dyn(plan)
+    d = dynamo_part(plan)
     peer = f"http://127.0.0.1:{d.etcd_peer_port}"
     clients = [f"http://127.0.0.1:{d.etcd_port}"]
     if d.address not in ("127.0.0.1", "localhost"):
@@ -104,14 +88,12 @@ def etcd_argv(plan: Plan) -> list[str]:
 def aux_units(plan: Plan) -> list[tuple[str, str]]:
     """``(unit file name, content)`` of the frontend member's etcd and frontend units; none on
     the other members."""
-    from specdec.render import _env_assignment, _exec_line, _template
-
-    d = _dyn(plan)
+    d = dynamo_part(plan)
     if not d.is_frontend:
         return []
     docker = plan.runtime == "docker"
     home = f"/var/lib/{layout.FRONTEND_SERVICE}"
-    env = [*_transport(d), ("HOME", home), ("HF_HUB_OFFLINE", "1")]
+    env = [*transport(d), ("HOME", home), ("HF_HUB_OFFLINE", "1")]
     argv = frontend_argv(plan)
     if docker:
         assert plan.image is not None
@@ -119,12 +101,12 @@ def aux_units(plan: Plan) -> list[tuple[str, str]]:
                 "--network", "host", "-v", f"{home}:{home}",
                 *[a for k, v in env for a in ("-e", f"{k}={v}")], plan.image, *argv]
     ctx = dict(plan=plan, dyn=d, docker=docker, user=plan.service_user)
-    frontend = _template(
+    frontend = template(
         "dynamo-frontend.service.j2", **ctx, state_dir=layout.FRONTEND_SERVICE,
-        environment=[] if docker else [_env_assignment(k, v) for k, v in env],
-        container=layout.FRONTEND_SERVICE, exec_start=_exec_line(argv),
+        environment=[] if docker else [env_assignment(k, v) for k, v in env],
+        container=layout.FRONTEND_SERVICE, exec_start=exec_line(argv),
         etcd=layout.ETCD_SERVICE)
-    etcd = _template("dynamo-etcd.service.j2", **ctx, state_dir=layout.ETCD_SERVICE,
-                     exec_start=_exec_line(etcd_argv(plan)))
+    etcd = template("dynamo-etcd.service.j2", **ctx, state_dir=layout.ETCD_SERVICE,
+                    exec_start=exec_line(etcd_argv(plan)))
     return [(f"{layout.ETCD_SERVICE}.service", etcd),
             (f"{layout.FRONTEND_SERVICE}.service", frontend)]

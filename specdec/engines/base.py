@@ -1,0 +1,170 @@
+"""`Engine`: what the generic flow (host data, plan, render, host facts, verify) asks of an
+engine. One implementation per engine (``specdec/engines/<name>/engine.py``), found by name in
+`specdec.engines.registry`; nothing outside the engines tests an engine's name.
+
+Abstract where every engine differs (its releases, its command line); a safe default for the rest,
+so a new engine overrides only what it has: a config file, environment of its own, more units, a
+serving group, host-data keys of its own. Modelled on pyinfra's connectors (``BaseConnector``: one
+interface, one module per kind, looked up by name).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from specdec.catalog import Model
+from specdec.engines.support import Support, Target, with_first_ok
+from specdec.engines.version import Version
+from specdec.hostkeys import KeyReader
+from specdec.plan_types import DynamoPlan, Group, Plan
+from specdec.settings import HostSettings
+
+__all__ = ["Endpoints", "Engine", "HostPackage", "ReleaseFile", "describe_speculation"]
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Where a running engine answers on its HTTP port (readiness, model list, metrics)."""
+
+    health: str = "/health"
+    models: str = "/v1/models"
+    metrics: str = "/metrics"
+    metrics_format: str = "prometheus"  # or "trtllm-json" (TRT-LLM's iteration stats)
+
+
+@dataclass(frozen=True)
+class ReleaseFile:
+    """A file of the release besides the engine's unit (``name`` inside the release dir)."""
+
+    name: str
+    content: str
+
+
+@dataclass(frozen=True)
+class HostPackage:
+    """A distribution package the host needs for this plan, and the distribution's own unit of
+    it that must stay off (the release carries specdec's unit instead)."""
+
+    package: str
+    binary: str
+    unit_off: str | None = None
+
+
+def describe_speculation(plan: Plan) -> str:
+    """``eagle3 HEAD k=3`` or ``off``: how units and engine files name the speculation."""
+    if not plan.speculative:
+        return "off"
+    return plan.method + (f" {plan.draft}" if plan.draft else "") + \
+        f" k={plan.num_speculative_tokens}"
+
+
+class Engine(ABC):
+    """One serving engine, stateless (the registry holds one instance per engine)."""
+
+    name: ClassVar[str]  # specdec_engine's value, e.g. "vllm"
+    label: ClassVar[str]  # as its makers write it, e.g. "vLLM"
+    # -- host data
+    # flags specdec sets (or that could set them again) -> what to use instead
+    managed_flags: ClassVar[Mapping[str, str]] = {}
+    # the CLI takes an unambiguous prefix of a flag (argparse's allow_abbrev)
+    abbreviated_flags: ClassVar[bool] = False
+    reserved_env: ClassVar[tuple[str, ...]] = ()  # environment the engine's units set
+    option_keys: ClassVar[tuple[str, ...]] = ()  # specdec_<key>s of this engine only
+    # -- plan
+    serves_groups: ClassVar[bool] = False  # several hosts serve one model as a group
+    tunes_on_host: ClassVar[bool] = True  # k auto is measured on the host's own API
+    installed_hint: ClassVar[str] = "nothing on PATH answers --version"
+
+    # -- release facts -----------------------------------------------------------------------
+    @abstractmethod
+    def check(self, version: Version, method: str, target: Target) -> Support:
+        """Whether ``version`` runs ``method`` for ``target`` (the facts module's answer)."""
+
+    @abstractmethod
+    def releases(self) -> list[Version]:
+        """Releases at which something the engine accepts changes."""
+
+    def support(self, version: Version, method: str, target: Target) -> Support:
+        """`check`, with the first later release that can when it cannot."""
+        return with_first_ok(self.check, self.releases(), version, method, target)
+
+    def spec_config_release(self, plan: Plan) -> str | None:
+        """The vLLM release whose ``--speculative-config`` the engine takes (None: not vLLM's)."""
+        return None
+
+    def per_batch_k(self, plan: Plan) -> bool:
+        """Whether the release takes a k per batch size (tuned as a schedule)."""
+        return False
+
+    # -- host data ---------------------------------------------------------------------------
+    def read_options(self, r: KeyReader) -> Mapping[str, Any]:
+        """This engine's own keys (`option_keys`) as found, each checked; unset ones omitted."""
+        return {}
+
+    def options(self, s: HostSettings) -> Any:
+        """The typed options of a host of this engine (from ``s.engine_options``)."""
+        return None
+
+    # -- plan --------------------------------------------------------------------------------
+    def release_notes(self, s: HostSettings, version: Version, origin: str) -> list[str]:
+        """Notes (and checks) about the release a host runs, beyond its number and origin."""
+        return []
+
+    def speculation_details(self, version: Version, method: str,
+                            draft: str | None) -> tuple[str | None, str | None]:
+        """(TensorRT-LLM's ``decoding_type``, local draft directory) for a method at a release."""
+        return None, None
+
+    def tiktoken_dir(self, model: Model) -> str | None:
+        """``TIKTOKEN_ENCODINGS_BASE`` when the engine reads the model's encoding from files."""
+        return None
+
+    def member_address(self, s: HostSettings) -> str | None:
+        """A serving-group member's address for the group's traffic, when set explicitly."""
+        return None
+
+    def group_part(self, s: HostSettings, group: Group, version: Version, port: int,
+                   method: str, k: int, notes: list[str]) -> DynamoPlan | None:
+        """The host's part in its serving group (`serves_groups` engines)."""
+        return None
+
+    # -- render ------------------------------------------------------------------------------
+    @abstractmethod
+    def argv(self, plan: Plan, config_path: str | None) -> list[str]:
+        """The engine's command line, from its program name on (``config_path``: where the
+        engine reads `config_file` from, when it has one)."""
+
+    def native_command(self, plan: Plan, argv: list[str]) -> list[str]:
+        """`argv` as the native unit runs it (the installed program's path)."""
+        return [f"/usr/local/bin/{argv[0]}", *argv[1:]]
+
+    def environment(self, plan: Plan) -> list[tuple[str, str]]:
+        """Environment of the engine's own, after the Hub's and the token's."""
+        return []
+
+    def config_file(self, plan: Plan) -> str | None:
+        """The name of the release file the engine reads its settings from, if any."""
+        return None
+
+    def release_files(self, plan: Plan, release_id: str) -> list[ReleaseFile]:
+        """Files of the release besides the unit (engine YAML, more units)."""
+        return []
+
+    def unit_after(self, plan: Plan) -> list[str]:
+        """Units of the release the engine's unit starts after."""
+        return []
+
+    def host_packages(self, plan: Plan) -> list[HostPackage]:
+        """Distribution packages the release's units need on the host."""
+        return []
+
+    # -- host facts and verify ---------------------------------------------------------------
+    @abstractmethod
+    def version_probe(self) -> str:
+        """A shell snippet printing ``<name>=<version>`` when the engine is installed natively."""
+
+    def endpoints(self, plan: Plan) -> Endpoints:
+        return Endpoints()

@@ -1,0 +1,183 @@
+"""NVIDIA Dynamo: a serving group of hosts, each running Dynamo's vLLM worker, behind one
+frontend with etcd discovery on one member. The worker takes vLLM's engine arguments: it builds
+on `specdec.engines.vllm.engine.VllmEngine` (the vLLM release its Dynamo release pins).
+
+A group's defaults, what a team running Dynamo on a couple of Sparks would expect: discovery
+through one etcd on the frontend member (Dynamo's multi-node guide: ``ETCD_ENDPOINTS=<head
+node>:2379`` on every node), requests over the TCP request plane and events over the default ZMQ
+plane (no NATS: Dynamo 1.6.1 needs NATS only when a plane is set to it), the worker's system
+server on 8081 as in Dynamo's launch scripts (``DYN_SYSTEM_PORT=8081``, examples/backends/vllm/
+launch/agg_spec_decoding.sh), Dynamo's default round-robin router, and ``--migration-limit 3``
+so a worker lost mid-stream does not fail the request (the stream moves to another worker).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from specdec import layout
+from specdec.engines.base import Engine, HostPackage, ReleaseFile
+from specdec.engines.dynamo import facts, units
+from specdec.engines.support import Support, Target
+from specdec.engines.version import Version
+from specdec.engines.vllm.engine import MANAGED_FLAGS as VLLM_FLAGS
+from specdec.engines.vllm.engine import VllmEngine
+from specdec.errors import ConfigError, PlanError
+from specdec.hostkeys import KeyReader
+from specdec.plan_types import DynamoPlan, Group, Plan
+from specdec.settings import HostSettings
+
+__all__ = ["DynamoEngine", "DynamoOptions"]
+
+# python -m dynamo.vllm (Dynamo 1.6.1 dynamo/vllm/args.py): vLLM's engine flags plus Dynamo's
+# own; specdec sets the discovery and transport through the environment and the identity by
+# its defaults, so none of them may come again as an argument.
+MANAGED_FLAGS = {
+    **{k: v for k, v in VLLM_FLAGS.items() if k not in ("--host", "--port")},
+    "--discovery-backend": "specdec runs etcd discovery on the group's frontend host",
+    "--request-plane": "specdec uses the TCP request plane",
+    "--event-plane": "specdec uses the default ZMQ event plane",
+    "--response-plane": "specdec uses the default TCP response plane",
+    "--namespace": "a group serves in Dynamo's default namespace",
+    "--endpoint": "a group serves on dyn://dynamo.backend.generate",
+    "--store-kv": "specdec runs etcd discovery on the group's frontend host",
+}
+_ADDRESS = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:-]{0,252}")
+
+
+@dataclass(frozen=True)
+class DynamoOptions:
+    """A member's ``specdec_dynamo_*`` keys: its address for the group's traffic (else its
+    ``ssh_hostname``), its worker's system port, the frontend's router and request migration."""
+
+    address: str | None = None
+    system_port: int = facts.DEFAULT_SYSTEM_PORT
+    router_mode: str = facts.DEFAULT_ROUTER_MODE
+    migration_limit: int = facts.DEFAULT_MIGRATION_LIMIT
+
+
+def _vllm_release(s: HostSettings, version: Version, origin: str) -> Version:
+    found = facts.dynamo_facts(version)
+    if found is None:
+        known = ", ".join(facts.known_releases())
+        text = (f"Dynamo {version} ({origin}) is not in specdec's release table, so the vLLM "
+                f"release its worker runs is not known (known: {known})")
+        if origin == "specdec_engine_version":
+            raise ConfigError(f"specdec_engine_version={s.engine_version!r}: {text}",
+                              host=s.host)
+        raise PlanError(text, host=s.host)
+    return found.vllm
+
+
+class DynamoEngine(Engine):
+    """``python3 -m dynamo.vllm`` on every member; etcd and ``dynamo.frontend`` on one."""
+
+    name = "dynamo"
+    label = "Dynamo"
+    managed_flags: ClassVar = MANAGED_FLAGS
+    abbreviated_flags = True  # vLLM's parser reads what dynamo.vllm does not know
+    reserved_env = facts.ENV_NAMES
+    option_keys = ("dynamo_address", "dynamo_system_port", "dynamo_router_mode",
+                   "dynamo_migration_limit")
+    serves_groups = True
+    tunes_on_host = False  # a group is measured through its frontend
+    installed_hint = f"no ai-dynamo in {layout.DYNAMO_VENV}"
+
+    def __init__(self) -> None:
+        self.vllm = VllmEngine()
+
+    def check(self, version: Version, method: str, target: Target) -> Support:
+        return facts.check(version, method, target)
+
+    def releases(self) -> list[Version]:
+        return facts.boundaries()
+
+    def spec_config_release(self, plan: Plan) -> str | None:
+        return units.dynamo_part(plan).vllm_version
+
+    # -- host data and plan ------------------------------------------------------------------
+    def read_options(self, r: KeyReader) -> Mapping[str, Any]:
+        out: dict[str, Any] = {}
+        addr = r.str_("specdec_dynamo_address")
+        if addr is not None and not _ADDRESS.fullmatch(addr):
+            raise r.fail("specdec_dynamo_address", addr, "must be an IP address or a host name")
+        out["dynamo_address"] = addr
+        out["dynamo_system_port"] = r.int_("specdec_dynamo_system_port", 1024,
+                                           facts.SYSTEM_PORT_MAX)
+        out["dynamo_router_mode"] = r.str_("specdec_dynamo_router_mode", facts.ROUTER_MODES)
+        out["dynamo_migration_limit"] = r.int_("specdec_dynamo_migration_limit", 0, 16)
+        return {k: v for k, v in out.items() if v is not None}
+
+    def options(self, s: HostSettings) -> DynamoOptions:
+        found = dict(s.engine_options or {})
+        return DynamoOptions(**{k.removeprefix("dynamo_"): v for k, v in found.items()})
+
+    def member_address(self, s: HostSettings) -> str | None:
+        return self.options(s).address
+
+    def release_notes(self, s: HostSettings, version: Version, origin: str) -> list[str]:
+        pin = _vllm_release(s, version, origin)
+        return [f"Dynamo {version} runs vLLM {pin}: its speculative config is vLLM {pin}'s"]
+
+    def group_part(self, s: HostSettings, group: Group, version: Version, port: int,
+                   method: str, k: int, notes: list[str]) -> DynamoPlan:
+        opts = self.options(s)
+        pinned = facts.dynamo_facts(version)
+        assert pinned is not None  # release_notes refused a release the table does not know
+        vllm = str(pinned.vllm)
+        is_frontend = s.host == group.frontend
+        if is_frontend and opts.system_port in (port, 2379, 2380):
+            raise ConfigError(f"specdec_dynamo_system_port={opts.system_port}: collides with the "
+                              "frontend or etcd on this host", host=s.host)
+        if method not in ("none", "eagle3"):
+            notes.append(facts.EAGLE3_ONLY.format(vllm=vllm))
+        if s.num_speculative_tokens is None and method != "none":
+            notes.append(f"num_speculative_tokens auto: not tuned for a Dynamo group, k={k} "
+                         "from the device table")
+        notes.append(f"group {group.name}: " + ("etcd, frontend and worker" if is_frontend
+                     else f"worker (frontend and etcd on {group.frontend})"))
+        return DynamoPlan(vllm_version=vllm, group=group.name, frontend=group.frontend,
+                          frontend_address=group.frontend_address,
+                          address=group.address(s.host), is_frontend=is_frontend,
+                          system_port=opts.system_port, router_mode=opts.router_mode,
+                          migration_limit=opts.migration_limit)
+
+    # -- render ------------------------------------------------------------------------------
+    def argv(self, plan: Plan, config_path: str | None) -> list[str]:
+        """``python3 -m dynamo.vllm`` with vLLM's engine flags (it has no --host/--port: the
+        frontend serves HTTP). ai-dynamo 1.6.1 dynamo/vllm/args.py parses Dynamo's own groups
+        and hands the rest to vLLM 0.31.0's parser (--model, --served-model-name,
+        --gpu-memory-utilization, --max-model-len, --max-num-seqs, --speculative-config)."""
+        version = units.dynamo_part(plan).vllm_version
+        return [units.python(plan), "-m", "dynamo.vllm", "--model", plan.model,
+                *self.vllm.model_flags(plan, version)]
+
+    def native_command(self, plan: Plan, argv: list[str]) -> list[str]:
+        return argv  # the venv's interpreter already
+
+    def environment(self, plan: Plan) -> list[tuple[str, str]]:
+        return units.worker_env(plan)
+
+    def release_files(self, plan: Plan, release_id: str) -> list[ReleaseFile]:
+        return [ReleaseFile(name, text) for name, text in units.aux_units(plan)]
+
+    def unit_after(self, plan: Plan) -> list[str]:
+        # the frontend member's worker registers with the etcd beside it
+        return [f"{layout.ETCD_SERVICE}.service"] if units.dynamo_part(plan).is_frontend else []
+
+    def host_packages(self, plan: Plan) -> list[HostPackage]:
+        # the distribution's etcd.service would hold the ports: the group's etcd is
+        # specdec-etcd.service in the release
+        if not units.dynamo_part(plan).is_frontend:
+            return []
+        return [HostPackage("etcd-server", "etcd", "etcd.service")]
+
+    def version_probe(self) -> str:
+        dyn = shlex.quote("import importlib.metadata as m; print(m.version('ai-dynamo'))")
+        venv_py = f"{layout.DYNAMO_VENV}/bin/python3"
+        return (f"if [ -x {venv_py} ]; then "
+                f"echo \"dynamo=$({venv_py} -c {dyn} 2>/dev/null | tail -n 1)\"; fi")

@@ -1,0 +1,135 @@
+"""TensorRT-LLM (``trtllm-serve``): its command line and the ``--extra_llm_api_options`` YAML."""
+
+from __future__ import annotations
+
+import shlex
+from typing import ClassVar
+
+import yaml
+
+from specdec import layout
+from specdec.catalog import Model
+from specdec.engines.base import Endpoints, Engine, ReleaseFile, describe_speculation
+from specdec.engines.support import Support, Target
+from specdec.engines.trtllm import facts
+from specdec.engines.version import Version
+from specdec.engines.vllm.engine import NGRAM_PROMPT_LOOKUP
+from specdec.errors import RenderError
+from specdec.plan_types import Plan
+from specdec.unitfile import template
+
+__all__ = ["CONFIG_NAME", "MANAGED_FLAGS", "TrtllmEngine", "engine_yaml"]
+
+CONFIG_NAME = "engine.yaml"
+# trtllm-serve (click; NVIDIA/TensorRT-LLM tensorrt_llm/commands/serve.py at main 00209af):
+# "--config" is an alias of "--extra_llm_api_options" there (newer than some pinned releases),
+# "--free_gpu_memory_fraction" of "--kv_cache_free_gpu_memory_fraction".
+MANAGED_FLAGS = {
+    "--host": "specdec serves on 0.0.0.0",
+    "--port": "use specdec_port",
+    "--backend": "specdec runs the pytorch backend",
+    "--max_batch_size": "use specdec_max_num_seqs",
+    "--max_seq_len": "use specdec_max_model_len",
+    "--kv_cache_free_gpu_memory_fraction": "use specdec_gpu_memory_utilization",
+    "--free_gpu_memory_fraction": "use specdec_gpu_memory_utilization",
+    "--extra_llm_api_options": "specdec writes engine.yaml",
+    "--config": "specdec writes engine.yaml",
+}
+
+
+def engine_yaml(plan: Plan) -> dict[str, object]:
+    """The ``--extra_llm_api_options`` document (keys as `specdec.engines.trtllm.facts` lists
+    them for the release)."""
+    doc: dict[str, object] = {
+        "enable_iter_perf_stats": True,
+        "kv_cache_config": {
+            "free_gpu_memory_fraction": plan.gpu_memory_utilization,
+            "enable_block_reuse": False,
+        },
+        "cuda_graph_config": {"max_batch_size": plan.max_num_seqs},
+    }
+    decoding = plan.decoding_type
+    if plan.speculative:
+        if decoding is None:
+            raise RenderError(f"method={plan.method!r}: TensorRT-LLM {plan.engine_version} has "
+                              "no decoding_type for it", host=plan.host)
+        if plan.k_by_batch:
+            raise RenderError("num_speculative_tokens per batch size: trtllm-serve has no such "
+                              "setting", host=plan.host)
+        spec: dict[str, object] = {
+            "decoding_type": decoding,
+            "max_draft_len": plan.num_speculative_tokens,
+        }
+        if plan.draft:
+            # A local directory where the release needs one (before PR #10099), else the repo
+            # id (read from the prefetched Hub cache). The alias works on every release.
+            spec["speculative_model_dir"] = plan.draft_dir or plan.draft
+        if decoding == "NGram":
+            spec["max_matching_ngram_size"] = NGRAM_PROMPT_LOOKUP[1]
+        doc["speculative_config"] = spec
+        doc["disable_overlap_scheduler"] = decoding in ("DraftTarget", "NGram")
+    else:
+        doc["disable_overlap_scheduler"] = False
+    return doc
+
+
+class TrtllmEngine(Engine):
+    """``trtllm-serve MODEL`` on the PyTorch backend; speculation in ``engine.yaml``."""
+
+    name = "trtllm"
+    label = "TensorRT-LLM"
+    managed_flags: ClassVar = MANAGED_FLAGS
+
+    def check(self, version: Version, method: str, target: Target) -> Support:
+        return facts.check(version, method, target)
+
+    def releases(self) -> list[Version]:
+        return facts.boundaries()
+
+    def speculation_details(self, version: Version, method: str,
+                            draft: str | None) -> tuple[str | None, str | None]:
+        f = facts.trtllm_facts(version)
+        decoding = f.decoding_type(method) if method != "none" else None
+        draft_dir = layout.local_model_dir(draft) if draft and f.head_local_dir.value else None
+        return decoding, draft_dir
+
+    def tiktoken_dir(self, model: Model) -> str | None:
+        # gpt-oss's harmony encoding: trtllm-serve reads it from TIKTOKEN_ENCODINGS_BASE
+        return layout.TIKTOKEN_DIR if model.tokenizer == "o200k_harmony" else None
+
+    def argv(self, plan: Plan, config_path: str | None) -> list[str]:
+        if config_path is None:
+            raise RenderError("trtllm needs the engine.yaml path", host=plan.host)
+        return [
+            "trtllm-serve", plan.model,
+            "--backend", "pytorch",
+            "--host", "0.0.0.0",
+            "--port", str(plan.port),
+            "--max_batch_size", str(plan.max_num_seqs),
+            "--max_seq_len", str(plan.max_model_len),
+            "--kv_cache_free_gpu_memory_fraction", f"{plan.gpu_memory_utilization:g}",
+            "--extra_llm_api_options", config_path,
+        ]
+
+    def environment(self, plan: Plan) -> list[tuple[str, str]]:
+        return [("TIKTOKEN_ENCODINGS_BASE", plan.tiktoken_dir)] if plan.tiktoken_dir else []
+
+    def config_file(self, plan: Plan) -> str | None:
+        return CONFIG_NAME
+
+    def release_files(self, plan: Plan, release_id: str) -> list[ReleaseFile]:
+        body = yaml.safe_dump(engine_yaml(plan), sort_keys=True, default_flow_style=False)
+        header = template("engine.yaml.j2", plan=plan, release_id=release_id,
+                          speculation=describe_speculation(plan))
+        return [ReleaseFile(CONFIG_NAME, header + body)]
+
+    def version_probe(self) -> str:
+        # the tensorrt_llm distribution's version as the Python behind trtllm-serve sees it
+        # (importing tensorrt_llm would print a banner and take long)
+        meta = shlex.quote("import importlib.metadata as m; print(m.version('tensorrt_llm'))")
+        return ("if t=$(command -v trtllm-serve 2>/dev/null); then "
+                "py=$(head -n 1 \"$t\" | sed -n 's|^#! *\\([^ ]*python[0-9.]*\\).*|\\1|p'); "
+                f"echo \"trtllm=$(${{py:-python3}} -c {meta} 2>/dev/null | tail -n 1)\"; fi")
+
+    def endpoints(self, plan: Plan) -> Endpoints:
+        return Endpoints(metrics_format="trtllm-json")

@@ -1,0 +1,63 @@
+"""`HostSettings`: one host's validated ``specdec_*`` keys (parsed once, by `specdec.hostdata`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from specdec.layout import SERVICE_USER
+from specdec.plan_types import GatePolicy
+
+__all__ = ["DEFAULT_HEALTH_TIMEOUT", "DEFAULT_MEMLOCK", "PREFIX", "HostSettings"]
+
+PREFIX = "specdec_"
+DEFAULT_MEMLOCK = "unlimited"
+DEFAULT_HEALTH_TIMEOUT = 900
+
+
+@dataclass(frozen=True)
+class HostSettings:
+    """The validated ``specdec_*`` keys of one host; ``None`` means "not set, use the default"."""
+
+    host: str
+    device: str | None = None
+    engine: str | None = None
+    runtime: str | None = None
+    model: str | None = None
+    method: str | None = None
+    draft: str | None = None
+    num_speculative_tokens: int | None = None  # None: auto (tuned on the host)
+    gpu_memory_utilization: float | None = None
+    max_model_len: int | None = None
+    max_num_seqs: int | None = None
+    port: int | None = None
+    image: str | None = None
+    engine_version: str | None = None  # what the image (or native install) carries
+    memlock: str = DEFAULT_MEMLOCK
+    env: tuple[tuple[str, str], ...] = ()
+    extra_args: tuple[str, ...] = ()
+    jetson_tuning: bool = True
+    health_timeout: int = DEFAULT_HEALTH_TIMEOUT
+    gate: GatePolicy = dataclasses.field(default_factory=GatePolicy)
+    model_params_b: float | None = None
+    model_weight_gib: float | None = None
+    model_kv_bytes_per_token: int | None = None
+    model_tokenizer: str | None = None
+    hf_token_file: str | None = None
+    reverify: bool = False
+    verify: bool = True  # False: provision and release only (no benchmark/gate)
+    bench_mode: str = "host"  # where the benchmark client runs (specdec.bench.remote.MODES)
+    service_user: str = SERVICE_USER
+    # A serving group (engines that serve one model from several hosts): its name and the
+    # member that runs the group's frontend.
+    group: str | None = None
+    group_frontend: str | None = None
+    # The engine's own keys (`specdec.engines.base.Engine.read_options`), e.g. Dynamo's.
+    engine_options: Any = None
+    ssh_hostname: str | None = None  # where the control node reaches the host (inventory)
+    keys: frozenset[str] = frozenset()  # the specdec_* keys the data actually set ("pinned")
+
+    def pinned(self, field_name: str) -> bool:
+        """Whether ``specdec_<field_name>`` was set in the host's data."""
+        return PREFIX + field_name in self.keys
