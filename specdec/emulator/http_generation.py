@@ -8,8 +8,8 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from specdec.emulator.engine import RequestState
 from specdec.emulator.openai import ApiError, GenRequest, parse_generation, usage
+from specdec.emulator.request import RequestState
 from specdec.emulator.truth import RequestRecord
 
 if TYPE_CHECKING:
