@@ -7,7 +7,7 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specdec.report import _OUTCOME_COLORS, _md_cell, _pct, figures
+from specdec.report_format import OUTCOME_COLORS, figures, md_cell, pct
 
 __all__ = ["group_lines", "groups", "groups_html"]
 
@@ -44,9 +44,9 @@ def group_lines(reports: Sequence[Mapping[str, Any]]) -> list[str]:
         f = g["figures"]
         acc = f["acceptance_length"]
         members = "; ".join(f"{h} ({role}): {out}" for h, role, out in g["members"])
-        lines.append("| " + " | ".join(_md_cell(x) for x in (
-            g["name"], g["url"], members, g["outcome"], _pct(f["c1_gain"]),
-            _pct(f["tpot_change"]), _pct(f["c8_gain"]),
+        lines.append("| " + " | ".join(md_cell(x) for x in (
+            g["name"], g["url"], members, g["outcome"], pct(f["c1_gain"]),
+            pct(f["tpot_change"]), pct(f["c8_gain"]),
             f"{acc:.2f}" if isinstance(acc, int | float) else "-", g["message"],
         )) + " |")
     return lines
@@ -60,12 +60,12 @@ def groups_html(reports: Sequence[Mapping[str, Any]]) -> str:
     body = []
     for g in rows:
         f = g["figures"]
-        color = _OUTCOME_COLORS.get(str(g["outcome"]), "#000")
+        color = OUTCOME_COLORS.get(str(g["outcome"]), "#000")
         members = "<br>".join(e(f"{h} ({role}): {out}") for h, role, out in g["members"])
         body.append("<tr>" + "".join(f"<td>{x}</td>" for x in (
             e(g["name"]), e(str(g["url"] or "-")), members,
-            f'<b style="color:{color}">{e(str(g["outcome"]))}</b>', e(_pct(f["c1_gain"])),
-            e(_pct(f["tpot_change"])), e(_pct(f["c8_gain"])), e(str(g["message"] or "")),
+            f'<b style="color:{color}">{e(str(g["outcome"]))}</b>', e(pct(f["c1_gain"])),
+            e(pct(f["tpot_change"])), e(pct(f["c8_gain"])), e(str(g["message"] or "")),
         )) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in ("group", "frontend", "members", "outcome",
                                               "c1 throughput gain", "TPOT change", "c8 gain",

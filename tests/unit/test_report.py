@@ -11,7 +11,6 @@ import pytest
 from specdec.cli import main
 from specdec.errors import RolloutError
 from specdec.report import (
-    figures,
     index_html,
     latest_run,
     load_reports,
@@ -20,6 +19,7 @@ from specdec.report import (
     summary_markdown,
     write_host_report,
 )
+from specdec.report_format import figures
 
 TOKEN = "hf_MARKERtoken123"
 
