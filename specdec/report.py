@@ -32,9 +32,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from specdec.dynamo.report import group_lines, groups_html
 from specdec.errors import RolloutError, redact
 from specdec.report_format import OUTCOME_COLORS, figures, md_cell, pct, roof
+from specdec.report_groups import group_lines, groups_html
 from specdec.roofline import HOW
 from specdec.tunechart import tune_chart, tune_line
 
