@@ -29,6 +29,7 @@ from specdec import verify as sv
 from specdec.dynamo.groupverify import GroupFailure, GroupVerifier, Member
 from specdec.errors import redact
 from specdec.plan_types import Group
+from specdec.verify_spec import VerifySpec
 
 __all__ = ["MemberIO", "verify_group"]
 
@@ -37,7 +38,7 @@ __all__ = ["MemberIO", "verify_group"]
 
 @dataclass
 class _Entry:
-    spec: sv.VerifySpec
+    spec: VerifySpec
     changed: tuple[OperationMeta, ...]
     host: Any  # the member's pyinfra Host
     conn: dict[str, Any]
@@ -63,9 +64,9 @@ def _conn(data: Any) -> dict[str, Any]:
 
 
 class MemberIO(PyinfraIO):
-    """`specdec.verify.HostIO` on another member of the group."""
+    """`specdec.verify_spec.HostIO` on another member of the group."""
 
-    def __init__(self, member: Any, conn: dict[str, Any], spec: sv.VerifySpec) -> None:
+    def __init__(self, member: Any, conn: dict[str, Any], spec: VerifySpec) -> None:
         super().__init__(conn, spec)
         self.member = member
 
@@ -209,7 +210,7 @@ def verify_group_release(group: Group, token: HiddenValue | None = None):
 
 
 @deploy("Verify the serving group")
-def verify_group(hp: HostPlan, spec: sv.VerifySpec, served: ServeResult,
+def verify_group(hp: HostPlan, spec: VerifySpec, served: ServeResult,
                  token: HiddenValue | None = None) -> None:
     """Register this member's verification with its group, then verify the group."""
     assert hp.group is not None

@@ -50,6 +50,7 @@ from specdec.power import PowerState
 from specdec.release import ReleaseState
 from specdec.report import reports_root, safe_name, write_host_report
 from specdec.rounds import RoundBench
+from specdec.verify_spec import FileSpec, HostIO, Roofline, VerifySpec
 
 __all__ = ["PyinfraIO", "bench_settings", "make_io", "verify", "verify_spec"]
 
@@ -65,7 +66,7 @@ _BENCH_ENV = {
 }
 
 
-def bench_settings(roofline: sv.Roofline | None = None) -> sv.BenchSettings:
+def bench_settings(roofline: Roofline | None = None) -> sv.BenchSettings:
     """Bench knobs from the environment. Without ``$SPECDEC_BENCH_TIMEOUT`` the per-arm
     timeout is 600 s, or longer for a slow device: 4x the time the c=1 pass would take at
     the bandwidth roofline (so a hung engine is caught, and a slow Nano is not)."""
@@ -87,7 +88,7 @@ def bench_settings(roofline: sv.Roofline | None = None) -> sv.BenchSettings:
     return sv.BenchSettings(**kw)
 
 
-def _roofline_timeout(kw: dict[str, Any], roofline: sv.Roofline | None) -> float:
+def _roofline_timeout(kw: dict[str, Any], roofline: Roofline | None) -> float:
     if roofline is None or roofline.tokens_per_s <= 0:
         return 0.0
     wall_tps = roofline.tokens_per_s / roofline.time_scale
@@ -97,9 +98,9 @@ def _roofline_timeout(kw: dict[str, Any], roofline: sv.Roofline | None) -> float
 
 
 class PyinfraIO:
-    """`specdec.verify.HostIO` on a pyinfra host, inside an executing operation."""
+    """`specdec.verify_spec.HostIO` on a pyinfra host, inside an executing operation."""
 
-    def __init__(self, conn: dict[str, Any], spec: sv.VerifySpec) -> None:
+    def __init__(self, conn: dict[str, Any], spec: VerifySpec) -> None:
         self.conn = conn
         self.spec = spec
 
@@ -129,12 +130,12 @@ class PyinfraIO:
         return time.monotonic()
 
 
-def make_io(conn: dict[str, Any], spec: sv.VerifySpec) -> sv.HostIO:
+def make_io(conn: dict[str, Any], spec: VerifySpec) -> HostIO:
     """Factory (tests replace it)."""
     return PyinfraIO(conn, spec)
 
 
-def _roofline(hp: HostPlan) -> sv.Roofline | None:
+def _roofline(hp: HostPlan) -> Roofline | None:
     try:
         cat = load_catalog()
         device = cat.device(hp.plan.device)
@@ -146,12 +147,12 @@ def _roofline(hp: HostPlan) -> sv.Roofline | None:
         scale = float(dict(hp.plan.env).get("SPECDEC_EMU_TIME_SCALE", "1") or 1)
     except ValueError:
         scale = 1.0
-    return sv.Roofline(device.bandwidth_gbs, nbytes, scale if scale > 0 else 1.0) \
+    return Roofline(device.bandwidth_gbs, nbytes, scale if scale > 0 else 1.0) \
         if nbytes > 0 else None
 
 
-def _with_power(roof: sv.Roofline | None, state: PowerState | None,
-                device_id: str) -> sv.Roofline | None:
+def _with_power(roof: Roofline | None, state: PowerState | None,
+                device_id: str) -> Roofline | None:
     device = load_catalog().devices.get(device_id)
     if roof is None or state is None or device is None:
         return roof
@@ -160,11 +161,11 @@ def _with_power(roof: sv.Roofline | None, state: PowerState | None,
                                bandwidth_source=rec["bandwidth_source"], power=rec)
 
 
-def _last_verified(spec: sv.VerifySpec) -> Path | None:
+def _last_verified(spec: VerifySpec) -> Path | None:
     return spec.cache_dir / "last-verified.json" if spec.cache_dir is not None else None
 
 
-def _write(rep: dict[str, Any], secret: str | None, spec: sv.VerifySpec | None = None) -> None:
+def _write(rep: dict[str, Any], secret: str | None, spec: VerifySpec | None = None) -> None:
     try:
         path = write_host_report(run_dir(), rep, secret)
         last = _last_verified(spec) if spec is not None else None
@@ -175,7 +176,7 @@ def _write(rep: dict[str, Any], secret: str | None, spec: sv.VerifySpec | None =
         host.noop(f"could not write the report: {exc.strerror or exc}")
 
 
-def _previous(spec: sv.VerifySpec) -> dict[str, Any] | None:
+def _previous(spec: VerifySpec) -> dict[str, Any] | None:
     last = _last_verified(spec)
     try:
         doc = json.loads(last.read_text()) if last is not None else None
@@ -184,7 +185,7 @@ def _previous(spec: sv.VerifySpec) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def _run_verify(spec: sv.VerifySpec, state: Any, conn: dict[str, Any],
+def _run_verify(spec: VerifySpec, state: Any, conn: dict[str, Any],
                 token: HiddenValue | None, result: dict[str, Any]) -> None:
     # The token travels masked (pyinfra may print a callback's arguments at -vvv).
     secret = token.unmask() if token is not None else None
@@ -198,11 +199,11 @@ def _run_verify(spec: sv.VerifySpec, state: Any, conn: dict[str, Any],
 
 
 @operation(is_idempotent=False)
-def verify_release(spec: sv.VerifySpec, changed: tuple[OperationMeta, ...],
+def verify_release(spec: VerifySpec, changed: tuple[OperationMeta, ...],
                    token: HiddenValue | None = None):
     """Verify the running release; keep, disable or roll back.
 
-    + spec: what to verify (`specdec.verify.VerifySpec`)
+    + spec: what to verify (`specdec.verify_spec.VerifySpec`)
     + changed: serve's operations whose change restarted the engine
     + token: the HF token (only to keep it out of reports; compared by hash on the host)
     """
@@ -236,17 +237,17 @@ def verify_release(spec: sv.VerifySpec, changed: tuple[OperationMeta, ...],
 
 
 def verify_spec(hp: HostPlan, served: ServeResult, token: HiddenValue | None,
-                prior: ReleaseState | None) -> sv.VerifySpec:
+                prior: ReleaseState | None) -> VerifySpec:
     """What to verify on this host (prepare phase)."""
     settings = hp.settings
     if prior is None:
         prior = host.get_fact(SpecdecReleases)  # before this run changes anything
     base = hp.baseline
-    files = tuple(sv.FileSpec(f.path, f.content, f.mode, f.owner, f.group)
+    files = tuple(FileSpec(f.path, f.content, f.mode, f.owner, f.group)
                   for f in (base.release_files if base is not None else ()))
     secret = token.unmask() if token is not None else None
     roofline = _roofline(hp)
-    return sv.VerifySpec(
+    return VerifySpec(
         plan=hp.plan,
         address=str(host.data.get("ssh_hostname") or host.name),
         candidate=served.candidate,

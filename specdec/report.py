@@ -33,6 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from specdec.errors import RolloutError, redact
+from specdec.report_format import OUTCOME_COLORS, figures, md_cell, pct, roof
+from specdec.report_groups import group_lines, groups_html
 from specdec.roofline import HOW
 from specdec.tunechart import tune_chart, tune_line
 
@@ -41,7 +43,6 @@ __all__ = [
     "REPORTS_ENV",
     "RUN_ID_ENV",
     "check_run_id",
-    "figures",
     "index_html",
     "latest_run",
     "load_reports",
@@ -147,65 +148,7 @@ def skipped_report(host: str, run_id: str, reason: str, outcome: str = "skipped"
     return rep
 
 
-# -- figures -----------------------------------------------------------------------------------
-
-
-def _get(d: Any, *keys: str) -> Any:
-    for k in keys:
-        if not isinstance(d, Mapping):
-            return None
-        d = d.get(k)
-    return d
-
-
-def _ratio(cand: Any, base: Any) -> float | None:
-    if isinstance(cand, int | float) and isinstance(base, int | float) and base > 0:
-        return float(cand) / float(base) - 1.0
-    return None
-
-
-def figures(rep: Mapping[str, Any]) -> dict[str, Any]:
-    """Headline numbers of one host report (None where not measured)."""
-    b, c = rep.get("baseline"), rep.get("candidate")
-    return {
-        "c1_gain": _ratio(_get(c, "c1", "throughput_tok_s"), _get(b, "c1", "throughput_tok_s")),
-        "tpot_change": _ratio(_get(c, "c1", "tpot_ms_p50"), _get(b, "c1", "tpot_ms_p50")),
-        "c8_gain": _ratio(_get(c, "c8", "throughput_tok_s"), _get(b, "c8", "throughput_tok_s")),
-        "acceptance_length": _get(rep, "acceptance", "length"),
-        "per_position": _get(rep, "acceptance", "per_position") or [],
-        "base_tpot": _get(b, "c1", "tpot_ms_p50"),
-        "cand_tpot": _get(c, "c1", "tpot_ms_p50"),
-        "base_c1": _get(b, "c1", "throughput_tok_s"),
-        "cand_c1": _get(c, "c1", "throughput_tok_s"),
-        "base_c8": _get(b, "c8", "throughput_tok_s"),
-        "cand_c8": _get(c, "c8", "throughput_tok_s"),
-        "roofline_base_pct": _get(rep, "roofline", "baseline_pct"),
-        "roofline_spec_pct": _get(rep, "roofline", "speculative_pct"),
-        "power_mode": _get(rep, "power", "power_mode") or _get(rep, "roofline", "power_mode"),
-        "emulated": _emulated(rep),
-    }
-
-
-def _emulated(rep: Mapping[str, Any]) -> float | None:
-    """The time scale when the host's figures come from an engine emulator (device time)."""
-    for arm in ("baseline", "candidate"):
-        scale = _get(rep, arm, "device_time", "time_scale")
-        if isinstance(scale, int | float):
-            return float(scale)
-    return None
-
-
-def _roof(x: Any) -> str:
-    return f"{x:.0f}%" if isinstance(x, int | float) else "-"
-
-
-def _pct(x: Any) -> str:
-    return f"{x:+.1%}" if isinstance(x, int | float) else "-"
-
-
-def _md_cell(text: Any) -> str:
-    s = " ".join(str(text if text is not None else "-").split())
-    return s.replace("|", "\\|") or "-"
+# -- Markdown ----------------------------------------------------------------------------------
 
 
 def summary_markdown(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
@@ -243,15 +186,13 @@ def summary_markdown(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
         if r.get("previous_outcome"):
             outcome += f" ({r['previous_outcome']})"
         device = str(r.get("device") or "-") + (" (emulated)" if f["emulated"] else "")
-        lines.append("| " + " | ".join(_md_cell(x) for x in (
-            r.get("host"), device, f["power_mode"], method, outcome, _pct(f["c1_gain"]),
-            _pct(f["tpot_change"]), _pct(f["c8_gain"]),
+        lines.append("| " + " | ".join(md_cell(x) for x in (
+            r.get("host"), device, f["power_mode"], method, outcome, pct(f["c1_gain"]),
+            pct(f["tpot_change"]), pct(f["c8_gain"]),
             f"{acc:.2f}" if isinstance(acc, int | float) else "-",
-            _roof(f["roofline_base_pct"]), _roof(f["roofline_spec_pct"]),
+            roof(f["roofline_base_pct"]), roof(f["roofline_spec_pct"]),
             r.get("message"),
         )) + " |")
-    from specdec.dynamo.report import group_lines  # (it imports this module)
-
     lines += group_lines(reports)
     lines += ["", f"Roofline: {HOW}."]
     if scales:
@@ -264,10 +205,6 @@ def summary_markdown(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
 # -- HTML ----------------------------------------------------------------------------------------
 
 _COLORS = {"baseline": "#8c8c8c", "speculation": "#2b7bb9"}
-_OUTCOME_COLORS = {"kept": "#1a7f37", "disabled": "#9a6700", "held": "#bc4c00",
-                   "not_verified": "#6639ba", "no_speculation": "#57606a",
-                   "rolled_back": "#cf222e", "failed": "#cf222e", "unchanged": "#57606a",
-                   "skipped": "#57606a"}
 
 
 def _bars(title: str, unit: str, rows: Sequence[tuple[str, float | None, float | None]]) -> str:
@@ -346,8 +283,6 @@ def _method(r: Mapping[str, Any]) -> str:
 
 
 def index_html(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
-    from specdec.dynamo.report import groups_html  # (it imports this module)
-
     e = html.escape
     rows = []
     tpot, thr1, thr8, acc = [], [], [], []
@@ -358,7 +293,7 @@ def index_html(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
         thr1.append((host, f["base_c1"], f["cand_c1"]))
         thr8.append((host, f["base_c8"], f["cand_c8"]))
         acc.append((host, f["per_position"]))
-        color = _OUTCOME_COLORS.get(str(r.get("outcome")), "#000")
+        color = OUTCOME_COLORS.get(str(r.get("outcome")), "#000")
         al = f["acceptance_length"]
         device = str(r.get("device") or "-") + (" (emulated)" if f["emulated"] else "")
         rows.append(
@@ -366,9 +301,9 @@ def index_html(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
                 e(host), e(device), e(str(f["power_mode"] or "-")), e(_method(r)),
                 f'<b style="color:{color}">{e(str(r.get("outcome")))}</b>'
                 + (f' ({e(str(r["previous_outcome"]))})' if r.get("previous_outcome") else ""),
-                e(_pct(f["c1_gain"])), e(_pct(f["tpot_change"])), e(_pct(f["c8_gain"])),
+                e(pct(f["c1_gain"])), e(pct(f["tpot_change"])), e(pct(f["c8_gain"])),
                 f"{al:.2f}" if isinstance(al, int | float) else "-",
-                _roof(f["roofline_base_pct"]), _roof(f["roofline_spec_pct"]),
+                roof(f["roofline_base_pct"]), roof(f["roofline_spec_pct"]),
                 e(str(r.get("phase") or "-")), e(str(r.get("message") or "")),
             )) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in (
@@ -378,7 +313,7 @@ def index_html(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
     counts: dict[str, int] = {}
     for r in reports:
         counts[str(r.get("outcome"))] = counts.get(str(r.get("outcome")), 0) + 1
-    tally = ", ".join(f'<b style="color:{_OUTCOME_COLORS.get(o, "#000")}">{counts[o]} {o}</b>'
+    tally = ", ".join(f'<b style="color:{OUTCOME_COLORS.get(o, "#000")}">{counts[o]} {o}</b>'
                       for o in OUTCOMES if counts.get(o)) or "no hosts"
     gated = sum(counts.get(o, 0) for o in GATED)
     charts = [tune_chart(str(r.get("host")), r.get("tune")) for r in reports]

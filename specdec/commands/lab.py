@@ -160,7 +160,7 @@ def cmd_engine(args: argparse.Namespace) -> int:
         raise ConfigError(f"--device={args.device!r}: unknown device; known: "
                           f"{', '.join(sorted(devices))}")
     try:
-        from specdec.emulator import run
+        from specdec.emulator.launch import run
     except ImportError as exc:
         raise LabError(f"the engine emulator is not available: {exc}") from None
     return run(argv, device=args.device, time_scale=args.time_scale)

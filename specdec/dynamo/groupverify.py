@@ -40,7 +40,8 @@ from specdec.phases.host import SERVICE, Ctx, VerifyFailure, now_iso, upload_com
 from specdec.phases.process import check_process
 from specdec.plan_types import DynamoPlan
 from specdec.rounds import RoundBench
-from specdec.verify import FileSpec, HostIO, Verifier, VerifySpec, engine_url
+from specdec.verify import Verifier, engine_url
+from specdec.verify_spec import FileSpec, HostIO, VerifySpec
 
 __all__ = ["GroupFailure", "GroupOps", "GroupVerifier", "Member", "ready_workers"]
 

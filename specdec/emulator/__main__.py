@@ -2,6 +2,6 @@
 
 import sys
 
-from specdec.emulator import run
+from specdec.emulator.launch import run
 
 sys.exit(run(sys.argv[1:]))

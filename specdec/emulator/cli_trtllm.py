@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 import yaml
 
 from specdec.emulator.profiles import DeviceProfile, ModelSpec, resolve_model_ref
-from specdec.emulator.runtime import ServeConfig, StartupError
+from specdec.emulator.runtime import ServeConfig, StartupError, emulated_version
 from specdec.emulator.setup import EngineSetup
 from specdec.engines.trtllm.facts import (
     CUDA_GRAPH_KEYS,
@@ -116,8 +116,6 @@ def parse_argv(argv: list[str]) -> argparse.Namespace:
     if argv and argv[0] == "serve":
         argv = argv[1:]
     if argv and argv[0] in ("--version", "-v"):
-        from specdec.emulator.runtime import emulated_version
-
         print(f"trtllm-serve, version {emulated_version('trtllm')}")
         sys.exit(0)
     return build_parser().parse_args(argv)

@@ -10,7 +10,7 @@ import sys
 from typing import Any
 
 from specdec.emulator.profiles import ModelSpec, resolve_model_ref
-from specdec.emulator.runtime import ServeConfig, StartupError
+from specdec.emulator.runtime import ServeConfig, StartupError, emulated_version
 from specdec.emulator.setup import EngineSetup, spec_kind
 from specdec.engines.version import Version
 from specdec.engines.vllm.facts import K_ERROR, VllmFacts, method_literal, vllm_facts
@@ -23,8 +23,6 @@ DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 
 
 def _version_text() -> str:
-    from specdec.emulator.runtime import emulated_version
-
     return emulated_version("vllm")
 
 

@@ -13,51 +13,19 @@ import dataclasses
 import queue
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
-from specdec.emulator.core import EngineCore, SeqOutput, StepResult
+from specdec.emulator.core import EngineCore, StepResult
 from specdec.emulator.engine_stats import EngineStats
 from specdec.emulator.memory import MemoryReport
 from specdec.emulator.metrics import IterStats, VllmMetrics
 from specdec.emulator.openai import GenRequest
+from specdec.emulator.request import Event, RequestState
 from specdec.emulator.runtime import RunContext, ServeConfig
 from specdec.emulator.scheduler import Scheduler
 from specdec.emulator.truth import RequestRecord, Truth
 
-__all__ = ["EngineService", "Event", "RequestState"]
-
-
-@dataclass(frozen=True)
-class Event:
-    choice: int
-    out: SeqOutput
-    t: float  # perf_counter when the scheduler published it
-
-
-@dataclass
-class RequestState:
-    gen: GenRequest
-    record: RequestRecord
-    ids: list[int] = field(default_factory=list)
-    completion: list[int] = field(default_factory=list)  # tokens per choice
-    finish: list[str | None] = field(default_factory=list)
-    cached: list[int] = field(default_factory=list)
-    first_out: float | None = None
-    prev_out: dict[int, float] = field(default_factory=dict)
-    aborted: bool = False
-
-    @property
-    def completion_tokens(self) -> int:
-        return sum(self.completion)
-
-    @property
-    def prompt_tokens(self) -> int:
-        """Prompt tokens once per distinct prompt (``n`` > 1 shares one prompt)."""
-        seen: dict[int, int] = {}
-        for seq in self.gen.seqs:
-            seen.setdefault(seq.prompt_key, seq.prompt_tokens)
-        return sum(seen.values())
+__all__ = ["EngineService"]
 
 
 class EngineService:

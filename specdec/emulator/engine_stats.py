@@ -8,15 +8,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from specdec.emulator.core import StepResult
 from specdec.emulator.memory import MemoryReport
 from specdec.emulator.metrics import IterStats, VllmMetrics
+from specdec.emulator.request import RequestState
 from specdec.emulator.runtime import RunContext, ServeConfig
-
-if TYPE_CHECKING:
-    from specdec.emulator.engine import RequestState
 
 __all__ = ["EngineStats"]
 

@@ -6,19 +6,17 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from specdec.emulator.engine import RequestState
+from specdec.emulator.http_base import BaseHandler
 from specdec.emulator.openai import ApiError, GenRequest, parse_generation, usage
+from specdec.emulator.request import RequestState
 from specdec.emulator.truth import RequestRecord
-
-if TYPE_CHECKING:
-    from specdec.emulator.server import Handler
 
 __all__ = ["generate"]
 
 
-def generate(h: Handler, kind: str, raw: bytes, arrival: float) -> None:
+def generate(h: BaseHandler, kind: str, raw: bytes, arrival: float) -> None:
     """Parse, admit and answer one generation request (``kind``: chat or completion)."""
     svc = h.svc
     try:
@@ -52,7 +50,7 @@ def _record(arrival: float, gen: GenRequest) -> RequestRecord:
     return RequestRecord(arrival=arrival, category=gen.categories[0] if gen.categories else "chat")
 
 
-def _choice_extra(h: Handler, st: RequestState, i: int, steps: dict[int, int]
+def _choice_extra(h: BaseHandler, st: RequestState, i: int, steps: dict[int, int]
                   ) -> dict[str, Any]:
     if not h.trt:
         return {}
@@ -60,7 +58,7 @@ def _choice_extra(h: Handler, st: RequestState, i: int, steps: dict[int, int]
     return {"avg_decoded_tokens_per_iter": round(n / max(1, steps.get(i, 1)), 4)}
 
 
-def _complete(h: Handler, kind: str, gen: GenRequest, st: RequestState, events: Any,
+def _complete(h: BaseHandler, kind: str, gen: GenRequest, st: RequestState, events: Any,
               rid: str) -> None:
     texts: dict[int, list[str]] = {}
     steps: dict[int, int] = {}
@@ -96,7 +94,7 @@ def _complete(h: Handler, kind: str, gen: GenRequest, st: RequestState, events: 
     h.svc.finish(st, first=first, last=last, end=time.perf_counter())
 
 
-def _stream(h: Handler, kind: str, gen: GenRequest, st: RequestState, events: Any,
+def _stream(h: BaseHandler, kind: str, gen: GenRequest, st: RequestState, events: Any,
             rid: str) -> None:
     created = int(time.time())
     obj = "chat.completion.chunk" if kind == "chat" else "text_completion"

@@ -6,17 +6,15 @@ from __future__ import annotations
 import queue
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from specdec.emulator.core import SeqRequest
-
-if TYPE_CHECKING:
-    from specdec.emulator.server import Handler
+from specdec.emulator.http_base import BaseHandler
 
 __all__ = ["health_generate", "lab", "metrics", "models"]
 
 
-def models(h: Handler) -> dict[str, Any]:
+def models(h: BaseHandler) -> dict[str, Any]:
     """The ``/v1/models`` body: one entry per served model name."""
     cfg = h.cfg
     now = int(time.time())
@@ -40,7 +38,7 @@ def models(h: Handler) -> dict[str, Any]:
     return {"object": "list", "data": data}
 
 
-def metrics(h: Handler) -> None:
+def metrics(h: BaseHandler) -> None:
     """vLLM: Prometheus text; trtllm-serve: JSON iteration stats, drained on read."""
     svc = h.svc
     if h.trt:
@@ -51,7 +49,7 @@ def metrics(h: Handler) -> None:
                     "text/plain; version=0.0.4; charset=utf-8")
 
 
-def health_generate(h: Handler) -> None:
+def health_generate(h: BaseHandler) -> None:
     """trtllm-serve's ``/health_generate``: 200 once a one-token request comes back."""
     sink: queue.Queue[Any] = queue.Queue()
     req = SeqRequest(prompt_key=0, prompt_tokens=8, category="chat", max_tokens=1,
@@ -61,7 +59,7 @@ def health_generate(h: Handler) -> None:
     h.send_body(200 if item is not None else 500, b"")
 
 
-def lab(h: Handler, path: str) -> None:
+def lab(h: BaseHandler, path: str) -> None:
     """The lab's ground truth: ``GET /lab/truth`` and ``POST /lab/truth/reset``."""
     truth = h.svc.truth
     if path == "/lab/truth" and h.command in ("GET", "HEAD"):

@@ -9,16 +9,14 @@ import re
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from specdec.errors import SpecdecError
 from specdec.phases.health import wait_healthy
 from specdec.phases.host import Ctx, VerifyFailure
 from specdec.phases.process import check_process
 from specdec.rounds import RoundBench, round_bench
-
-if TYPE_CHECKING:
-    from specdec.verify import FileSpec
+from specdec.verify_spec import FileSpec
 
 __all__ = ["Bench", "bench_summary"]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from specdec import guard, layout
 from specdec.gate import Decision
@@ -22,9 +22,7 @@ from specdec.phases.bench import Bench
 from specdec.phases.gate import Arm
 from specdec.phases.health import wait_healthy
 from specdec.phases.host import SERVICE, Ctx, VerifyFailure, now_iso, upload_command
-
-if TYPE_CHECKING:
-    from specdec.verify import FileSpec
+from specdec.verify_spec import FileSpec
 
 __all__ = ["apply_decision", "recover", "reverted_by_guard", "without_gate"]
 
@@ -70,8 +68,6 @@ def apply_decision(ctx: Ctx, bench: Bench, dec: Decision, cand: Arm, base: Arm
 
 
 def _record(ctx: Ctx, rid: str, record: dict[str, Any]) -> None:
-    from specdec.verify import FileSpec
-
     ctx.sh(upload_command(FileSpec(f"{layout.release_dir(rid)}/decision.json",
                                    json.dumps(record, indent=2) + "\n")),
            "recording the decision")

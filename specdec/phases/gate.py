@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from specdec import gate as gatelib
 from specdec.errors import GateError
@@ -14,9 +14,7 @@ from specdec.gate import Decision
 from specdec.phases.bench import Bench
 from specdec.phases.host import Ctx, VerifyFailure
 from specdec.rounds import round_bench
-
-if TYPE_CHECKING:
-    from specdec.verify import FileSpec
+from specdec.verify_spec import FileSpec
 
 __all__ = ["Arm", "run_gate"]
 

@@ -7,13 +7,11 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from specdec import guard, layout, release
 from specdec.errors import one_line, redact
-
-if TYPE_CHECKING:
-    from specdec.verify import FileSpec, HostIO, VerifySpec
+from specdec.verify_spec import FileSpec, HostIO, VerifySpec
 
 __all__ = ["SERVICE", "Ctx", "VerifyFailure", "now_iso", "upload_command"]
 

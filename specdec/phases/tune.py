@@ -23,6 +23,7 @@ from specdec.render import render
 from specdec.rounds import round_bench
 from specdec.tune import Config, Search, TuneResult
 from specdec.tunecache import entry_path, store, tuned_plan
+from specdec.verify_spec import FileSpec
 
 __all__ = ["Tuned", "per_batch_supported", "release_files", "run_tune"]
 
@@ -31,7 +32,7 @@ __all__ = ["Tuned", "per_batch_supported", "release_files", "run_tune"]
 class Tuned:
     plan: Plan
     release: str
-    files: tuple[Any, ...]
+    files: tuple[FileSpec, ...]
     result: TuneResult
 
 
@@ -40,10 +41,8 @@ def per_batch_supported(plan: Plan) -> bool:
     return engine_of(plan).per_batch_k(plan)
 
 
-def release_files(plan: Plan) -> tuple[str, tuple[Any, ...]]:
+def release_files(plan: Plan) -> tuple[str, tuple[FileSpec, ...]]:
     """A plan's release id and its files as the verifier uploads them."""
-    from specdec.verify import FileSpec
-
     r = render(plan)
     return r.release_id, tuple(FileSpec(f.path, f.content, f.mode, f.owner, f.group)
                                for f in r.release_files)

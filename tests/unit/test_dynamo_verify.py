@@ -15,7 +15,7 @@ from specdec.hostdata import parse_hosts
 from specdec.plan import baseline, make_plan
 from specdec.render import render
 from specdec.rounds import RoundBench
-from specdec.verify import FileSpec, VerifySpec
+from specdec.verify_spec import FileSpec, VerifySpec
 from tests.unit.verify_fakes import FAST, PLAIN, SLOW8, TOKEN, Behaviour, FakeHost
 
 HOSTS = [(f"spark-0{i}", {"specdec_device": "dgx-spark", "specdec_engine": "dynamo",

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from specdec.emulator import cli_trtllm, cli_vllm, engine_of, run
+from specdec.emulator import cli_trtllm, cli_vllm
 from specdec.emulator.faults import Faults, parse_faults
+from specdec.emulator.launch import engine_of, run
 from specdec.emulator.profiles import device_profile, model_spec
 from specdec.emulator.runtime import StartupError, make_context
 from specdec.errors import ConfigError

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from specdec.emulator import cli_trtllm, cli_vllm, engine_of
+from specdec.emulator import cli_trtllm, cli_vllm
+from specdec.emulator.launch import engine_of
 from specdec.emulator.memory import trtllm_memory, vllm_memory
 from specdec.emulator.profiles import device_profile
 from specdec.emulator.runtime import StartupError

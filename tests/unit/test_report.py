@@ -11,7 +11,6 @@ import pytest
 from specdec.cli import main
 from specdec.errors import RolloutError
 from specdec.report import (
-    figures,
     index_html,
     latest_run,
     load_reports,
@@ -20,6 +19,7 @@ from specdec.report import (
     summary_markdown,
     write_host_report,
 )
+from specdec.report_format import figures
 
 TOKEN = "hf_MARKERtoken123"
 
@@ -61,6 +61,25 @@ def test_summary_table():
     assert "| MAXN |" in row and "| 71% | 61% |" in row
     assert "Roofline: decode tok/s = 1000 / TPOT p50" in md
     assert next(ln for ln in lines if ln.startswith("| c |")).count("| - |") >= 3
+
+
+def test_serving_groups_one_table_per_kind():
+    def member(host: str, group: str, engine: str, **kind: str) -> dict:
+        return {**host_report(host, "kept"), "engine": engine,
+                "group": {"name": group, "url": f"http://{group}:8000", "role": "worker",
+                          "outcome": "kept", **kind}}
+
+    reps = [member("a", "pair", "dynamo"), member("b", "pair", "dynamo"),
+            member("c", "duo", "other", kind="Other <serving>"), host_report("d", "kept")]
+    md = summary_markdown(reps, "r")
+    assert md.count("## Serving groups (NVIDIA Dynamo)") == 1
+    assert md.count("## Serving groups (Other <serving>)") == 1
+    assert "| pair | http://pair:8000 | a (worker): kept; b (worker): kept | kept |" in md
+    assert "| duo | http://duo:8000 | c (worker): kept | kept |" in md
+    page = index_html(reps, "r")
+    assert "<h2>Serving groups (NVIDIA Dynamo)</h2>" in page
+    assert "<h2>Serving groups (Other &lt;serving&gt;)</h2>" in page
+    assert "Serving groups" not in summary_markdown([host_report("d", "kept")], "r")
 
 
 def test_html_has_charts_per_host():

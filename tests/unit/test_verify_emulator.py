@@ -27,13 +27,12 @@ from specdec.rounds import RoundBench
 from specdec.tunecache import apply_cached
 from specdec.verify import (
     BenchSettings,
-    FileSpec,
     Verifier,
-    VerifySpec,
     bench_subprocess,
     http_get,
     secret_sha256,
 )
+from specdec.verify_spec import FileSpec, VerifySpec
 
 TOKEN = "hf_MARKERtoken123"
 

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from specdec import release
-from specdec.verify import FAILURE_OUTCOMES, Roofline
+from specdec.verify import FAILURE_OUTCOMES
+from specdec.verify_spec import Roofline
 from tests.unit.verify_fakes import (
     FAST,
     OLD,

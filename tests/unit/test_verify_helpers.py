@@ -6,7 +6,6 @@ from __future__ import annotations
 from specdec import release
 from specdec.plan import baseline
 from specdec.verify import (
-    FileSpec,
     bench_summary,
     memlock_ok,
     needs_verification,
@@ -14,6 +13,7 @@ from specdec.verify import (
     unchanged_report,
     upload_command,
 )
+from specdec.verify_spec import FileSpec
 from tests.unit.verify_fakes import FAST, OLD, PLAIN, PLAN, B, Behaviour, C, FakeHost, run, spec
 
 

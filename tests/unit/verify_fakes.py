@@ -16,7 +16,8 @@ from specdec.errors import BenchError
 from specdec.plan import baseline, make_plan
 from specdec.render import render
 from specdec.rounds import RoundBench
-from specdec.verify import FileSpec, Roofline, Verifier, VerifySpec
+from specdec.verify import Verifier
+from specdec.verify_spec import FileSpec, Roofline, VerifySpec
 
 TOKEN = "hf_MARKERtoken123"
 PLAN = make_plan("orin-1", {"specdec_device": "agx-orin-64gb",

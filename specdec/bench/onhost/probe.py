@@ -7,7 +7,14 @@ import asyncio
 import contextlib
 import json
 
-from . import counters
+from .counters import (
+    Counters,
+    TrtllmAccumulator,
+    diff_counters,
+    parse_vllm,
+    spec_delta,
+    trtllm_entries,
+)
 from .errors import BenchError, StreamError, _one_line
 
 
@@ -30,12 +37,12 @@ async def probe_server(http, base):
         if status == 200:
             if "json" in headers.get("content-type", "") or body.lstrip().startswith("["):
                 try:
-                    counters.trtllm_entries(json.loads(body))
+                    trtllm_entries(json.loads(body))
                     kind, metrics = "trtllm", "trtllm-json"
                 except (ValueError, BenchError):
                     pass
             elif "vllm:" in body:
-                counters.parse_vllm(body)
+                parse_vllm(body)
                 kind, metrics = "vllm", "prometheus"
         if kind == "openai" and (await http.get("/health_generate"))[0] == 200:
             kind = "trtllm"
@@ -55,9 +62,9 @@ class SpecProbe:
 
     def __init__(self, http, metrics, poll_s, previous):
         self.http, self.metrics, self.poll_s, self.previous = http, metrics, poll_s, previous
-        self.acc = counters.TrtllmAccumulator()  # used for TRT-LLM's iteration stats only
+        self.acc = TrtllmAccumulator()  # used for TRT-LLM's iteration stats only
         self.task = None  # type: asyncio.Future | None
-        self.before, self.after = counters.Counters(), None
+        self.before, self.after = Counters(), None
 
     async def _get(self):
         try:
@@ -74,7 +81,7 @@ class SpecProbe:
             payload = json.loads(await self._get())
         except ValueError:
             raise BenchError("/metrics: TRT-LLM iteration stats are not JSON") from None
-        self.acc.add(counters.trtllm_entries(payload), prime)
+        self.acc.add(trtllm_entries(payload), prime)
 
     async def _loop(self):
         while True:
@@ -83,26 +90,26 @@ class SpecProbe:
 
     async def start(self):
         if self.metrics == "prometheus":
-            self.before = counters.parse_vllm(await self._get())
+            self.before = parse_vllm(await self._get())
             if self.previous is not None:
-                counters.spec_delta(self.previous, self.before)  # raises when a counter fell
+                spec_delta(self.previous, self.before)  # raises when a counter fell
         elif self.metrics == "trtllm-json":
             await self._trt(prime=True)
             self.task = asyncio.ensure_future(self._loop())
 
     async def stop(self):
         if self.metrics == "prometheus":
-            self.after = counters.parse_vllm(await self._get())
+            self.after = parse_vllm(await self._get())
             before, after = self.before, self.after
-            return counters.spec_delta(before, after), counters.diff_counters(before, after)
+            return spec_delta(before, after), diff_counters(before, after)
         if self.task is not None:
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self.task
             await self._trt()
             c = self.acc.counters
-            return counters.spec_delta(counters.Counters(present=c.present, no_pos=True), c), c
-        return None, counters.Counters()
+            return spec_delta(Counters(present=c.present, no_pos=True), c), c
+        return None, Counters()
 
     def check(self):
         if self.task is not None and self.task.done() and not self.task.cancelled():
