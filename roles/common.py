@@ -15,7 +15,7 @@ from pyinfra.context import ctx_host
 from roles.facts import DeviceIdentity, EngineVersions
 from specdec.catalog import load_catalog
 from specdec.errors import SpecdecError, redact
-from specdec.groups import check_limit, check_plans, groups_of
+from specdec.groups.inventory import check_limit, check_plans, groups_of
 from specdec.hftoken import read_token
 from specdec.hostdata import parse_host_settings
 from specdec.plan import baseline, plan_host_settings
@@ -30,6 +30,7 @@ __all__ = [
     "DeployError",
     "HostPlan",
     "SecretIO",
+    "escalation",
     "gated_repos",
     "missing_token_message",
     "one_line",
@@ -48,6 +49,17 @@ class DeployError(PyinfraError):
     pyinfra's CLI prints a `PyinfraError` raised by a deploy file as a single
     ``--> pyinfra error in FILE line N: MESSAGE`` line and exits 1 (no traceback).
     """
+
+
+def escalation(data: Any) -> dict[str, Any]:
+    """The connector arguments for commands run directly on a host with ``data`` (outside its
+    own operations): its ``_sudo``, else sudo when it logs in as another user than root (as
+    deploys/specdec.py decides for the operations)."""
+    sudo = data.get("_sudo")
+    if sudo is not None:
+        return {"_sudo": bool(sudo)}
+    user = data.get("ssh_user")
+    return {"_sudo": True} if user and user != "root" else {}
 
 
 def one_line(exc: BaseException) -> str:

@@ -27,10 +27,7 @@ table hold for the defaults.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import time
-from pathlib import Path
 from typing import Any
 
 from pyinfra import host
@@ -39,17 +36,18 @@ from pyinfra.api.operation import OperationMeta
 
 from roles.common import DeployError, HostPlan
 from roles.facts import JetsonPower, SpecdecReleases
-from roles.lock import connector_args, fail_command, host_run, release_now, run_dir, run_id
+from roles.group import verify_serving_group
+from roles.hostio import PyinfraIO, previous_report, write_report
+from roles.lock import connector_args, fail_command, release_now, run_dir, run_id
 from roles.lock import skip_host as _skip_host
 from roles.serve import ServeResult
 from specdec import verify as sv
-from specdec.bench import remote
 from specdec.catalog import GIB, load_catalog
 from specdec.errors import SpecdecError, redact
+from specdec.plan_types import http_url
 from specdec.power import PowerState
 from specdec.release import ReleaseState
-from specdec.report import reports_root, safe_name, write_host_report
-from specdec.rounds import RoundBench
+from specdec.report import reports_root, safe_name
 from specdec.verify_spec import FileSpec, HostIO, Roofline, VerifySpec
 
 __all__ = ["PyinfraIO", "bench_settings", "make_io", "verify", "verify_spec"]
@@ -97,39 +95,6 @@ def _roofline_timeout(kw: dict[str, Any], roofline: Roofline | None) -> float:
     return 4.0 * tokens / wall_tps
 
 
-class PyinfraIO:
-    """`specdec.verify_spec.HostIO` on a pyinfra host, inside an executing operation."""
-
-    def __init__(self, conn: dict[str, Any], spec: VerifySpec) -> None:
-        self.conn = conn
-        self.spec = spec
-
-    def run(self, command: str, timeout: float | None = None) -> tuple[bool, list[str]]:
-        return host_run(command, self.conn, timeout)
-
-    def http_get(self, url: str, timeout: float) -> tuple[int, str]:
-        return sv.http_get(url, timeout)
-
-    def bench(self, url: str, model: str, out: Path, run: RoundBench) -> dict[str, Any]:
-        mode, timeout = self.spec.bench_mode, self.spec.bench.timeout_s
-        if mode == "control":  # the target's tokenizer counts tokens if there is no usage
-            res = sv.bench_subprocess(url, model, out, run, timeout,
-                                      tokenizer=self.spec.plan.model)
-            res["runner"] = {"where": "control"}
-        else:  # beside the engine, against loopback: no link in the figures
-            res = remote.run_on_host(self.run, remote.bundle(), self.spec.plan.port, model,
-                                     run.argv(), timeout, mode, self.spec.plan.image)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(res, indent=1) + "\n")
-        return res
-
-    def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)  # gevent-patched under the pyinfra CLI
-
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-
 def make_io(conn: dict[str, Any], spec: VerifySpec) -> HostIO:
     """Factory (tests replace it)."""
     return PyinfraIO(conn, spec)
@@ -161,30 +126,6 @@ def _with_power(roof: Roofline | None, state: PowerState | None,
                                bandwidth_source=rec["bandwidth_source"], power=rec)
 
 
-def _last_verified(spec: VerifySpec) -> Path | None:
-    return spec.cache_dir / "last-verified.json" if spec.cache_dir is not None else None
-
-
-def _write(rep: dict[str, Any], secret: str | None, spec: VerifySpec | None = None) -> None:
-    try:
-        path = write_host_report(run_dir(), rep, secret)
-        last = _last_verified(spec) if spec is not None else None
-        if last is not None and rep.get("outcome") in sv.VERIFIED:
-            last.parent.mkdir(parents=True, exist_ok=True)
-            last.write_text(path.read_text())  # already scrubbed
-    except OSError as exc:
-        host.noop(f"could not write the report: {exc.strerror or exc}")
-
-
-def _previous(spec: VerifySpec) -> dict[str, Any] | None:
-    last = _last_verified(spec)
-    try:
-        doc = json.loads(last.read_text()) if last is not None else None
-    except (OSError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
 def _run_verify(spec: VerifySpec, state: Any, conn: dict[str, Any],
                 token: HiddenValue | None, result: dict[str, Any]) -> None:
     # The token travels masked (pyinfra may print a callback's arguments at -vvv).
@@ -195,7 +136,7 @@ def _run_verify(spec: VerifySpec, state: Any, conn: dict[str, Any],
     except Exception as exc:  # noqa: BLE001 - an unexpected error must still fail cleanly
         rep = verifier.finish("failed", "internal", f"verification crashed: {exc!r}")
     result.update(rep)
-    _write(rep, secret, spec)
+    write_report(rep, secret, spec)
 
 
 @operation(is_idempotent=False)
@@ -219,9 +160,9 @@ def verify_release(spec: VerifySpec, changed: tuple[OperationMeta, ...],
     state = host.get_fact(SpecdecReleases)  # live: facts are not cached in pyinfra 3.10
     why = sv.needs_verification(state, spec.desired, restarted, spec.reverify)
     if why is None:
-        health = sv.http_get(sv.engine_url(spec.address, spec.plan.port) + "/health", 5.0)
+        health = sv.http_get(http_url(spec.address, spec.plan.port) + "/health", 5.0)
         if health[0] == 200:
-            _write(sv.unchanged_report(spec, state, health, _previous(spec)), secret)
+            write_report(sv.unchanged_report(spec, state, health, previous_report(spec)), secret)
             host.noop(f"release {state.current} verified before; not re-benchmarked")
             return
         why = f"unchanged release {state.current} does not answer /health"
@@ -281,10 +222,8 @@ def verify(hp: HostPlan, served: ServeResult, token: HiddenValue | None = None,
     if _skip_host():
         return
     spec = verify_spec(hp, served, token, prior)
-    if hp.group is not None:  # a Dynamo serving group verifies as one (roles/dynamo.py)
-        from roles.dynamo import verify_group
-
-        verify_group(hp, spec, served, token)
+    if hp.group is not None:  # a serving group verifies as one (roles/group.py)
+        verify_serving_group(hp, spec, served, token)
         return
     verify_release(
         name="Verify the release (health, limits, benchmark, gate)",

@@ -22,7 +22,7 @@ from specdec.engines.registry import engine, engine_of
 from specdec.engines.version import Version
 from specdec.errors import ConfigError, PlanError
 from specdec.fit import fit, fit_problem, max_model_len_for
-from specdec.groups import groups_of
+from specdec.groups.inventory import groups_of
 from specdec.hostdata import parse_host_settings
 from specdec.hygiene import check_image
 from specdec.identify import Identity

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DynamoPlan", "FitReport", "GatePolicy", "Group", "Plan"]
+__all__ = ["DynamoPlan", "FitReport", "GatePolicy", "Group", "Plan", "http_url"]
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,11 @@ class DynamoPlan:
 
 def _url_host(address: str) -> str:
     return f"[{address}]" if ":" in address and not address.startswith("[") else address
+
+
+def http_url(address: str, port: int) -> str:
+    """``http://address:port`` (an IPv6 address in brackets)."""
+    return f"http://{_url_host(address)}:{port}"
 
 
 @dataclass(frozen=True)

@@ -6,14 +6,14 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from specdec.engines.registry import ENGINES
 from specdec.report_format import OUTCOME_COLORS, figures, md_cell, pct
 
 __all__ = ["group_kind", "group_lines", "groups", "groups_html"]
 
-# A group's kind when its report names none (``group.kind``): by its members' engine; a group
-# report without an engine comes from Dynamo, the first kind of group.
-KIND_BY_ENGINE = {"dynamo": "NVIDIA Dynamo"}
-DEFAULT_KIND = "NVIDIA Dynamo"
+# A group's kind when its report names none (``group.kind``): its members' engine's; a group
+# report without an engine is from the first engine that served groups.
+DEFAULT_KIND = next(e.group_kind for e in ENGINES.values() if e.serves_groups)
 
 
 def group_kind(report: Mapping[str, Any]) -> str:
@@ -22,7 +22,10 @@ def group_kind(report: Mapping[str, Any]) -> str:
     if isinstance(g, Mapping) and g.get("kind"):
         return str(g["kind"])
     engine = report.get("engine")
-    return KIND_BY_ENGINE.get(str(engine), str(engine)) if engine else DEFAULT_KIND
+    if not engine:
+        return DEFAULT_KIND
+    found = ENGINES.get(str(engine))
+    return found.group_kind if found is not None and found.group_kind else str(engine)
 
 
 def groups(reports: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -5,7 +5,7 @@
 follow Ansible's ``serial``: each item is the size of the next batch (a count, or a percentage
 of all targeted hosts, rounded down, at least 1); the last item repeats until every host had
 its turn. A Dynamo serving group is one unit: its members go into one batch together, never
-split (`specdec.dynamo.group`). After each batch the per-host reports decide: a host is failed
+split (`specdec.groups.inventory`). After each batch the per-host reports decide: a host is failed
 when its outcome is ``rolled_back``, ``failed`` or ``held`` (or it has no report at all); when a
 batch's failed share
 *exceeds* ``--max-fail-percent`` (default 0) the rollout stops and the hosts of later batches

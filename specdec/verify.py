@@ -44,6 +44,7 @@ from specdec.phases.health import wait_healthy
 from specdec.phases.host import Ctx, VerifyFailure, now_iso, parse_unit_state, upload_command
 from specdec.phases.process import check_process, memlock_ok, parse_limits_memlock
 from specdec.phases.tune import run_tune
+from specdec.plan_types import http_url
 from specdec.roofline import roofline_figures
 from specdec.rounds import BenchSettings, RoundBench
 from specdec.verify_spec import HostIO, VerifySpec
@@ -55,7 +56,6 @@ __all__ = [
     "Verifier",
     "bench_subprocess",
     "bench_summary",
-    "engine_url",
     "memlock_ok",
     "needs_verification",
     "parse_limits_memlock",
@@ -80,11 +80,6 @@ def needs_verification(
     if state.last_good != state.current:
         return f"release {state.current} has not been verified (last-good is {state.last_good})"
     return None
-
-
-def engine_url(address: str, port: int) -> str:
-    host = f"[{address}]" if ":" in address and not address.startswith("[") else address
-    return f"http://{host}:{port}"
 
 
 def _num(v: Any) -> float | None:
@@ -116,7 +111,7 @@ class Verifier:
             "roofline": None,
             "power": spec.roofline.power if spec.roofline is not None else None,
         }
-        self.ctx = Ctx(spec, io, report, engine_url(spec.address, plan.port))
+        self.ctx = Ctx(spec, io, report, http_url(spec.address, plan.port))
         self.report = report
         self.bench = Bench(self.ctx)
 

@@ -63,7 +63,7 @@ def dynamo_groups(hosts: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     try:
         from specdec.dynamo.group import groups_of
     except ImportError:
-        from specdec.groups import groups_of
+        from specdec.groups.inventory import groups_of
         from specdec.hostdata import parse_host_settings
 
         return groups_of([parse_host_settings(n, d) for n, d in hosts])
@@ -75,7 +75,7 @@ def check_group_plans(plans: list[Any]) -> None:
     try:
         from specdec.dynamo.group import check_plans
     except ImportError:
-        from specdec.groups import check_plans
+        from specdec.groups.inventory import check_plans
     check_plans(plans)
 
 

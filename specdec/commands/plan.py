@@ -37,7 +37,7 @@ def register(subparsers: Any) -> None:
 
 def _plans(inventory: str, limit: str | None) -> list[Plan]:
     """Plans as the deploy makes them: with the tuned values of the tune cache, if any."""
-    from specdec.groups import check_plans, groups_of
+    from specdec.groups.inventory import check_plans, groups_of
     from specdec.hostdata import parse_hosts
     from specdec.inventory import load_inventory
     from specdec.plan import plan_host_settings
@@ -117,19 +117,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _print_groups(plans: list[Plan]) -> None:
-    """Each Dynamo serving group: its frontend endpoint and members."""
-    from specdec.groups import plans_by_group
-    from specdec.verify import engine_url
+    """Each serving group: its endpoint, its engine's setup, its members and their roles."""
+    from specdec.engines.registry import engine_of
+    from specdec.groups.inventory import plans_by_group
 
     for name, ps in plans_by_group(plans).items():
-        d = ps[0].dynamo
-        assert d is not None
-        roles = {True: "etcd, frontend, worker", False: "worker"}
-        members = ", ".join(f"{p.host} ({roles[bool(p.dynamo and p.dynamo.is_frontend)]})"
-                            for p in ps)
-        print(f"group {name}: {engine_url(d.frontend_address, ps[0].port)}/v1 (Dynamo "
-              f"{ps[0].engine_version}, vLLM {d.vllm_version}, etcd {d.etcd_endpoint}, router "
-              f"{d.router_mode}); members: {members}")
+        seats = [engine_of(p).group_seat(p) for p in ps]
+        members = ", ".join(f"{p.host} ({seat.role})" for p, seat in zip(ps, seats, strict=True)
+                            if seat is not None)
+        print(f"group {name}: {engine_of(ps[0]).describe_group(ps[0])}; members: {members}")
 
 
 def cmd_render(args: argparse.Namespace) -> int:

@@ -52,7 +52,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     if not inventory.is_file():
         raise RolloutError(f"inventory {args.inventory!r}: no such file")
 
-    from specdec.groups import check_limit, groups_of, units
+    from specdec.groups.inventory import check_limit, groups_of, units
     from specdec.inventory import load_inventory
 
     loaded = load_inventory(str(inventory), args.limit)

@@ -22,7 +22,8 @@ from specdec.hostkeys import KeyReader
 from specdec.plan_types import DynamoPlan, Group, Plan
 from specdec.settings import HostSettings
 
-__all__ = ["Endpoints", "Engine", "HostPackage", "ReleaseFile", "describe_speculation"]
+__all__ = ["Endpoints", "Engine", "GroupSeat", "HostPackage", "ReleaseFile",
+           "describe_speculation"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,19 @@ class Endpoints:
     models: str = "/v1/models"
     metrics: str = "/metrics"
     metrics_format: str = "prometheus"  # or "trtllm-json" (TRT-LLM's iteration stats)
+
+
+@dataclass(frozen=True)
+class GroupSeat:
+    """A member's place in its serving group, as verification reaches it."""
+
+    group: str
+    kind: str  # what reports call this kind of group, e.g. "NVIDIA Dynamo"
+    is_frontend: bool  # the member that serves the group's one endpoint
+    role: str  # what the member runs, for reports
+    frontend_url: str  # the group's one endpoint (the OpenAI API clients use)
+    member_url: str  # the member's own server: /health and metrics
+    ready_path: str  # the frontend's route that counts the workers of {model} (200 when known)
 
 
 @dataclass(frozen=True)
@@ -75,6 +89,7 @@ class Engine(ABC):
     option_keys: ClassVar[tuple[str, ...]] = ()  # specdec_<key>s of this engine only
     # -- plan
     serves_groups: ClassVar[bool] = False  # several hosts serve one model as a group
+    group_kind: ClassVar[str] = ""  # what reports call its groups, e.g. "NVIDIA Dynamo"
     tunes_on_host: ClassVar[bool] = True  # k auto is measured on the host's own API
     installed_hint: ClassVar[str] = "nothing on PATH answers --version"
 
@@ -130,6 +145,19 @@ class Engine(ABC):
                    method: str, k: int, notes: list[str]) -> DynamoPlan | None:
         """The host's part in its serving group (`serves_groups` engines)."""
         return None
+
+    def group_seat(self, plan: Plan) -> GroupSeat | None:
+        """Where verification reaches a group member and its group (None: not a member)."""
+        return None
+
+    def describe_group(self, plan: Plan) -> str:
+        """A member's group in one line: its endpoint and how the engine serves it."""
+        seat = self.group_seat(plan)
+        return f"{seat.frontend_url}/v1" if seat is not None else ""
+
+    def ready_workers(self, body: str) -> int:
+        """The workers a group frontend's readiness answer (`GroupSeat.ready_path`) counts."""
+        return 0
 
     # -- render ------------------------------------------------------------------------------
     @abstractmethod

@@ -190,7 +190,7 @@ def nspawn_binds(h: LabHost, host_dir: Path) -> list[str]:
 
 def lab_groups(inventory: str, limit: str | None = None) -> dict[str, list[str]]:
     """Host -> the members of its serving group (Dynamo hosts of the inventory only)."""
-    from specdec.groups import groups_of
+    from specdec.groups.inventory import groups_of
     from specdec.hostdata import parse_hosts
     from specdec.inventory import load_inventory
 

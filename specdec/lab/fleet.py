@@ -349,7 +349,7 @@ def host_status(h: LabHost, up_: bool, probe: str | None = None) -> dict[str, An
 def _probes(inventory: str, limit: str | None) -> dict[str, str]:
     """Dynamo worker-only members serve no OpenAI API: their worker's system /health."""
     from specdec.engines.registry import engine
-    from specdec.groups import groups_of
+    from specdec.groups.inventory import groups_of
     from specdec.hostdata import parse_hosts
     from specdec.inventory import load_inventory
 

@@ -17,7 +17,7 @@ from specdec.engines.registry import support
 from specdec.engines.support import Target
 from specdec.engines.version import Version
 from specdec.errors import ConfigError
-from specdec.groups import check_limit, check_plans, groups_of, units
+from specdec.groups.inventory import check_limit, check_plans, groups_of, units
 from specdec.hostdata import parse_host_settings, parse_hosts
 from specdec.plan import baseline, make_plan
 from specdec.render import render

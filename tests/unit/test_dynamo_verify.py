@@ -1,4 +1,4 @@
-"""specdec.dynamo.groupverify: a serving group kept, disabled or rolled back as one, against
+"""specdec.groups.verify: a (Dynamo) serving group kept, disabled or rolled back as one, against
 fake members (units, worker health, the frontend's readiness and benchmark)."""
 
 from __future__ import annotations
@@ -8,9 +8,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from specdec.dynamo.groupverify import GroupVerifier, Member, ready_workers
+from specdec.engines.registry import engine
 from specdec.errors import BenchError
-from specdec.groups import groups_of
+from specdec.groups.inventory import groups_of
+from specdec.groups.members import Member
+from specdec.groups.verify import GroupVerifier
 from specdec.hostdata import parse_hosts
 from specdec.plan import baseline, make_plan
 from specdec.render import render
@@ -96,8 +98,8 @@ def group(tmp_path: Path, cand: dict[str, Behaviour], base: Behaviour | None = N
 def test_ready_workers_counts_every_worker_type() -> None:
     body = {"namespaces": {"a": {"worker_types": {"aggregated": {"workers": 2},
                                                   "prefill": {"workers": 1}}}}}
-    assert ready_workers(json.dumps(body)) == 3
-    assert ready_workers("not json") == 0
+    assert engine("dynamo").ready_workers(json.dumps(body)) == 3
+    assert engine("dynamo").ready_workers("not json") == 0
 
 
 def test_paying_group_is_kept_on_every_member(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ so a worker lost mid-stream does not fail the request (the stream moves to anoth
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Mapping
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from specdec import layout
-from specdec.engines.base import Engine, HostPackage, ReleaseFile
+from specdec.engines.base import Engine, GroupSeat, HostPackage, ReleaseFile
 from specdec.engines.dynamo import facts, units
 from specdec.engines.support import Support, Target
 from specdec.engines.version import Version
@@ -29,6 +30,7 @@ from specdec.engines.vllm.engine import VllmEngine
 from specdec.errors import ConfigError, PlanError
 from specdec.hostkeys import KeyReader
 from specdec.plan_types import DynamoPlan, Group, Plan
+from specdec.plan_types import http_url as url
 from specdec.settings import HostSettings
 
 __all__ = ["DynamoEngine", "DynamoOptions"]
@@ -84,6 +86,7 @@ class DynamoEngine(Engine):
     option_keys = ("dynamo_address", "dynamo_system_port", "dynamo_router_mode",
                    "dynamo_migration_limit")
     serves_groups = True
+    group_kind = "NVIDIA Dynamo"
     tunes_on_host = False  # a group is measured through its frontend
     installed_hint = f"no ai-dynamo in {layout.DYNAMO_VENV}"
 
@@ -145,6 +148,29 @@ class DynamoEngine(Engine):
                           address=group.address(s.host), is_frontend=is_frontend,
                           system_port=opts.system_port, router_mode=opts.router_mode,
                           migration_limit=opts.migration_limit)
+
+    def group_seat(self, plan: Plan) -> GroupSeat:
+        d = units.dynamo_part(plan)
+        return GroupSeat(
+            group=d.group, kind=self.group_kind, is_frontend=d.is_frontend,
+            role="etcd, frontend, worker" if d.is_frontend else "worker",
+            frontend_url=url(d.frontend_address, plan.port),
+            member_url=url(d.address, d.system_port), ready_path=facts.READY_PATH)
+
+    def describe_group(self, plan: Plan) -> str:
+        d = units.dynamo_part(plan)
+        return (f"{url(d.frontend_address, plan.port)}/v1 (Dynamo {plan.engine_version}, vLLM "
+                f"{d.vllm_version}, etcd {d.etcd_endpoint}, router {d.router_mode})")
+
+    def ready_workers(self, body: str) -> int:
+        """Workers the frontend's readiness answer counts (over namespaces and worker types)."""
+        try:
+            doc = json.loads(body)
+            spaces = doc.get("namespaces") or {}
+            return sum(int(t.get("workers") or 0) for ns in spaces.values()
+                       for t in (ns.get("worker_types") or {}).values())
+        except (ValueError, AttributeError, TypeError):
+            return 0
 
     # -- render ------------------------------------------------------------------------------
     def argv(self, plan: Plan, config_path: str | None) -> list[str]:

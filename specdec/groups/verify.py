@@ -1,101 +1,52 @@
-"""Verification of a Dynamo serving group through its frontend (plain Python, like
+"""Verification of a serving group through its one endpoint (plain Python, like
 `specdec.verify`: every host command and request goes through a member's `HostIO`).
 
 A group verifies, keeps, disables and rolls back as one:
 
 1. **health** — every member's worker unit is up (failed, crash-looping or restarted → fail at
-   once, with the journal's last error line) and its system server answers ``/health``; then the
-   frontend's readiness route (``/v1/models/<model>/ready``) counts every member as a worker;
+   once, with the journal's last error line) and its own server answers ``/health``; then the
+   group's endpoint counts every member as a worker (its engine's `GroupSeat.ready_path`;
+   Dynamo: the frontend's ``/v1/models/<model>/ready``);
 2. **process** — each worker's memlock and no HF token in its argv or environment;
-3. **bench** — through the frontend: the candidate (every member on its candidate release) and
+3. **bench** — through the endpoint: the candidate (every member on its candidate release) and
    the baseline (every member on its speculation-off release), in ABAB rounds as a single host;
-   acceptance from the workers' ``vllm:spec_decode_*`` counters (their system servers carry
-   vLLM's metrics);
+   acceptance from the members' own speculation counters (Dynamo: its workers' system servers
+   carry vLLM's ``vllm:spec_decode_*``);
 4. **gate** — `specdec.gate.decide`; keep or disable on every member, each committed under its
    own guard;
 5. any failure on any member restores *every* member's last-good release (the frontend
-   member's etcd and frontend units with it, where they differ) and confirms the group serves
-   again → every member ``rolled_back``.
+   member's other units with it, where they differ) and confirms the group serves again →
+   every member ``rolled_back``.
+
+`verify_group` is the whole of it for a deploy: it reads every member's release state, reports a
+group whose releases stand verified and serve as ``unchanged``, and otherwise runs
+`GroupVerifier` (or restores last-good when a member was lost before it could start).
 """
 
 from __future__ import annotations
 
 import json
 import shlex
-import urllib.parse
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from specdec import layout, release
 from specdec.bench.device_time import to_device_time
-from specdec.bench.metrics import Counters, add_counters, parse_vllm, spec_delta
-from specdec.engines.dynamo.facts import READY_PATH
-from specdec.errors import BenchError, SpecdecError, one_line
+from specdec.bench.metrics import spec_delta
+from specdec.errors import SpecdecError, one_line
+from specdec.groups.members import GroupFailure, GroupOps, Member, stop_failing
 from specdec.phases.bench import Bench, bench_summary
 from specdec.phases.gate import Arm, run_gate
-from specdec.phases.health import unit_failure
-from specdec.phases.host import SERVICE, Ctx, VerifyFailure, now_iso, upload_command
+from specdec.phases.host import VerifyFailure, now_iso, upload_command
 from specdec.phases.process import check_process
-from specdec.plan_types import DynamoPlan
+from specdec.plan_types import Group
 from specdec.rounds import RoundBench
-from specdec.verify import Verifier, engine_url
+from specdec.verify import Verifier, needs_verification, unchanged_report
 from specdec.verify_spec import FileSpec, HostIO, VerifySpec
 
-__all__ = ["GroupFailure", "GroupOps", "GroupVerifier", "Member", "ready_workers"]
-
-
-@dataclass
-class Member:
-    spec: VerifySpec
-    io: HostIO
-    state: release.ReleaseState
-    v: Verifier = field(init=False)
-    restore_to: str | None = None
-
-    def __post_init__(self) -> None:
-        self.v = Verifier(self.spec, self.io)
-        ctx = self.ctx
-        ctx.running, ctx.releases, ctx.last_good = (self.state.current, set(self.state.releases),
-                                                    self.state.last_good)
-        self.v.report["last_good"] = self.state.last_good
-        prior = self.spec.prior_current
-        self.restore_to = self.state.last_good or (prior if prior in ctx.releases else None)
-
-    @property
-    def ctx(self) -> Ctx:
-        return self.v.ctx
-
-    @property
-    def name(self) -> str:
-        return self.spec.plan.host
-
-    @property
-    def dyn(self) -> DynamoPlan:
-        assert self.spec.plan.dynamo is not None
-        return self.spec.plan.dynamo
-
-    @property
-    def system_url(self) -> str:
-        return engine_url(self.dyn.address, self.dyn.system_port)
-
-
-class GroupFailure(Exception):
-    def __init__(self, member: str, phase: str, reason: str) -> None:
-        super().__init__(reason)
-        self.member, self.phase, self.reason = member, phase, " ".join(reason.split())
-
-
-def ready_workers(body: str) -> int:
-    """Workers the frontend's readiness answer counts (over namespaces and worker types)."""
-    try:
-        doc = json.loads(body)
-        spaces = doc.get("namespaces") or {}
-        return sum(int(t.get("workers") or 0) for ns in spaces.values()
-                   for t in (ns.get("worker_types") or {}).values())
-    except (ValueError, AttributeError, TypeError):
-        return 0
+__all__ = ["GroupBench", "GroupVerifier", "Reached", "failed_report", "verify_group"]
 
 
 class GroupBench(Bench):
@@ -130,131 +81,6 @@ class GroupBench(Bench):
 
     def store_baseline(self, rid: str, res: Mapping[str, Any]) -> None:
         return None
-
-
-class GroupOps:
-    """A group's members and frontend: run something on each, switch releases together, wait
-    until the frontend serves with every worker, record the group's measurements."""
-
-    def __init__(self, members: Sequence[Member], time_scale: float | None = None) -> None:
-        self.members = list(members)
-        self.front = next(m for m in self.members if m.dyn.is_frontend)
-        plan = self.front.spec.plan
-        self.url = engine_url(self.front.dyn.frontend_address, plan.port)
-        self.model = plan.served_model_name
-        self.time_scale = time_scale
-        self.io = self.front.io
-        self.cands = {m.name: m.spec.candidate for m in self.members}
-        self.bases = {m.name: m.spec.baseline_id or "" for m in self.members}
-        self.shared: list[dict[str, Any]] = []  # group measurements, copied to every member
-        self.info: dict[str, Any] = {
-            "name": self.front.dyn.group, "frontend": self.front.name, "url": self.url,
-            "members": [m.name for m in self.members], "failed_member": None,
-        }
-
-    # -- members ---------------------------------------------------------------------------------
-    def each(self, what: str, fn: Any) -> None:
-        for m in self.members:
-            try:
-                fn(m)
-            except VerifyFailure as f:
-                raise GroupFailure(m.name, f.phase, f"{what}: {f.reason}") from None
-
-    def switch(self, rids: Mapping[str, str]) -> None:
-        """Every member onto its release in ``rids``; etcd and the frontend restart only where
-        the release changes their units."""
-        for m in self.members:
-            rid = rids[m.name]
-            if m.ctx.running == rid:
-                continue
-            arm = m.ctx._guard_arm(rid, m.spec.plan.health_timeout_s)
-            new = f"releases/{rid}"
-            cmd = (f"cd {layout.STATE_DIR} && old=$(readlink current || true) && "
-                   f"{release.activate(rid)} && {arm + ' && ' if arm else ''}"
-                   f"systemctl daemon-reload && {{ {release.aux_restart('$old', new)}; }} && "
-                   f"systemctl restart {SERVICE}")
-            try:
-                m.ctx.sh(cmd, f"activating release {rid}", 300)
-            except VerifyFailure as f:
-                raise GroupFailure(m.name, "release", f.reason) from None
-            m.ctx.running = rid
-            m.ctx.event(f"activated release {rid} and restarted the worker")
-
-    def wait_ready(self, label: str, phase: str = "health") -> float:
-        """Every member's worker up and healthy, then the frontend ready with all of them."""
-        timeout = float(max(m.spec.plan.health_timeout_s for m in self.members))
-        t0 = self.io.monotonic()
-        restarts0 = {m.name: _int(m.ctx.unit_state().get("NRestarts")) for m in self.members}
-        healthy: set[str] = set()
-        inactive: dict[str, int] = {}
-        last = "no answer yet"
-        while True:
-            for m in self.members:
-                if m.name in healthy:
-                    continue
-                st = m.ctx.unit_state()
-                active, sub = st.get("ActiveState", ""), st.get("SubState", "")
-                n0, n = restarts0[m.name], _int(st.get("NRestarts"))
-                inactive[m.name] = inactive.get(m.name, 0) + 1 if active == "inactive" else 0
-                if (active == "failed" or sub == "auto-restart" or inactive[m.name] >= 2
-                        or (n0 is not None and n is not None and n > n0)):
-                    f = unit_failure(m.ctx, f"{label} on {m.name}", st)
-                    raise GroupFailure(m.name, f.phase, f.reason)
-                status, _ = m.io.http_get(m.system_url + "/health", 5.0)
-                if status == 200:
-                    healthy.add(m.name)
-                    m.ctx.measure(phase, f"time_to_healthy[{label}]",
-                                  round(self.io.monotonic() - t0, 2), timeout, True, "s",
-                                  release=m.ctx.running)
-                else:
-                    last = f"{m.name}'s worker /health answered {status or 'nothing'}"
-            if len(healthy) == len(self.members):
-                path, status, workers = self.frontend_workers()
-                if workers == len(self.members):
-                    took = self.io.monotonic() - t0
-                    self._measure(phase, f"group_ready[{label}]", round(took, 2), timeout, True,
-                                  "s", workers=workers)
-                    return took
-                last = (f"the frontend counts {workers} of {len(self.members)} workers"
-                        if status == 200 else f"the frontend's {path} answered "
-                        f"{status or 'nothing'}")
-            elapsed = self.io.monotonic() - t0
-            if elapsed >= timeout:
-                who = next((m.name for m in self.members if m.name not in healthy),
-                           self.front.name)
-                raise GroupFailure(who, "health", f"{label} not ready after {timeout:.0f}s "
-                                   f"(health_timeout_s): {last}")
-            self.io.sleep(min(self.front.spec.poll_s, max(0.0, timeout - elapsed)))
-
-    def frontend_workers(self) -> tuple[str, int, int]:
-        """The frontend's readiness route for the model: (path, HTTP status, workers it
-        counts; 0 unless it answered 200)."""
-        path = READY_PATH.format(model=urllib.parse.quote(self.model, safe=""))
-        status, body = self.io.http_get(self.url + path, 5.0)
-        return path, status, ready_workers(body) if status == 200 else 0
-
-    def serving_as_verified(self) -> bool:
-        """Every member is a worker behind the frontend now (an unchanged group needs no more)."""
-        return self.frontend_workers()[2] == len(self.members)
-
-    # -- measurement ---------------------------------------------------------------------------
-    def _measure(self, phase: str, name: str, value: Any, threshold: Any = None,
-                 ok: bool | None = None, unit: str | None = None, **extra: Any) -> None:
-        self.shared.append({"phase": phase, "name": name, "value": value,
-                            "threshold": threshold, "unit": unit, "ok": ok, "time": now_iso(),
-                            **extra})
-
-    def _counters(self) -> Counters:
-        total = Counters(per_pos=None)
-        for m in self.members:
-            status, body = m.io.http_get(m.system_url + "/metrics", 10.0)
-            if status == 200:
-                try:
-                    total = add_counters(total, parse_vllm(body))
-                except BenchError:
-                    continue
-        return total
-
 
 
 class GroupVerifier(GroupOps):
@@ -363,8 +189,7 @@ class GroupVerifier(GroupOps):
         for m in self.members:
             m.v.report.update(figures)
             m.v.report["measurements"].extend(self.shared)
-            role = "etcd, frontend, worker" if m.dyn.is_frontend else "worker"
-            m.v.report["group"] = {**self.info, "role": role}
+            m.v.report["group"] = {**self.info, "role": m.seat.role}
             if outcome in ("kept", "disabled"):
                 m.v._roofline()
             out[m.name] = m.ctx.finish(outcome, "done" if done else
@@ -383,7 +208,7 @@ class GroupVerifier(GroupOps):
         for m in self.members:
             if m.restore_to is None or m.restore_to not in m.ctx.releases:
                 problems.append(f"{m.name} has no last-good release")
-                _stop_failing(m)
+                stop_failing(m)
                 continue
             restored[m.name] = m.restore_to
         try:
@@ -407,18 +232,76 @@ class GroupVerifier(GroupOps):
         return self._finish(outcome, f"member {what}; {note}")
 
 
-def _stop_failing(m: Member) -> None:
-    try:
-        st = m.ctx.unit_state()
-        if st.get("ActiveState") in ("failed", "activating") or st.get("SubState") == \
-                "auto-restart":
-            m.io.run(f"systemctl stop {SERVICE}", 120)
-    except Exception:  # noqa: BLE001 - best effort on an already failed host
-        pass
+@dataclass(frozen=True)
+class Reached:
+    """A member the deploy reached: what to verify on it, its host, whether serve restarted its
+    engine in this run."""
+
+    spec: VerifySpec
+    io: HostIO
+    restarted: bool = False
 
 
-def _int(v: str | None) -> int | None:
-    try:
-        return int(v) if v not in (None, "", "[not set]") else None
-    except ValueError:
-        return None
+def failed_report(spec: VerifySpec, io: HostIO, group: Group, why: str) -> dict[str, Any]:
+    """A member's report when its group could not be verified at all."""
+    v = Verifier(spec, io)
+    v.report["group"] = {**group.to_dict(), "outcome": "failed"}
+    return v.finish("failed", "group", why)
+
+
+def verify_group(group: Group, reached: Mapping[str, Reached], lost: Sequence[str],
+                 previous: Callable[[VerifySpec], dict[str, Any] | None]
+                 ) -> dict[str, dict[str, Any]]:
+    """Every reached member's report: ``unchanged`` when every release stands verified and the
+    group serves with every worker; otherwise verified as one (`GroupVerifier`); restored to
+    last-good when a member (``lost``, or one whose state cannot be read) is gone.
+    ``previous``: a member's last verification report (its figures are carried over)."""
+    lost = list(lost)
+    members: list[Member] = []
+    why: dict[str, str] = {}
+    for name in group.members:
+        r = reached.get(name)
+        if name in lost or r is None:
+            continue
+        ok, out = r.io.run(release.read_state(), 60)
+        if not ok:
+            lost.append(name)
+            continue
+        state = release.parse_state(out)
+        members.append(Member(r.spec, r.io, state))
+        reason = needs_verification(state, r.spec.desired, r.restarted, r.spec.reverify)
+        if reason:
+            why[name] = reason
+    front = next((m for m in members if m.seat.is_frontend), None)
+    scale = time_scale(members)
+    if lost or front is None:
+        failed = lost[0] if lost else group.frontend
+        text = "the deploy failed on this member before the group could be verified"
+        if front is None:
+            return {m.name: failed_report(m.spec, m.io, group, f"group {group.name}: {failed}: "
+                                          f"{text}; the frontend member is lost")
+                    for m in members}
+        return GroupVerifier(members, scale).recover(GroupFailure(failed, "deploy", text))
+    gv = GroupVerifier(members, scale)
+    if not why and gv.serving_as_verified():
+        reports: dict[str, Any] = {}
+        for m in members:
+            rep = unchanged_report(m.spec, m.state, (200, ""), previous(m.spec))
+            rep["group"] = {**group.to_dict(), "outcome": "unchanged", "url": gv.url}
+            reports[m.name] = rep
+        return reports
+    return gv.run()
+
+
+def time_scale(members: Sequence[Member]) -> float | None:
+    """The lab's engine emulator runs at SPECDEC_EMU_TIME_SCALE (a group's endpoint has no
+    /lab/truth to ask): its figures become device time."""
+    for m in members:
+        raw = dict(m.spec.plan.env).get("SPECDEC_EMU_TIME_SCALE")
+        try:
+            scale = float(raw) if raw else None
+        except ValueError:
+            scale = None
+        if scale and scale > 0:
+            return scale
+    return None

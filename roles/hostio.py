@@ -1,0 +1,99 @@
+"""The verifier's world on pyinfra hosts: `HostIO` on the host an operation runs on
+(`PyinfraIO`) or on another host of the run (`MemberIO`), and the host reports written on the
+control node."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from pyinfra import host
+from pyinfra.api import StringCommand
+from pyinfra.context import ctx_host
+
+from roles.lock import host_run, run_dir
+from specdec import verify as sv
+from specdec.bench import remote
+from specdec.report import write_host_report
+from specdec.rounds import RoundBench
+from specdec.verify_spec import VerifySpec
+
+__all__ = ["MemberIO", "PyinfraIO", "previous_report", "write_report"]
+
+
+class PyinfraIO:
+    """`specdec.verify_spec.HostIO` on a pyinfra host, inside an executing operation."""
+
+    def __init__(self, conn: dict[str, Any], spec: VerifySpec) -> None:
+        self.conn = conn
+        self.spec = spec
+
+    def run(self, command: str, timeout: float | None = None) -> tuple[bool, list[str]]:
+        return host_run(command, self.conn, timeout)
+
+    def http_get(self, url: str, timeout: float) -> tuple[int, str]:
+        return sv.http_get(url, timeout)
+
+    def bench(self, url: str, model: str, out: Path, run: RoundBench) -> dict[str, Any]:
+        mode, timeout = self.spec.bench_mode, self.spec.bench.timeout_s
+        if mode == "control":  # the target's tokenizer counts tokens if there is no usage
+            res = sv.bench_subprocess(url, model, out, run, timeout,
+                                      tokenizer=self.spec.plan.model)
+            res["runner"] = {"where": "control"}
+        else:  # beside the engine, against loopback: no link in the figures
+            res = remote.run_on_host(self.run, remote.bundle(), self.spec.plan.port, model,
+                                     run.argv(), timeout, mode, self.spec.plan.image)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(res, indent=1) + "\n")
+        return res
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)  # gevent-patched under the pyinfra CLI
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+
+class MemberIO(PyinfraIO):
+    """`specdec.verify_spec.HostIO` on another host of the run (a serving group's member)."""
+
+    def __init__(self, member: Any, conn: dict[str, Any], spec: VerifySpec) -> None:
+        super().__init__(conn, spec)
+        self.member = member
+
+    def run(self, command: str, timeout: float | None = None) -> tuple[bool, list[str]]:
+        kwargs = dict(self.conn)
+        if timeout:
+            kwargs["_timeout"] = int(timeout)
+        st = self.member.state
+        with ctx_host.use(self.member):
+            ok, output = self.member.run_shell_command(
+                StringCommand(command), print_output=st.print_output,
+                print_input=st.print_input, **kwargs)
+        return bool(ok), list(output.stdout_lines)
+
+
+def last_verified(spec: VerifySpec) -> Path | None:
+    return spec.cache_dir / "last-verified.json" if spec.cache_dir is not None else None
+
+
+def write_report(rep: dict[str, Any], secret: str | None, spec: VerifySpec | None = None) -> None:
+    try:
+        path = write_host_report(run_dir(), rep, secret)
+        last = last_verified(spec) if spec is not None else None
+        if last is not None and rep.get("outcome") in sv.VERIFIED:
+            last.parent.mkdir(parents=True, exist_ok=True)
+            last.write_text(path.read_text())  # already scrubbed
+    except OSError as exc:
+        host.noop(f"could not write the report: {exc.strerror or exc}")
+
+
+def previous_report(spec: VerifySpec) -> dict[str, Any] | None:
+    last = last_verified(spec)
+    try:
+        doc = json.loads(last.read_text()) if last is not None else None
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
