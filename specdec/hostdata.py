@@ -20,7 +20,14 @@ from specdec.errors import REDACTED, ConfigError, redact
 from specdec.hostkeys import SECRET_MARKERS, KeyReader, key_text
 from specdec.layout import SERVICE_USER
 from specdec.plan_types import GatePolicy
-from specdec.settings import DEFAULT_HEALTH_TIMEOUT, DEFAULT_MEMLOCK, PREFIX, HostSettings
+from specdec.settings import (
+    BENCH_MODES,
+    DEFAULT_BENCH_MODE,
+    DEFAULT_HEALTH_TIMEOUT,
+    DEFAULT_MEMLOCK,
+    PREFIX,
+    HostSettings,
+)
 
 __all__ = [
     "DEFAULT_HEALTH_TIMEOUT",
@@ -168,9 +175,7 @@ def _gate(r: KeyReader) -> GatePolicy:
 
 def _bench_mode(r: KeyReader) -> str:
     """host (the host's python3), image (the engine's image) or control (the control node)."""
-    from specdec.bench.remote import DEFAULT_MODE, MODES
-
-    mode = r.str_("specdec_bench_mode", MODES) or DEFAULT_MODE
+    mode = r.str_("specdec_bench_mode", BENCH_MODES) or DEFAULT_BENCH_MODE
     if mode == "image" and r.get("specdec_runtime") == "native":
         raise r.fail("specdec_bench_mode", mode, "the native runtime has no engine image; "
                                                  "use host or control")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "hub_env",
     "AUX_SERVICES",
     "CONFIG_DIR",
     "DYNAMO_VENV",
@@ -57,3 +58,14 @@ def release_dir(release_id: str) -> str:
 def local_model_dir(repo: str) -> str:
     """Where ``hf download REPO --local-dir`` puts a repo for engines that need a directory."""
     return f"{LOCAL_MODELS}/{repo.replace('/', '--')}"
+
+
+def hub_env() -> list[tuple[str, str]]:
+    """Every variable through which an image may point the Hub cache elsewhere, set to the host
+    cache. huggingface_hub (constants.py) reads HF_HUB_CACHE, then HUGGINGFACE_HUB_CACHE, then
+    HF_HOME/hub; transformers reads TRANSFORMERS_CACHE; jetson-containers images set the last
+    three to /data/models/huggingface (packages/llm/huggingface_hub/Dockerfile), which would
+    otherwise win over HF_HOME."""
+    hub = f"{HF_HOME}/hub"
+    return [("HF_HOME", HF_HOME), ("HF_HUB_CACHE", hub), ("HUGGINGFACE_HUB_CACHE", hub),
+            ("TRANSFORMERS_CACHE", hub)]

@@ -3,7 +3,7 @@
 * **Hub snapshots.** ``hf download`` (or ``huggingface-cli download`` in images with a
   huggingface_hub older than 0.34: whichever the image has) into the host cache, inside the
   plan's image (docker) or on the host (native), with every Hub cache variable pointed at the
-  host cache (`specdec.render.hub_env`). Only a download that finished writes a *completion
+  host cache (`specdec.layout.hub_env`). Only a download that finished writes a *completion
   record* (``$HF_HOME/.specdec/complete/<key>``: the revision, then every file of the snapshot);
   a snapshot counts as cached only when the record exists, the revision is still the one
   ``refs/main`` names, and every file it lists resolves. A half-finished download has no record
@@ -20,6 +20,7 @@ import shlex
 
 from specdec import layout
 from specdec.engines.trtllm.facts import TIKTOKEN_FILES, TIKTOKEN_URL
+from specdec.layout import hub_env
 
 __all__ = [
     "CONTAINER_HF_TOKEN",
@@ -53,8 +54,6 @@ def record_path(repo: str, local_dir: str | None = None) -> str:
 
 
 def _hub_env_words() -> list[str]:
-    from specdec.render import hub_env
-
     return [f"{k}={v}" for k, v in hub_env()]
 
 

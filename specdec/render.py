@@ -16,6 +16,7 @@ from specdec.engines.base import Engine, describe_speculation
 from specdec.engines.registry import ENGINES, engine_of
 from specdec.engines.vllm.engine import speculative_config as vllm_speculative_config
 from specdec.errors import RenderError
+from specdec.layout import hub_env
 from specdec.plan_types import Plan
 from specdec.unitfile import env_assignment, exec_line, systemd_quote, template
 
@@ -85,17 +86,6 @@ class Rendered:
     def host_files(self) -> tuple[RenderedFile, ...]:
         prefix = self.release_dir + "/"
         return tuple(f for f in self.files if not f.path.startswith(prefix))
-
-
-def hub_env() -> list[tuple[str, str]]:
-    """Every variable through which an image may point the Hub cache elsewhere, set to the host
-    cache. huggingface_hub (constants.py) reads HF_HUB_CACHE, then HUGGINGFACE_HUB_CACHE, then
-    HF_HOME/hub; transformers reads TRANSFORMERS_CACHE; jetson-containers images set the last
-    three to /data/models/huggingface (packages/llm/huggingface_hub/Dockerfile), which would
-    otherwise win over HF_HOME."""
-    hub = f"{layout.HF_HOME}/hub"
-    return [("HF_HOME", layout.HF_HOME), ("HF_HUB_CACHE", hub), ("HUGGINGFACE_HUB_CACHE", hub),
-            ("TRANSFORMERS_CACHE", hub)]
 
 
 def _engine(plan: Plan) -> Engine:

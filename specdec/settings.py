@@ -9,11 +9,16 @@ from typing import Any
 from specdec.layout import SERVICE_USER
 from specdec.plan_types import GatePolicy
 
-__all__ = ["DEFAULT_HEALTH_TIMEOUT", "DEFAULT_MEMLOCK", "PREFIX", "HostSettings"]
+__all__ = ["BENCH_MODES", "DEFAULT_BENCH_MODE", "DEFAULT_HEALTH_TIMEOUT", "DEFAULT_MEMLOCK",
+           "PREFIX", "HostSettings"]
 
 PREFIX = "specdec_"
 DEFAULT_MEMLOCK = "unlimited"
 DEFAULT_HEALTH_TIMEOUT = 900
+# where the benchmark client runs: beside the engine (the host's python3), in the engine's
+# image, or on the control node (`specdec.bench.remote`)
+BENCH_MODES = ("host", "image", "control")
+DEFAULT_BENCH_MODE = "host"
 
 
 @dataclass(frozen=True)
@@ -47,7 +52,7 @@ class HostSettings:
     hf_token_file: str | None = None
     reverify: bool = False
     verify: bool = True  # False: provision and release only (no benchmark/gate)
-    bench_mode: str = "host"  # where the benchmark client runs (specdec.bench.remote.MODES)
+    bench_mode: str = DEFAULT_BENCH_MODE  # where the benchmark client runs (BENCH_MODES)
     service_user: str = SERVICE_USER
     # A serving group (engines that serve one model from several hosts): its name and the
     # member that runs the group's frontend.

@@ -36,6 +36,7 @@ from typing import Any
 from specdec.bench.onhost.cli import MARKER
 from specdec.bench.prompts import PromptSet, builtin_prompts
 from specdec.errors import BenchError
+from specdec.settings import BENCH_MODES, DEFAULT_BENCH_MODE
 
 __all__ = [
     "BENCH_DIR",
@@ -51,8 +52,7 @@ __all__ = [
     "upload_commands",
 ]
 
-MODES = ("host", "image", "control")
-DEFAULT_MODE = "host"
+MODES, DEFAULT_MODE = BENCH_MODES, DEFAULT_BENCH_MODE
 BENCH_DIR = "/var/lib/specdec/bench"
 _CHUNK = 48 * 1024  # base64 characters per upload command (a shell argument is capped at 128K)
 Run = Callable[[str, float | None], tuple[bool, list[str]]]

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from specdec.catalog.images import Image, parse_images
+from specdec.catalog.images import Image, parse_image_ref, parse_images
 from specdec.engines.version import Version
 from specdec.errors import ConfigError
 
@@ -192,8 +192,6 @@ class Catalog:
 
     def image_for(self, ref: str) -> Image | None:
         """The catalog image ``ref`` is, or mirrors (same repository path and tag)."""
-        from specdec.catalog.images import parse_image_ref
-
         parsed = parse_image_ref(ref)
         if parsed is None:
             return None

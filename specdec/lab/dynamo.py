@@ -33,10 +33,15 @@ from pathlib import Path
 from typing import Any
 
 from specdec import layout
+from specdec.catalog import load_catalog
 from specdec.errors import LabError
 from specdec.filelock import locked
+from specdec.groups.inventory import groups_of
+from specdec.hostdata import parse_hosts
+from specdec.inventory import load_inventory
 from specdec.lab.paths import CACHE_DIR
 from specdec.lab.spec import LabHost
+from specdec.lab.system import run
 
 __all__ = ["MAIN_STANDIN", "ensure_venv", "group_routes", "lab_groups", "nspawn_binds",
            "requirements", "venv_path"]
@@ -62,8 +67,6 @@ def main():
 
 def dynamo_release() -> str:
     """The Dynamo release of the catalog's Dynamo image (what the lab's Sparks run)."""
-    from specdec.catalog import load_catalog
-
     versions = sorted(i.engine_version for i in load_catalog().images.values()
                       if i.engine == "dynamo" and i.channel == "ga")
     if not versions:
@@ -190,10 +193,6 @@ def nspawn_binds(h: LabHost, host_dir: Path) -> list[str]:
 
 def lab_groups(inventory: str, limit: str | None = None) -> dict[str, list[str]]:
     """Host -> the members of its serving group (Dynamo hosts of the inventory only)."""
-    from specdec.groups.inventory import groups_of
-    from specdec.hostdata import parse_hosts
-    from specdec.inventory import load_inventory
-
     groups = groups_of(parse_hosts(load_inventory(inventory, limit)))
     return {h: list(g.members) for h, g in groups.items()}
 
@@ -205,14 +204,8 @@ def group_routes(hosts: list[LabHost], groups: dict[str, list[str]]) -> None:
         peers = [by_name[m] for m in groups.get(h.name, []) if m != h.name and m in by_name]
         if not peers:
             continue
-        _run(["sysctl", "-q", "-w", f"net.ipv4.conf.{h.veth}.forwarding=1"],
+        run(["sysctl", "-q", "-w", f"net.ipv4.conf.{h.veth}.forwarding=1"],
              f"{h.name}: forwarding on {h.veth}")
         for p in peers:
-            _run(["ip", "-n", h.netns, "route", "replace", f"{p.address}/32", "via",
+            run(["ip", "-n", h.netns, "route", "replace", f"{p.address}/32", "via",
                   h.gateway], f"{h.name}: route to group member {p.name}")
-
-
-def _run(argv: list[str], what: str) -> None:
-    from specdec.lab.system import run
-
-    run(argv, what)

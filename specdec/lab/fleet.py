@@ -22,7 +22,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from specdec.engines.registry import engine
 from specdec.errors import LabError
+from specdec.groups.inventory import groups_of
+from specdec.hostdata import parse_hosts
+from specdec.inventory import load_inventory
 from specdec.lab import dynamo, images, link
 from specdec.lab import host as hostmod
 from specdec.lab.instance import Instance
@@ -348,11 +352,6 @@ def host_status(h: LabHost, up_: bool, probe: str | None = None) -> dict[str, An
 
 def _probes(inventory: str, limit: str | None) -> dict[str, str]:
     """Dynamo worker-only members serve no OpenAI API: their worker's system /health."""
-    from specdec.engines.registry import engine
-    from specdec.groups.inventory import groups_of
-    from specdec.hostdata import parse_hosts
-    from specdec.inventory import load_inventory
-
     settings = parse_hosts(load_inventory(inventory, limit))
     groups = groups_of(settings)
     out = {}
