@@ -439,3 +439,21 @@ def test_spark_gpt_oss_gets_its_local_head_and_tiktoken(spark_world, monkeypatch
     assert len(fetches) == 2 and all("sha256sum -c" in c for c in fetches)
     again = run_deploy(monkeypatch, converged(spark_world, hp, TOKEN), SPARK)
     assert again.commands == []
+
+
+def test_host_data_is_parsed_once_per_host_per_run(agx_world, monkeypatch):
+    import specdec.hostdata as hostdata
+
+    parsed: list[str] = []
+    check = hostdata._check_unknown
+
+    def counting(host, data):
+        parsed.append(host)
+        return check(host, data)
+
+    monkeypatch.setattr(hostdata, "_check_unknown", counting)
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    others = [("@fake/orin-2", AGX), ("@fake/orin-3", AGX_UNGATED)]
+    r = run_deploy(monkeypatch, agx_world, AGX, others=others)
+    assert not r.failed
+    assert sorted(parsed) == sorted([HOST, "@fake/orin-2", "@fake/orin-3"])
