@@ -143,3 +143,35 @@ def test_readme_lists_the_default_images() -> None:
             img = cat.default_image(dev, engine, "36.4.3" if dev.is_jetson else None)
             assert img is not None
             assert f"| `{img.ref}` | {img.engine_version} |" in readme, (dev.id, engine)
+
+
+def test_every_catalog_engine_has_an_implementation() -> None:
+    from specdec.catalog import ENGINES as CATALOG_ENGINES
+    from specdec.engines.registry import ENGINES
+
+    assert sorted(ENGINES) == sorted(CATALOG_ENGINES)
+    for name, e in ENGINES.items():
+        assert e.name == name and e.label and e.version_probe().endswith("fi")
+        assert e.serves_groups == bool(e.group_kind)
+
+
+def test_no_engine_name_is_tested_outside_the_engines() -> None:
+    """The generic flow reaches engines through `specdec.engines.registry` only (the emulator,
+    the lab, the contract and the catalog data are about particular engines)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    test = re.compile(r"""(==|!=)\s*["'](vllm|trtllm|dynamo)["']|["'](vllm|trtllm|dynamo)["']"""
+                      r"""\s*(==|!=)|\bin\s*\(["'](vllm|trtllm|dynamo)["']""")
+    allowed = ("specdec/engines/", "specdec/emulator/", "specdec/lab/", "specdec/contract/",
+               "specdec/catalog/")
+    found = []
+    for path in [*root.glob("specdec/**/*.py"), *root.glob("roles/*.py"),
+                 *root.glob("deploys/*.py")]:
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith(allowed):
+            continue
+        found += [f"{rel}:{i}" for i, line in enumerate(path.read_text().splitlines(), 1)
+                  if test.search(line)]
+    assert found == []
