@@ -48,7 +48,7 @@ from specdec.plan_types import http_url
 from specdec.power import PowerState
 from specdec.release import ReleaseState
 from specdec.report import reports_root, safe_name
-from specdec.verify_spec import FileSpec, HostIO, Roofline, VerifySpec
+from specdec.verify_spec import HostIO, Roofline, VerifySpec
 
 __all__ = ["PyinfraIO", "bench_settings", "make_io", "verify", "verify_spec"]
 
@@ -184,8 +184,7 @@ def verify_spec(hp: HostPlan, served: ServeResult, token: HiddenValue | None,
     if prior is None:
         prior = host.get_fact(SpecdecReleases)  # before this run changes anything
     base = hp.baseline
-    files = tuple(FileSpec(f.path, f.content, f.mode, f.owner, f.group)
-                  for f in (base.release_files if base is not None else ()))
+    files = base.release_files if base is not None else ()
     secret = token.unmask() if token is not None else None
     roofline = _roofline(hp)
     return VerifySpec(

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from specdec.plan_types import Plan
+from specdec.render import RenderedFile as FileSpec  # a file verification writes on the host
 from specdec.rounds import BenchSettings, RoundBench
 
 __all__ = ["FileSpec", "HostIO", "Roofline", "VerifySpec"]
@@ -31,15 +32,6 @@ class HostIO(Protocol):
     def sleep(self, seconds: float) -> None: ...
 
     def monotonic(self) -> float: ...
-
-
-@dataclass(frozen=True)
-class FileSpec:
-    path: str
-    content: str
-    mode: str = "0644"
-    owner: str = "root"
-    group: str = "root"
 
 
 @dataclass(frozen=True)

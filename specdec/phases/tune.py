@@ -44,8 +44,7 @@ def per_batch_supported(plan: Plan) -> bool:
 def release_files(plan: Plan) -> tuple[str, tuple[FileSpec, ...]]:
     """A plan's release id and its files as the verifier uploads them."""
     r = render(plan)
-    return r.release_id, tuple(FileSpec(f.path, f.content, f.mode, f.owner, f.group)
-                               for f in r.release_files)
+    return r.release_id, r.release_files
 
 
 def _point_plan(plan: Plan, cfg: Config) -> Plan:
