@@ -30,6 +30,10 @@ def lab_inventory_pinned(env: dict[str, str]) -> Iterator[None]:
     """`inventories/lab.py` as on a machine where the lab was never built: the lab's image
     mirrors carry no ``@sha256:`` digest (private: `specdec.lab.images.digests_file`, the
     cache of pushed digests, is pointed at a file that does not exist)."""
+    # `load_inventory` loads in this process once pyinfra_cli is imported: the patched
+    # digests_file below then applies to the inventory too
+    import pyinfra_cli.inventory  # noqa: F401
+
     import specdec.lab.images as images
 
     saved_env = {k: os.environ.get(k) for k in (*env, *LAB_ENV_UNSET)}
