@@ -25,6 +25,8 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from pathlib import Path
 
 REPO = Path(os.getcwd()).resolve()
@@ -73,8 +75,9 @@ def compute(name: str, quick: bool, jobs: int, done: dict[str, Domain]) -> Domai
         for which, entry in pmap(plans.run_chunk, cases, jobs):
             done[which].extend([entry])
         return done[name]
-    if name == "inventories":
-        plans.inventories(dom, REPO)
+    if name == "inventories":  # in a child: pyinfra_cli, which it imports, patches this one
+        with ProcessPoolExecutor(1, mp_context=get_context("fork")) as ex:
+            dom = ex.submit(_inventories).result()
     elif name == "bench":
         bench.run(dom, quick)
     elif name == "engine":
@@ -87,6 +90,12 @@ def compute(name: str, quick: bool, jobs: int, done: dict[str, Domain]) -> Domai
         decisions.tune(dom, quick)
     elif name == "reports":
         decisions.reports(dom)
+    return dom
+
+
+def _inventories() -> Domain:
+    dom = Domain("inventories")
+    plans.inventories(dom, REPO)
     return dom
 
 
