@@ -33,6 +33,9 @@ def register(subparsers: Any) -> None:
     r.add_argument("--reports", metavar="DIR", help="reports root (default: ./reports)")
     r.add_argument("--data", action="append", default=None, metavar="KEY=VALUE",
                    help="pass to pyinfra --data (e.g. specdec_reverify=true); repeatable")
+    r.add_argument("--parallel", type=int, metavar="N",
+                   help="pyinfra --parallel: hosts worked on at once (default pyinfra's: "
+                        "min(20 x CPUs, inventory size, open-files limit / 3))")
     r.add_argument("--shard", metavar="I/N",
                    help="roll out shard I of N of the fleet (N control nodes, one run id; "
                         "canary, budget, claims and tune cache shared through --store)")
@@ -58,6 +61,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     from specdec.report import check_run_id, new_run_id, reports_root
     from specdec.resume import load_params, resume_round, to_resume
 
+    if args.parallel is not None and args.parallel < 1:
+        raise RolloutError(f"--parallel={args.parallel}: must be at least 1")
     if args.resume and args.run_id:
         raise RolloutError("--resume RUN and --run-id: give one (a resumed run keeps its id)")
     root = ro.check_reports_dir(reports_root(args.reports))
@@ -125,6 +130,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         run_id=run_id,
         reports_root=root,
         data=tuple(data),
+        extra_args=("--parallel", str(args.parallel)) if args.parallel else (),
         meta={s.host: ro.host_meta(s) for s in settings},
         resume=bool(args.resume) or bool(args.shard and ro.existing_run(root, run_id)),
         params={"batches": spec, "max_fail_percent": str(max_fail),

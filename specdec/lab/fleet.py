@@ -29,6 +29,7 @@ from specdec.hostdata import parse_hosts
 from specdec.inventory import load_inventory
 from specdec.lab import dynamo, images, link
 from specdec.lab import host as hostmod
+from specdec.lab.footprint import netns_pss_kib
 from specdec.lab.instance import Instance
 from specdec.lab.rootfs import HOST_RECIPE, IMAGE_RECIPE, cached_rootfs, ensure_rootfs
 from specdec.lab.spec import LabHost, lab_hosts
@@ -263,11 +264,19 @@ def _bring_up(inst: Instance, state: dict[str, Any], hosts: list[LabHost], host_
             _record(inst, state, h.name, "link", link.apply(
                 h.netns, h.veth, h.link, hostmod.host_dir(h) / "link.log"))
             log(f"{h.name}: link {h.link}")
-        _record(inst, state, h.name, "registry", hostmod.start_registry(h))
+    # One registry per instance, on its first host (a site's registry host): every other host
+    # pulls through it (`host.pull_through`), as a fleet's devices pull from their site's.
+    site = hosts[0]
+    deadline = time.monotonic() + 30 + len(hosts)
+    _record(inst, state, site.name, "registry", hostmod.start_registry(site))
+    state["registry_host"] = site.name
     dynamo.group_routes(hosts, groups or {})
-    for h in hosts:
+    _wait_registry(site, deadline)
+    for h in hosts[1:]:
+        hostmod.pull_through(h, site)
         _wait_registry(h, deadline)
-    images.push(built, hosts[0].netns)
+    images.push(built, site.netns)
+    booted_at: dict[str, float] = {}
     # The inventory pins these while the lab is up (see images.pinned_ref).
     state["images"] = built.pinned()
     save_state(inst, state)
@@ -277,6 +286,7 @@ def _bring_up(inst: Instance, state: dict[str, Any], hosts: list[LabHost], host_
         hostmod.mount_root(h, host_root)
         hostmod.prepare_root(h, root)
         _record(inst, state, h.name, "nspawn", hostmod.boot(h, root))
+        booted_at[h.name] = time.monotonic()
         log(f"{h.name}: booting {h.device} at {h.address}")
     deadline = time.monotonic() + BOOT_TIMEOUT
     errors: list[LabError] = []
@@ -287,7 +297,9 @@ def _bring_up(inst: Instance, state: dict[str, Any], hosts: list[LabHost], host_
             if rec is None:
                 raise LabError("systemd-nspawn exited at once", host=h.name)
             system = _wait_booted(h, Proc(rec["pid"], rec["start"]), deadline)
-            log(f"{h.name}: up ({system})")
+            took = time.monotonic() - booted_at[h.name]
+            state["hosts"][h.name]["boot_s"] = round(took, 1)
+            log(f"{h.name}: up ({system}) in {took:.1f}s")
         except LabError as exc:
             errors.append(exc)
         except Exception as exc:  # noqa: BLE001 - reported as one line below
@@ -298,6 +310,7 @@ def _bring_up(inst: Instance, state: dict[str, Any], hosts: list[LabHost], host_
         t.start()
     for t in threads:
         t.join()
+    save_state(inst, state)
     if errors:
         raise errors[0]
 
@@ -381,6 +394,15 @@ def status(inventory: str, limit: str | None = None,
         t.start()
     for t in threads:
         t.join()
+    links = {h.netns: [int(rec["link"]["pid"])] for h in hosts
+             if isinstance(rec := recorded.get(h.name, {}).get("link"), dict)
+             and isinstance(rec.get("pid"), int)}
+    pss = netns_pss_kib([h.netns for h in hosts if h.name in recorded], links)
+    for h in hosts:
+        if h.netns in pss:
+            results[h.name]["memory_mib"] = round(pss[h.netns] / 1024, 1)
+            results[h.name]["boot_s"] = recorded[h.name].get("boot_s")
+            results[h.name]["registry"] = recorded[h.name].get("registry") is not None
     return [results[h.name] for h in hosts]
 
 
