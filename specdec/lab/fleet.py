@@ -250,10 +250,29 @@ def up(inventory: str, *, limit: str | None = None, log: Log = _noop,
         return state
 
 
+INOTIFY = Path("/proc/sys/fs/inotify/max_user_instances")
+
+
+def _inotify_room(n: int, log: Log) -> None:
+    """Each booted host's systemd, journald, dbus and Docker hold inotify instances of root
+    (no user namespace), counted against one per-user limit, 128 by default: about 20 hosts
+    boot, the next one's nspawn exits. Raise it (never lower it) to room for ``n`` more hosts
+    beside what runs."""
+    try:
+        now = int(INOTIFY.read_text())
+    except (OSError, ValueError):
+        return
+    want = max(1024, 128 + 16 * n)
+    if now < want:
+        INOTIFY.write_text(f"{want}\n")
+        log(f"fs.inotify.max_user_instances: {now} -> {want} (systemd in {n} hosts)")
+
+
 def _bring_up(inst: Instance, state: dict[str, Any], hosts: list[LabHost], host_root: Path,
               built: images.BuiltImages, log: Log,
               groups: dict[str, list[str]] | None = None) -> None:
     hostmod.ensure_nspawn_run()
+    _inotify_room(len(hosts), log)
     deadline = time.monotonic() + 30
     for h in hosts:
         hostmod.host_dir(h).mkdir(parents=True, exist_ok=True)
