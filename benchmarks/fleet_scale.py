@@ -90,17 +90,33 @@ class SynCounter:
 
 
 def measured(what: str, argv: list[str], env: dict[str, str], syn: SynCounter,
-             during: Any = None) -> Run:
+             during: Any = None, log: Path | None = None) -> Run:
+    """Run ``argv`` as its own process tree; its output, each line with the seconds since the
+    start, goes to ``log`` (where the time went)."""
     before = syn.count()
     t0 = time.monotonic()
     with tempfile.TemporaryFile("w+") as out:
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        lines: list[str] = []
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                out.write(line)
+                out.flush()
+                lines.append(f"{time.monotonic() - t0:8.2f} {line}")
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
         if during is not None:
             threading.Thread(target=during, args=(out,), daemon=True).start()
         _, status, ru = os.wait4(proc.pid, 0)
         wall = time.monotonic() - t0
-        out.seek(0)
-        text = out.read()
+        reader.join(30)
+        text = "".join(line[9:] for line in lines)
+    if log is not None:
+        log.write_text("".join(lines))
     rc = os.waitstatus_to_exitcode(status)
     tail = " | ".join(text.strip().splitlines()[-3:])[-400:]
     return Run(what, rc, wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024,
@@ -136,12 +152,15 @@ def one_size(size: int, inst: Instance, parallel: int, dropoff: bool,
         pyinfra = [sys.executable, "-m", "pyinfra", "-y", *par, INVENTORY, DEPLOY]
         runs = []
         with SynCounter(inst) as syn:
+            logs = reports.parent / "logs"
+            logs.mkdir(exist_ok=True)
             runs.append(measured("provision", [*pyinfra, "--data", "specdec_verify=false"],
-                                 env, syn))
+                                 env, syn, log=logs / f"provision-{size}.log"))
             runs.append(measured("rollout", [
                 sys.executable, "-m", "specdec", "rollout", INVENTORY, *par, "--batches",
-                "1,25%,100%", "--reports", str(reports), "--run-id", f"scale{size}"], env, syn))
-            runs.append(measured("no-op", pyinfra, env, syn))
+                "1,25%,100%", "--reports", str(reports), "--run-id", f"scale{size}"], env, syn,
+                log=logs / f"rollout-{size}.log"))
+            runs.append(measured("no-op", pyinfra, env, syn, log=logs / f"noop-{size}.log"))
             if dropoff:
                 out["dropoff"] = drill(size, env, par, reports, syn)
         out["runs"] = [r.__dict__ for r in runs]
@@ -197,16 +216,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--instance", default="fscale")
     ap.add_argument("--no-dropoff", action="store_true")
     ap.add_argument("--json", metavar="FILE")
+    ap.add_argument("--logs", metavar="DIR", help="keep reports and timed logs here")
     args = ap.parse_args(argv)
     inst = Instance(args.instance)
     sizes = [int(x) for x in args.sizes.split(",")]
     results = []
-    with tempfile.TemporaryDirectory(prefix="fleet-scale-") as tmp:
-        for size in sizes:
-            dropoff = not args.no_dropoff and size == max(sizes)
-            r = one_size(size, inst, args.parallel, dropoff, Path(tmp))
-            results.append(r)
-            print(json.dumps(r), file=sys.stderr, flush=True)
+    work = Path(args.logs) if args.logs else Path(tempfile.mkdtemp(prefix="fleet-scale-"))
+    for size in sizes:
+        dropoff = not args.no_dropoff and size == max(sizes)
+        reports = work / "reports"
+        reports.mkdir(parents=True, exist_ok=True)
+        r = one_size(size, inst, args.parallel, dropoff, reports)
+        results.append(r)
+        print(json.dumps(r), file=sys.stderr, flush=True)
+    print(f"(reports and timed logs: {work})", file=sys.stderr)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
     print(f"fleet_scale: pyinfra --parallel {args.parallel}; control node: this machine "
