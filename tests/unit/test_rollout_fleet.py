@@ -348,3 +348,34 @@ def test_two_shards_over_etcd(tmp_path, etcd):
     assert sorted(fleet.deployed) == sorted(h for h in hosts if h != "h5")
     assert json.loads(etcd.get("runs/run1/budget") or "{}") == {"done": 12, "failed": 0,
                                                                "unreachable": 1}
+
+
+def test_cli_two_shards_share_the_default_store(tmp_path, monkeypatch, capsys):
+    fleet = Fleet()
+    real = ro.run_rollout
+    monkeypatch.setattr(ro, "run_rollout", lambda p, **kw: real(p, fleet, say=print, **kw))
+    rcs: dict[int, int] = {}
+
+    def shard(i: int) -> None:
+        rcs[i] = main(["rollout", "inventories/jetsons.py", "--reports", str(tmp_path),
+                       "--run-id", "s", "--shard", f"{i}/2", "--batches", "1,100%"])
+
+    threads = [threading.Thread(target=shard, args=(i,)) for i in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert rcs == {1: 0, 2: 0}, capsys.readouterr()
+    assert sorted(fleet.deployed) == ["agx-orin-01", "orin-nano-01", "orin-nano-02",
+                                      "orin-nx-01"]
+    assert fleet.deployed[0] == "agx-orin-01"  # the canary first
+    store = LocalStore(tmp_path / "fleet")  # the default: REPORTS/fleet
+    assert json.loads(store.get("runs/s/budget") or "{}")["done"] == 4
+    assert len(load_reports(tmp_path / "s")) == 4  # one reports root: one run
+    # every shard needs the same run id; --store only with --shard
+    assert main(["rollout", "inventories/jetsons.py", "--reports", str(tmp_path),
+                 "--shard", "1/2"]) == 2
+    assert main(["rollout", "inventories/jetsons.py", "--reports", str(tmp_path),
+                 "--store", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "same --run-id" in err and "--store is for --shard" in err
