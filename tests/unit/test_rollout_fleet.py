@@ -379,3 +379,60 @@ def test_cli_two_shards_share_the_default_store(tmp_path, monkeypatch, capsys):
                  "--store", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "same --run-id" in err and "--store is for --shard" in err
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def test_etcd_over_tls_with_client_certificates(tmp_path):
+    """etcds:// with a CA and a client certificate (etcd --client-cert-auth); without the
+    client certificate the server refuses."""
+    if shutil.which("etcd") is None or shutil.which("openssl") is None:
+        pytest.fail("etcd and openssl are needed ('make setup' installs them)")
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "1",
+             "-subj", "/CN=specdec-test-ca", cwd=tmp_path)
+    _openssl("req", *ec, "-keyout", "node.key", "-out", "node.csr", "-subj", "/CN=127.0.0.1",
+             cwd=tmp_path)
+    (tmp_path / "ext").write_text("subjectAltName=IP:127.0.0.1\n"
+                                  "extendedKeyUsage=serverAuth,clientAuth\n")
+    _openssl("x509", "-req", "-in", "node.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+             "-CAcreateserial", "-out", "node.crt", "-days", "1", "-extfile", "ext",
+             cwd=tmp_path)
+    import socket
+
+    with socket.socket() as s1, socket.socket() as s2:
+        s1.bind(("127.0.0.1", 0))
+        s2.bind(("127.0.0.1", 0))
+        client, peer = s1.getsockname()[1], s2.getsockname()[1]
+    proc = subprocess.Popen(
+        ["etcd", "--data-dir", str(tmp_path / "etcd"), "--name", "t",
+         "--listen-client-urls", f"https://127.0.0.1:{client}",
+         "--advertise-client-urls", f"https://127.0.0.1:{client}",
+         "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+         "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+         "--initial-cluster", f"t=http://127.0.0.1:{peer}",
+         "--cert-file", str(tmp_path / "node.crt"), "--key-file", str(tmp_path / "node.key"),
+         "--trusted-ca-file", str(tmp_path / "ca.crt"), "--client-cert-auth"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    from specdec.fleetstore import TLSFiles
+
+    try:
+        tls = TLSFiles(tmp_path / "ca.crt", tmp_path / "node.crt", tmp_path / "node.key")
+        store = open_store(f"etcds://127.0.0.1:{client}", tls)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                assert store.create("k", "v")
+                break
+            except RolloutError:
+                assert time.monotonic() < deadline, "etcd did not start"
+                time.sleep(0.2)
+        assert store.get("k") == "v"
+        anonymous = open_store(f"etcds://127.0.0.1:{client}", TLSFiles(tmp_path / "ca.crt"))
+        with pytest.raises(RolloutError, match="failed"):
+            anonymous.get("k")
+    finally:
+        proc.terminate()
+        proc.wait(10)
