@@ -8,8 +8,9 @@ RSS of the command and every process it waited for):
 
 1. a provisioning deploy: ``pyinfra -y --parallel P inventories/lab.py deploys/specdec.py
    --data specdec_verify=false``;
-2. a full rollout: ``specdec rollout inventories/lab.py --batches 1,25%,100% --parallel P``
-   (tune, gate, per-host reports);
+2. a full rollout: ``specdec rollout inventories/lab.py --batches 1,25%,100% --parallel P
+   --data specdec_reverify=true`` (tune, gate, per-host reports: the provisioning deploy's
+   releases count as verified otherwise);
 3. a no-op re-run: ``pyinfra -y --parallel P inventories/lab.py deploys/specdec.py`` (every
    host unchanged);
 
@@ -81,7 +82,7 @@ class SynCounter:
         out = subprocess.run(["iptables", "-L", "OUTPUT", "-v", "-x", "-n"],
                              capture_output=True, text=True, check=True).stdout
         for line in out.splitlines():
-            if self.rule[10] in line:
+            if f"/* {self.rule[11]} */" in line:
                 return int(line.split()[0])
         return 0
 
@@ -156,10 +157,11 @@ def one_size(size: int, inst: Instance, parallel: int, dropoff: bool,
             logs.mkdir(exist_ok=True)
             runs.append(measured("provision", [*pyinfra, "--data", "specdec_verify=false"],
                                  env, syn, log=logs / f"provision-{size}.log"))
+            # the provisioning deploy marked its releases last-good unverified: re-verify
             runs.append(measured("rollout", [
                 sys.executable, "-m", "specdec", "rollout", INVENTORY, *par, "--batches",
-                "1,25%,100%", "--reports", str(reports), "--run-id", f"scale{size}"], env, syn,
-                log=logs / f"rollout-{size}.log"))
+                "1,25%,100%", "--reports", str(reports), "--run-id", f"scale{size}",
+                "--data", "specdec_reverify=true"], env, syn, log=logs / f"rollout-{size}.log"))
             runs.append(measured("no-op", pyinfra, env, syn, log=logs / f"noop-{size}.log"))
             if dropoff:
                 out["dropoff"] = drill(size, env, par, reports, syn)
