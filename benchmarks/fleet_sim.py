@@ -104,7 +104,7 @@ class Params:
     site_mbps: float = 200.0  # ASSUMPTION: each site's uplink
     lan_gbs: float = 0.117  # the site mirror's 1 GbE NIC (ASSUMPTION: one mirror host)
     provision_s: float = 60.0  # ASSUMPTION: user, token, files, units, Jetson tuning
-    cpu_s_per_host: float = 4.0  # control-node CPU seconds per host (fleet_scale.py)
+    cpu_s_per_host: float = 1.13  # control-node CPU s per host: fleet_scale.py, 32-host rollout
     control_cores: int = 4
     parallel: int | None = None  # pyinfra --parallel (None: pyinfra's default)
     drop: float = 0.01  # share of devices unreachable at their batch
