@@ -6,7 +6,7 @@
 # it up; the end-to-end tests boot "test" (10.214.0.0/16) beside it and remove only that.
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
-APT_PACKAGES = systemd-container debootstrap docker-registry skopeo iproute2 procps curl \
+APT_PACKAGES = systemd-container debootstrap docker-registry skopeo iproute2 procps curl iptables openssl \
 	etcd-server python3-venv
 STAMP = .make
 

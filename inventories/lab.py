@@ -11,7 +11,8 @@ a real Docker engine that pulls the engine emulator images from the lab's own re
 (localhost:5000). `lab_*` keys are read by the lab only (pyinfra and the planner ignore them).
 
 Knobs (environment): SPECDEC_LAB_INSTANCE=NAME (which lab: default demo; the end-to-end
-tests use test, beside it), SPECDEC_LAB_HOSTS=N (first N rows below, default 4, up to 8),
+tests use test, beside it), SPECDEC_LAB_HOSTS=N (first N rows below, default 4, up to 32;
+from 9 on a second Dynamo group joins: 28 rows + two groups of two = a 32-host fleet),
 SPECDEC_LAB_TIME_SCALE=X (emulator speed, default 0.1), SPECDEC_LAB_DYNAMO=0|1 (the Dynamo
 group below, default 1), SPECDEC_LAB_FAULTS="host=fault,..."
 (emulator faults: crash_at_start, slow_start:S, hang_after:N, 5xx_burst:START:COUNT,
@@ -54,6 +55,35 @@ _TABLE = [
                     "specdec_runtime": "docker", "specdec_model": "Qwen/Qwen3-8B"}),
 ]
 
+# A fleet (SPECDEC_LAB_HOSTS=9..32): more of the same kinds, as a site of mixed devices has,
+# some behind a slow, lossy link (80 ms +- 30 ms each way, 1% loss: a remote site's uplink).
+_KINDS = {
+    "nano": {"lab_device": "orin-nano-8gb", "specdec_engine": "vllm",
+             "specdec_runtime": "native", "specdec_model": "Qwen/Qwen3-0.6B"},
+    "nx": {"lab_device": "orin-nx-16gb", "specdec_engine": "vllm",
+           "specdec_runtime": "docker", "specdec_model": "Qwen/Qwen3-1.7B"},
+    "agx": {"lab_device": "agx-orin-64gb", "specdec_engine": "vllm",
+            "specdec_runtime": "docker", "specdec_model": "meta-llama/Llama-3.1-8B-Instruct"},
+    "agx32": {"lab_device": "agx-orin-32gb", "specdec_engine": "vllm",
+              "specdec_runtime": "native", "specdec_model": "Qwen/Qwen3-4B"},
+    "nano4": {"lab_device": "orin-nano-4gb", "specdec_engine": "vllm",
+              "specdec_runtime": "native", "specdec_model": "Qwen/Qwen3-0.6B"},
+    "nx8": {"lab_device": "orin-nx-8gb", "specdec_engine": "vllm",
+            "specdec_runtime": "docker", "specdec_model": "Qwen/Qwen3-1.7B"},
+    "spark": {"lab_device": "dgx-spark", "specdec_engine": "trtllm",
+              "specdec_runtime": "docker", "specdec_model": "Qwen/Qwen3-8B"},
+    "sparkv": {"lab_device": "dgx-spark", "specdec_engine": "vllm",
+               "specdec_runtime": "native", "specdec_model": "Qwen/Qwen3-8B"},
+}
+_MIX = ("nano", "nx", "agx32", "nano4", "nx8", "nano", "agx", "sparkv", "nx", "nano",
+        "spark", "agx32", "nano4", "nx", "nano", "nx8", "agx", "nano", "sparkv", "nx",
+        "agx32", "nano4", "nano", "nx")
+_SLOW_LINK = {"delay_ms": 80, "jitter_ms": 30, "loss_pct": 1}
+_TABLE += [
+    (f"lab-{n:02d}-{kind}", {**_KINDS[kind], **({"lab_link": _SLOW_LINK} if n % 8 == 3 else {})})
+    for n, kind in enumerate(_MIX, start=len(_TABLE) + 1)
+]
+
 # Two DGX Sparks serving as one through NVIDIA Dynamo (SPECDEC_LAB_DYNAMO=0 leaves them out):
 # lab-dyn1 runs the group's etcd, the Dynamo frontend (real, from PyPI) and a worker, lab-dyn2 a
 # worker; the workers are the engine emulator registered as Dynamo vLLM workers. Qwen3-8B with
@@ -67,4 +97,14 @@ _GROUPS = [
                   "specdec_group": "spark-pair", "specdec_group_frontend": "lab-dyn1"}),
 ]
 
-lab = fleet(_TABLE, groups=_GROUPS)
+# The fleet's second group (with SPECDEC_LAB_HOSTS >= 9).
+_FLEET_GROUPS = [
+    ("lab-dyn3", {"lab_device": "dgx-spark", "specdec_engine": "dynamo",
+                  "specdec_runtime": "native", "specdec_model": "Qwen/Qwen3-8B",
+                  "specdec_group": "spark-pair2", "specdec_group_frontend": "lab-dyn3"}),
+    ("lab-dyn4", {"lab_device": "dgx-spark", "specdec_engine": "dynamo",
+                  "specdec_runtime": "native", "specdec_model": "Qwen/Qwen3-8B",
+                  "specdec_group": "spark-pair2", "specdec_group_frontend": "lab-dyn3"}),
+]
+
+lab = fleet(_TABLE, groups=_GROUPS, fleet_groups=_FLEET_GROUPS)

@@ -15,7 +15,9 @@ Outcomes: ``kept`` (the gate kept speculation), ``disabled`` (the gate disabled 
 ``held`` (the gate could not answer: tokens estimated; the host stays on last-good),
 ``not_verified`` (``specdec_verify: false``: healthy, no benchmark), ``no_speculation`` (the
 plan has speculation off: healthy, nothing to gate), ``rolled_back``, ``failed``,
-``unchanged`` (verified before, nothing changed), ``skipped`` (never reached).
+``unchanged`` (verified before, nothing changed), ``skipped`` (never reached),
+``unreachable`` (pyinfra could not connect to it or lost it, nothing verified: a device that
+dropped off; ``specdec rollout --resume RUN`` finishes it).
 
 Nothing secret goes in: in every text written the HF token (when known) and every token-shaped
 string are replaced by ``<redacted>`` (`specdec.errors.redact`).
@@ -56,7 +58,7 @@ __all__ = [
 ]
 
 OUTCOMES = ("kept", "disabled", "held", "not_verified", "no_speculation", "rolled_back",
-            "failed", "unchanged", "skipped")
+            "failed", "unchanged", "skipped", "unreachable")
 GATED = ("kept", "disabled")  # a gate decision was made
 REPORTS_ENV = "SPECDEC_REPORTS_DIR"
 RUN_ID_ENV = "SPECDEC_RUN_ID"
@@ -163,7 +165,9 @@ def summary_markdown(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
         f"{len(reports)} host(s): {tally}.",
         f"Gated by the benchmark: {gated} (kept or disabled); `not_verified`: no benchmark "
         "(specdec_verify false); `no_speculation`: nothing to gate; `held`: the gate could not "
-        "count tokens, last-good kept.",
+        "count tokens, last-good kept."
+        + (" `unreachable`: dropped off the network, not deployed or not confirmed "
+           "(`specdec rollout --resume`)." if counts.get("unreachable") else ""),
         "",
         "| host | device | power mode | method | outcome | c1 throughput gain | TPOT change | "
         "c8 gain | acceptance length | decode % of bw limit | spec % of AL x limit | reason |",

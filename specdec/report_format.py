@@ -10,7 +10,7 @@ __all__ = ["OUTCOME_COLORS", "figures", "md_cell", "pct", "roof"]
 OUTCOME_COLORS = {"kept": "#1a7f37", "disabled": "#9a6700", "held": "#bc4c00",
                   "not_verified": "#6639ba", "no_speculation": "#57606a",
                   "rolled_back": "#cf222e", "failed": "#cf222e", "unchanged": "#57606a",
-                  "skipped": "#57606a"}
+                  "skipped": "#57606a", "unreachable": "#8250df"}
 
 
 def _get(d: Any, *keys: str) -> Any:

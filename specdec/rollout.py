@@ -11,6 +11,18 @@ batch's failed share
 *exceeds* ``--max-fail-percent`` (default 0) the rollout stops and the hosts of later batches
 are left untouched and reported ``skipped``.
 
+A host pyinfra could not connect to, or lost the connection to (its own output says so, per
+host: ``[host] Could not connect …``, ``Command socket/SSH error …``; pyinfra 3.10
+``connectors/ssh.py`` ``connect``, ``api/util.py`` ``log_host_command_error``), and that left
+no verified report, is ``unreachable``: not a failed deploy. As Ansible counts UNREACHABLE
+apart from failed (``max_fail_percentage`` counts only failed hosts, ``lib/ansible/plugins/
+strategy/linear.py``; a batch whose every host failed or was unreachable ends the play,
+``playbook_executor.py``), unreachable hosts have their own budget,
+``--max-unreachable-percent`` (default 100), and a batch in which no host was reached stops
+the rollout. ``specdec rollout --resume RUN`` runs the hosts of RUN that did not converge
+again, under the same run id: their reports replace the old ones, which are kept in the new
+report's ``attempts``.
+
 Everything is validated before the first batch runs (batch spec, limits, run id, reports
 directory, inventory, every host's name, data and HF token: bad input exits 2 with nothing
 touched). The run id reaches the deploy through ``$SPECDEC_RUN_ID`` and the
@@ -25,7 +37,7 @@ import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,10 +56,15 @@ from specdec.report import (
     write_fleet,
     write_host_report,
 )
+from specdec.resume import CONVERGED
+from specdec.rollout_batches import Batch, batch_hosts, batch_units, exceeds, parse_batches
 from specdec.settings import HostSettings
+from specdec.shard import Coordinator
 
 __all__ = [
+    "CONVERGED",
     "FAILED",
+    "UNREACHABLE",
     "Batch",
     "RolloutPlan",
     "RolloutResult",
@@ -63,92 +80,25 @@ __all__ = [
 ]
 
 FAILED = ("rolled_back", "failed", "held")  # held: not verified, last-good kept
+UNREACHABLE = "unreachable"
+# pyinfra 3.10's per-host lines for a host it cannot reach: connect errors
+# (pyinfra/connectors/ssh.py: raise_connect_error "SSH error", "Could not resolve hostname",
+# "Could not connect", "EOF error") and a connection lost under a command
+# (pyinfra/api/util.py log_host_command_error: "Command socket/SSH error: ...").
+_LOST = re.compile(r"^\s*\[([A-Za-z0-9@/._-]+)\]\s+(Could not connect|SSH error|EOF error|"
+                   r"Could not resolve hostname|Command socket/SSH error)\b(.*)$")
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = PROJECT_ROOT / "deploys" / "specdec.py"
 
 
-@dataclass(frozen=True)
-class Batch:
-    count: int | None = None
-    percent: int | None = None
-
-    def size(self, total: int) -> int:
-        if self.count is not None:
-            return self.count
-        assert self.percent is not None
-        return max(1, total * self.percent // 100)
-
-
-def parse_batches(spec: str) -> list[Batch]:
-    """``"1,25%,100%"`` → batches; a bad item is a one-line `RolloutError`."""
-    items = [x.strip() for x in spec.split(",")]
-    if not spec.strip() or any(not x for x in items):
-        raise RolloutError(f"--batches={spec!r}: expected a comma-separated list like 1,25%,100%")
-    out: list[Batch] = []
-    for item in items:
-        if item.endswith("%"):
-            num = item[:-1]
-            if not num.isdigit() or not 1 <= int(num) <= 100:
-                raise RolloutError(f"--batches={spec!r}: {item!r} is not a percentage in "
-                                   "1%..100%")
-            out.append(Batch(percent=int(num)))
-        else:
-            if not item.isdigit() or int(item) < 1:
-                raise RolloutError(f"--batches={spec!r}: {item!r} is not a host count >= 1 "
-                                   "or a percentage like 25%")
-            out.append(Batch(count=int(item)))
-    return out
-
-
-def parse_max_fail(value: str | float) -> float:
+def parse_max_fail(value: str | float, flag: str = "--max-fail-percent") -> float:
     try:
         v = float(value)
     except (TypeError, ValueError):
-        raise RolloutError(f"--max-fail-percent={value!r}: not a number") from None
+        raise RolloutError(f"{flag}={value!r}: not a number") from None
     if not 0 <= v <= 100 or v != v:
-        raise RolloutError(f"--max-fail-percent={value!r}: must be in 0..100")
+        raise RolloutError(f"{flag}={value!r}: must be in 0..100")
     return v
-
-
-def batch_hosts(hosts: Sequence[str], batches: Sequence[Batch]) -> list[list[str]]:
-    """Split ``hosts`` (rollout order) into batches; the last batch size repeats."""
-    if not batches:
-        raise RolloutError("--batches: no batches")
-    out: list[list[str]] = []
-    i = 0
-    total = len(hosts)
-    k = 0
-    while i < total:
-        size = batches[min(k, len(batches) - 1)].size(total)
-        out.append(list(hosts[i:i + size]))
-        i += size
-        k += 1
-    return out
-
-
-def batch_units(units: Sequence[Sequence[str]], batches: Sequence[Batch]) -> list[list[str]]:
-    """As `batch_hosts`, over deploy units (a Dynamo serving group's members, or one host): a
-    batch takes whole units until it holds its size in hosts (at least one unit), so a group is
-    never split across batches (a canary batch of 1 is a whole group when a group comes first)."""
-    if not batches:
-        raise RolloutError("--batches: no batches")
-    total = sum(len(u) for u in units)
-    out: list[list[str]] = []
-    i, k = 0, 0
-    while i < len(units):
-        size = batches[min(k, len(batches) - 1)].size(total)
-        batch: list[str] = []
-        while i < len(units) and (not batch or len(batch) + len(units[i]) <= size):
-            batch.extend(units[i])
-            i += 1
-        out.append(batch)
-        k += 1
-    return out
-
-
-def exceeds(failed: int, size: int, max_fail_percent: float) -> bool:
-    """Ansible's rule: stop when the failed share of the batch is *above* the limit."""
-    return size > 0 and failed * 100.0 / size > max_fail_percent
 
 
 def check_reports_dir(root: Path) -> Path:
@@ -175,6 +125,9 @@ class RolloutPlan:
     extra_args: tuple[str, ...] = ()
     deploy: Path = DEPLOY
     meta: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> device, method…
+    max_unreachable_percent: float = 100.0
+    resume: bool = False  # --resume: the run exists; its reports are the earlier attempts
+    params: dict[str, Any] = field(default_factory=dict)  # run.json: what --resume reuses
 
     @property
     def run_dir(self) -> Path:
@@ -186,7 +139,7 @@ class RolloutResult:
     run_dir: Path
     outcomes: dict[str, str] = field(default_factory=dict)
     stopped_after: int | None = None  # batch number (1-based) that stopped the rollout
-    exit_code: int = 0
+    exit_code: int = 0  # 0 all converged, 1 a host failed, 3 only unreachable hosts left
 
 
 def pyinfra_command(plan: RolloutPlan, batch: Sequence[str]) -> list[str]:
@@ -199,15 +152,30 @@ def pyinfra_command(plan: RolloutPlan, batch: Sequence[str]) -> list[str]:
     return cmd
 
 
-# A runner returns pyinfra's exit status, or (status, its last error line).
-Runner = Callable[[list[str], Mapping[str, str], Path], "int | tuple[int, str]"]
+# A runner returns pyinfra's exit status, or (status, its last error line), or (status, last
+# error line, {host: why it was unreachable}).
+Runner = Callable[[list[str], Mapping[str, str], Path],
+                  "int | tuple[int, str] | tuple[int, str, dict[str, str]]"]
 _PYINFRA_ERROR = "--> pyinfra error"
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
-def _subprocess_runner(cmd: list[str], env: Mapping[str, str], cwd: Path) -> tuple[int, str]:
+def lost_hosts(lines: Iterable[str]) -> dict[str, str]:
+    """Hosts pyinfra's output says it could not reach, or lost: host -> its line."""
+    out: dict[str, str] = {}
+    for raw in lines:
+        m = _LOST.match(_ANSI.sub("", raw))
+        if m:
+            out.setdefault(m.group(1), " ".join((m.group(2) + m.group(3)).split())[:300])
+    return out
+
+
+def _subprocess_runner(cmd: list[str], env: Mapping[str, str],
+                       cwd: Path) -> tuple[int, str, dict[str, str]]:
     """Run pyinfra, echoing its output live (redacted); keep its last error line for the
-    reports."""
+    reports and the hosts it could not reach."""
     last = ""
+    lost: dict[str, str] = {}
     with subprocess.Popen(cmd, env=dict(env), cwd=cwd, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
         assert proc.stdout is not None
@@ -215,10 +183,12 @@ def _subprocess_runner(cmd: list[str], env: Mapping[str, str], cwd: Path) -> tup
             line = redact(raw)  # nothing token-shaped reaches the terminal or a report
             sys.stdout.write(line)
             sys.stdout.flush()
+            for h, why in lost_hosts([line]).items():
+                lost.setdefault(h, why)
             if _PYINFRA_ERROR in line:
                 last = line.split(_PYINFRA_ERROR, 1)[1].strip(" :\n")
                 last = re.sub(r"^in \S+ line \d+: ", "", last)
-    return proc.returncode, last
+    return proc.returncode, last, lost
 
 
 def _outcomes(run_dir: Path, batch: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -226,53 +196,128 @@ def _outcomes(run_dir: Path, batch: Sequence[str]) -> dict[str, dict[str, Any]]:
     return {h: by_name[h] for h in batch if h in by_name}
 
 
+def _ran(ran: int | tuple[Any, ...]) -> tuple[int, str, dict[str, str]]:
+    if isinstance(ran, int):
+        return ran, "", {}
+    rc, error, *rest = ran
+    return int(rc), str(error), dict(rest[0]) if rest else {}
+
+
+def _attempt(rep: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: rep.get(k) for k in ("outcome", "phase", "message", "finished_at")}
+
+
+def _judge(plan: RolloutPlan, h: str, rep: dict[str, Any] | None, rc: int, error: str,
+           lost: Mapping[str, str]) -> dict[str, Any]:
+    """The host's report for this batch: the deploy's, or one written for it here (failed,
+    or unreachable when pyinfra could not reach it and nothing was verified)."""
+    why_lost = lost.get(h)
+    if rep is None or (why_lost and rep.get("outcome") == "failed"):
+        if why_lost:
+            msg = (f"unreachable: {why_lost}; not deployed or not confirmed (a release it "
+                   "activated is reverted by the host's guard at its deadline); "
+                   f"'specdec rollout --resume {plan.run_id}' finishes it")
+            if rep is not None:
+                msg += f" (the deploy said: {rep.get('message')})"
+            extra = {**plan.meta.get(h, {}), **{k: rep[k] for k in ("device", "engine",
+                     "method") if rep is not None and rep.get(k)}}
+            return skipped_report(h, plan.run_id, msg, outcome=UNREACHABLE, phase="connect",
+                                  **extra)
+        why = f"pyinfra exited {rc} before this host was verified"
+        why += f": {error}" if error else " (see the pyinfra output)"
+        return skipped_report(h, plan.run_id, why, outcome="failed", phase="deploy",
+                              **plan.meta.get(h, {}))
+    return rep
+
+
+def write_run_params(plan: RolloutPlan) -> None:
+    """``hosts.json`` (the rollout's order) and ``run.json`` (what ``--resume`` reuses), once
+    per run."""
+    run_dir = plan.run_dir
+    if not (run_dir / "hosts.json").exists():
+        (run_dir / "hosts.json").write_text(json.dumps(plan.hosts) + "\n")
+    if plan.params and not (run_dir / "run.json").exists():
+        (run_dir / "run.json").write_text(json.dumps(plan.params, indent=1, sort_keys=True)
+                                          + "\n")
+
+
 def run_rollout(plan: RolloutPlan, runner: Runner = _subprocess_runner,
-                say: Callable[[str], None] = print) -> RolloutResult:
+                say: Callable[[str], None] = print,
+                coord: Coordinator | None = None) -> RolloutResult:
+    coord = coord or Coordinator()
     run_dir = plan.run_dir
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "hosts.json").write_text(json.dumps(plan.hosts) + "\n")
+    write_run_params(plan)
+    earlier = {str(r["host"]): r for r in load_reports(run_dir)} if plan.resume else {}
     env = dict(os.environ)
     env[RUN_ID_ENV] = plan.run_id
     env[REPORTS_ENV] = str(plan.reports_root)
     result = RolloutResult(run_dir)
     n = len(plan.batches)
+    tag = f"{plan.run_id}" + (f" [shard {coord.label}]" if coord.label else "")
+    any_failed = any_unreachable = False
     for k, batch in enumerate(plan.batches, 1):
-        say(f"specdec rollout {plan.run_id}: batch {k}/{n}: {', '.join(batch)}")
-        ran = runner(pyinfra_command(plan, batch), env, PROJECT_ROOT)
-        rc, error = ran if isinstance(ran, tuple) else (ran, "")
+        batch, stop = coord.before_batch(k, list(batch))
+        if stop:
+            _skip_rest(plan, result, k - 1, f"not deployed: {stop}", say, earlier)
+            break
+        if not batch:
+            continue
+        say(f"specdec rollout {tag}: batch {k}/{n}: {', '.join(batch)}")
+        rc, error, lost = _ran(runner(pyinfra_command(plan, batch), env, PROJECT_ROOT))
         reports = _outcomes(run_dir, batch)
-        failed = 0
+        failed = unreachable = 0
         for h in batch:
-            rep = reports.get(h)
-            if rep is None:
-                why = f"pyinfra exited {rc} before this host was verified"
-                why += f": {error}" if error else " (see the pyinfra output)"
-                rep = skipped_report(h, plan.run_id, why, outcome="failed", phase="deploy",
-                                     **plan.meta.get(h, {}))
+            rep = _judge(plan, h, reports.get(h), rc, error, lost)
+            before = earlier.get(h)
+            if before is not None:
+                rep["attempts"] = [*before.get("attempts", []), _attempt(before)]
+            if rep is not reports.get(h) or before is not None:
                 write_host_report(run_dir, rep, fleet=False)
             result.outcomes[h] = str(rep.get("outcome"))
             failed += result.outcomes[h] in FAILED
-        if rc != 0 and failed == 0:
+            unreachable += result.outcomes[h] == UNREACHABLE
+        if rc != 0 and failed == 0 and unreachable == 0:
             say(f"specdec rollout: pyinfra exited {rc} although every host of batch {k} "
                 "reported success; stopping to be safe")
             failed = len(batch)
-        say(f"specdec rollout {plan.run_id}: batch {k}/{n}: {len(batch) - failed} ok, "
-            f"{failed} failed")
-        if failed:
-            result.exit_code = 1
-        if exceeds(failed, len(batch), plan.max_fail_percent) and k < n:
-            result.stopped_after = k
-            rest = [h for b in plan.batches[k:] for h in b]
-            why = (f"not deployed: batch {k} had {failed}/{len(batch)} failed hosts "
-                   f"(more than --max-fail-percent {plan.max_fail_percent:g}%)")
-            for h in rest:
-                write_host_report(run_dir, skipped_report(h, plan.run_id, why,
-                                                          **plan.meta.get(h, {})), fleet=False)
-                result.outcomes[h] = "skipped"
-            say(f"specdec rollout: stopping after batch {k}; {len(rest)} host(s) untouched")
+        say(f"specdec rollout {tag}: batch {k}/{n}: {len(batch) - failed - unreachable} ok, "
+            f"{failed} failed, {unreachable} unreachable")
+        any_failed |= failed > 0
+        any_unreachable |= unreachable > 0
+        why = None
+        if exceeds(failed, len(batch), plan.max_fail_percent):
+            why = (f"batch {k} had {failed}/{len(batch)} failed hosts (more than "
+                   f"--max-fail-percent {plan.max_fail_percent:g}%)")
+        elif unreachable == len(batch) or exceeds(unreachable, len(batch),
+                                                  plan.max_unreachable_percent):
+            why = (f"batch {k} had {unreachable}/{len(batch)} unreachable hosts ("
+                   + ("none reached" if unreachable == len(batch) else
+                      f"more than --max-unreachable-percent "
+                      f"{plan.max_unreachable_percent:g}%") + ")")
+        shared = coord.after_batch(k, batch, failed, unreachable, why is not None)
+        why = why or shared
+        if why and k < n:
+            _skip_rest(plan, result, k, f"not deployed: {why}", say, earlier)
             break
+    result.exit_code = 1 if any_failed else 3 if any_unreachable else 0
     write_fleet(run_dir)
     return result
+
+
+def _skip_rest(plan: RolloutPlan, result: RolloutResult, k: int, why: str,
+               say: Callable[[str], None], earlier: Mapping[str, Mapping[str, Any]]) -> None:
+    """The hosts of later batches: ``skipped`` (a resumed host keeps its earlier report)."""
+    result.stopped_after = k
+    rest = [h for b in plan.batches[k:] for h in b]
+    for h in rest:
+        if h in earlier:
+            result.outcomes[h] = str(earlier[h].get("outcome"))
+            continue
+        write_host_report(plan.run_dir, skipped_report(h, plan.run_id, why,
+                                                       **plan.meta.get(h, {})), fleet=False)
+        result.outcomes[h] = "skipped"
+    say(f"specdec rollout: stopping after batch {k}; {len(rest)} host(s) untouched ({why})")
 
 
 def _cli_value(arg: str) -> Any:

@@ -120,13 +120,21 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2, sort_keys=True))
         return 0
-    cols = ["host", "device", "address", "reachable", "service_active", "serving"]
+    cols = ["host", "device", "address", "reachable", "service_active", "serving",
+            "memory_mib", "boot_s"]
     table = [[c.upper() for c in cols]]
-    table += [[str(r[c]).lower() if isinstance(r[c], bool) else str(r[c]) for c in cols]
-              for r in rows]
+    table += [[str(r.get(c, "-")).lower() if isinstance(r.get(c), bool) else
+               str(r.get(c, "-")) for c in cols] for r in rows]
     widths = [max(len(r[i]) for r in table) for i in range(len(cols))]
     for r in table:
         print("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip())
+    mem = sorted(r["memory_mib"] for r in rows if isinstance(r.get("memory_mib"), float))
+    boot = sorted(r["boot_s"] for r in rows if isinstance(r.get("boot_s"), int | float))
+    if mem:
+        print(f"{len(mem)} host(s) up: memory (PSS) per host median {mem[len(mem) // 2]:.0f} "
+              f"MiB, {mem[0]:.0f}-{mem[-1]:.0f}, total {sum(mem):.0f} MiB"
+              + (f"; boot median {boot[len(boot) // 2]:.1f} s, max {boot[-1]:.1f} s"
+                 if boot else ""))
     return 0
 
 

@@ -29,6 +29,7 @@ from specdec.hostdata import parse_hosts
 from specdec.inventory import load_inventory
 from specdec.lab import dynamo, images, link
 from specdec.lab import host as hostmod
+from specdec.lab.footprint import netns_pss_kib
 from specdec.lab.instance import Instance
 from specdec.lab.rootfs import HOST_RECIPE, IMAGE_RECIPE, cached_rootfs, ensure_rootfs
 from specdec.lab.spec import LabHost, lab_hosts
@@ -249,10 +250,29 @@ def up(inventory: str, *, limit: str | None = None, log: Log = _noop,
         return state
 
 
+INOTIFY = Path("/proc/sys/fs/inotify/max_user_instances")
+
+
+def _inotify_room(n: int, log: Log) -> None:
+    """Each booted host's systemd, journald, dbus and Docker hold inotify instances of root
+    (no user namespace), counted against one per-user limit, 128 by default: about 20 hosts
+    boot, the next one's nspawn exits. Raise it (never lower it) to room for ``n`` more hosts
+    beside what runs."""
+    try:
+        now = int(INOTIFY.read_text())
+    except (OSError, ValueError):
+        return
+    want = max(1024, 128 + 16 * n)
+    if now < want:
+        INOTIFY.write_text(f"{want}\n")
+        log(f"fs.inotify.max_user_instances: {now} -> {want} (systemd in {n} hosts)")
+
+
 def _bring_up(inst: Instance, state: dict[str, Any], hosts: list[LabHost], host_root: Path,
               built: images.BuiltImages, log: Log,
               groups: dict[str, list[str]] | None = None) -> None:
     hostmod.ensure_nspawn_run()
+    _inotify_room(len(hosts), log)
     deadline = time.monotonic() + 30
     for h in hosts:
         hostmod.host_dir(h).mkdir(parents=True, exist_ok=True)
@@ -263,41 +283,53 @@ def _bring_up(inst: Instance, state: dict[str, Any], hosts: list[LabHost], host_
             _record(inst, state, h.name, "link", link.apply(
                 h.netns, h.veth, h.link, hostmod.host_dir(h) / "link.log"))
             log(f"{h.name}: link {h.link}")
-        _record(inst, state, h.name, "registry", hostmod.start_registry(h))
+    # One registry per instance, on its first host (a site's registry host): every other host
+    # pulls through it (`host.pull_through`), as a fleet's devices pull from their site's.
+    site = hosts[0]
+    deadline = time.monotonic() + 30 + len(hosts)
+    _record(inst, state, site.name, "registry", hostmod.start_registry(site))
+    state["registry_host"] = site.name
     dynamo.group_routes(hosts, groups or {})
-    for h in hosts:
+    _wait_registry(site, deadline)
+    for h in hosts[1:]:
+        hostmod.pull_through(h, site)
         _wait_registry(h, deadline)
-    images.push(built, hosts[0].netns)
+    images.push(built, site.netns)
     # The inventory pins these while the lab is up (see images.pinned_ref).
     state["images"] = built.pinned()
     save_state(inst, state)
-    for h in hosts:
+    errors: list[LabError] = []
+    boot_s: dict[str, float] = {}
+    slack = 2.0 * len(hosts)  # hosts boot side by side: the later ones slow the earlier
+
+    def wait(h: LabHost, rec: dict[str, Any] | None, t0: float) -> None:
+        try:
+            if rec is None:
+                raise LabError("systemd-nspawn exited at once", host=h.name)
+            system = _wait_booted(h, Proc(rec["pid"], rec["start"]), t0 + BOOT_TIMEOUT + slack)
+            boot_s[h.name] = round(time.monotonic() - t0, 1)
+            log(f"{h.name}: up ({system}) in {boot_s[h.name]:.1f}s")
+        except LabError as exc:
+            errors.append(exc)
+        except Exception as exc:  # noqa: BLE001 - reported as one line below
+            errors.append(LabError(f"{type(exc).__name__}: {exc}", host=h.name))
+
+    threads = []
+    for h in hosts:  # each host's boot is timed from its own start (Proc records it)
         root = hostmod.host_dir(h) / "root"
         _record(inst, state, h.name, "root", str(root))
         hostmod.mount_root(h, host_root)
         hostmod.prepare_root(h, root)
         _record(inst, state, h.name, "nspawn", hostmod.boot(h, root))
         log(f"{h.name}: booting {h.device} at {h.address}")
-    deadline = time.monotonic() + BOOT_TIMEOUT
-    errors: list[LabError] = []
-
-    def wait(h: LabHost) -> None:
-        try:
-            rec = state["hosts"][h.name]["nspawn"]
-            if rec is None:
-                raise LabError("systemd-nspawn exited at once", host=h.name)
-            system = _wait_booted(h, Proc(rec["pid"], rec["start"]), deadline)
-            log(f"{h.name}: up ({system})")
-        except LabError as exc:
-            errors.append(exc)
-        except Exception as exc:  # noqa: BLE001 - reported as one line below
-            errors.append(LabError(f"{type(exc).__name__}: {exc}", host=h.name))
-
-    threads = [threading.Thread(target=wait, args=(h,)) for h in hosts]
-    for t in threads:
-        t.start()
+        threads.append(threading.Thread(target=wait, args=(
+            h, state["hosts"][h.name]["nspawn"], time.monotonic())))
+        threads[-1].start()
     for t in threads:
         t.join()
+    for name, took in boot_s.items():
+        state["hosts"][name]["boot_s"] = took
+    save_state(inst, state)
     if errors:
         raise errors[0]
 
@@ -381,6 +413,15 @@ def status(inventory: str, limit: str | None = None,
         t.start()
     for t in threads:
         t.join()
+    links = {h.netns: [int(rec["pid"])] for h in hosts
+             if isinstance(rec := recorded.get(h.name, {}).get("link"), dict)
+             and isinstance(rec.get("pid"), int)}
+    pss = netns_pss_kib([h.netns for h in hosts if h.name in recorded], links)
+    for h in hosts:
+        if h.netns in pss:
+            results[h.name]["memory_mib"] = round(pss[h.netns] / 1024, 1)
+            results[h.name]["boot_s"] = recorded[h.name].get("boot_s")
+            results[h.name]["registry"] = recorded[h.name].get("registry") is not None
     return [results[h.name] for h in hosts]
 
 

@@ -15,7 +15,8 @@ plus the lab's environment knobs.
     whether the inventory's Dynamo serving group rows are in the fleet (default 1). They come
     after the table's rows at fixed addresses (their number counts on from the table's
     length), so ``SPECDEC_LAB_HOSTS`` does not move them; ``SPECDEC_LAB_HOSTS=0`` leaves
-    only them.
+    only them. ``fleet_groups`` (a fleet's further groups) join from ``FLEET_FROM`` table
+    hosts on, after them.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ __all__ = [
 ]
 
 DEFAULT_HOSTS = 4
+FLEET_FROM = 9  # table hosts from which a lab is a fleet: its further serving groups join
 DEFAULT_TIME_SCALE = "0.1"
 # RLIMIT_MEMLOCK is 8 MiB *hard* on the machines the lab runs on, and not even root can raise
 # it (lab-feasibility.md: `docker run --ulimit memlock=-1` fails with EPERM and systemd silently
@@ -96,7 +98,9 @@ def _dynamo_on(env: Mapping[str, str]) -> bool:
 
 def fleet(table: Sequence[tuple[str, dict[str, Any]]],
           env: Mapping[str, str] | None = None,
-          groups: Sequence[tuple[str, dict[str, Any]]] = ()) -> list[tuple[str, dict[str, Any]]]:
+          groups: Sequence[tuple[str, dict[str, Any]]] = (),
+          fleet_groups: Sequence[tuple[str, dict[str, Any]]] = (),
+          ) -> list[tuple[str, dict[str, Any]]]:
     """pyinfra host tuples for the table's first ``SPECDEC_LAB_HOSTS`` hosts.
 
     Each table row gives ``lab_device`` and the host's ``specdec_*`` choices; the n-th host
@@ -110,13 +114,15 @@ def fleet(table: Sequence[tuple[str, dict[str, Any]]],
     except ConfigError as exc:
         raise ValueError(str(exc)) from None
     with_groups = bool(groups) and _dynamo_on(env)
-    numbered = list(enumerate(table, start=1))[: _count(env, len(table), 0 if with_groups
-                                                        else 1)]
+    count = _count(env, len(table), 0 if with_groups else 1)
+    numbered = list(enumerate(table, start=1))[:count]
     if with_groups:
         numbered += list(enumerate(groups, start=len(table) + 1))
+        if count >= FLEET_FROM:
+            numbered += list(enumerate(fleet_groups, start=len(table) + len(groups) + 1))
     scale = env.get("SPECDEC_LAB_TIME_SCALE", "").strip() or DEFAULT_TIME_SCALE
     faults = parse_faults(env.get("SPECDEC_LAB_FAULTS"),
-                          [name for name, _ in (*table, *groups)])
+                          [name for name, _ in (*table, *groups, *fleet_groups)])
     hosts = []
     for n, (name, row) in numbered:
         data: dict[str, Any] = {

@@ -30,6 +30,7 @@ __all__ = [
     "host_dir",
     "mount_root",
     "prepare_root",
+    "pull_through",
     "start_registry",
 ]
 
@@ -100,7 +101,7 @@ storage:
   delete:
     enabled: false
 http:
-  addr: 127.0.0.1:{port}
+  addr: 0.0.0.0:{port}
 """
 
 
@@ -131,8 +132,9 @@ def create_netns(h: LabHost) -> None:
 
 
 def start_registry(h: LabHost) -> Proc:
-    """``docker-registry`` on 127.0.0.1:5000 inside the host's namespace (so the host's Docker
-    pulls ``localhost:5000/...`` over plain HTTP, as Docker allows for localhost)."""
+    """``docker-registry`` on port 5000 inside the namespace of ``h``, the instance's site
+    registry host (the host's Docker pulls ``localhost:5000/...`` over plain HTTP, as Docker
+    allows for localhost; every other host through `pull_through`)."""
     d = host_dir(h)
     cfg = d / "registry.yml"
     cfg.write_text(_REGISTRY_CONFIG.format(root=REGISTRY_DIR, port=REGISTRY_PORT))
@@ -144,6 +146,28 @@ def start_registry(h: LabHost) -> Proc:
             start_new_session=True,
         )
     return Proc(popen.pid)
+
+
+def pull_through(h: LabHost, site: LabHost) -> None:
+    """Host ``h`` pulls ``localhost:5000`` from the registry on ``site``, as a device pulls from
+    its site's registry: in h's namespace, TCP to 127.0.0.1:5000 is DNATed to the site host
+    (``route_localnet`` lets a loopback-sourced packet leave, SNAT gives it h's address), and
+    the control node forwards between the two veths (as for a Dynamo group's members). No
+    process per host; the images keep their ``localhost:5000/…`` names."""
+    ns, port = h.netns, str(REGISTRY_PORT)
+    for argv in (
+        ["sysctl", "-q", "-w", f"net.ipv4.conf.{h.veth}.forwarding=1"],
+        ["sysctl", "-q", "-w", f"net.ipv4.conf.{site.veth}.forwarding=1"],
+        ["ip", "-n", ns, "route", "replace", f"{site.address}/32", "via", h.gateway],
+        ["ip", "-n", site.netns, "route", "replace", f"{h.address}/32", "via", site.gateway],
+        ["ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.conf.all.route_localnet=1"],
+        ["ip", "netns", "exec", ns, "iptables", "-t", "nat", "-A", "OUTPUT", "-d",
+         "127.0.0.1/32", "-p", "tcp", "--dport", port, "-j", "DNAT", "--to-destination",
+         f"{site.address}:{port}"],
+        ["ip", "netns", "exec", ns, "iptables", "-t", "nat", "-A", "POSTROUTING", "-s",
+         "127.0.0.1/32", "-d", f"{site.address}/32", "-j", "SNAT", "--to-source", h.address],
+    ):
+        run(argv, f"{h.name}: pulling through {site.name}'s registry: {' '.join(argv[-6:])}")
 
 
 # -- root filesystem ------------------------------------------------------------------------

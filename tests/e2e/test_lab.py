@@ -109,8 +109,11 @@ def test_status_json_after_deploy(lab: LabFleet, deployed: PyinfraRun) -> None:
     rows = lab.status()
     assert [r["host"] for r in rows] == [h.name for h in lab.hosts]
     for r, h in zip(rows, lab.hosts, strict=True):
+        footprint = {k: r.pop(k) for k in ("memory_mib", "boot_s", "registry")}
         assert r == {"host": h.name, "device": h.device, "address": h.address,
                      "reachable": True, "service_active": True, "serving": True}
+        assert 10 < footprint["memory_mib"] < 2048 and footprint["boot_s"] > 0
+        assert footprint["registry"] == (h is lab.hosts[0])  # one site registry
 
 
 def test_hf_token_appears_nowhere_but_its_file(lab: LabFleet, deployed: PyinfraRun) -> None:

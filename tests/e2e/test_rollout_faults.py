@@ -169,7 +169,8 @@ def _interrupted_rollout(lab: LabFleet, reports: Path, run_id: str, host: str, f
             proc.kill()
     assert proc.returncode != 0, out[-2000:]
     rep = _report(reports / run_id, host)
-    assert rep["outcome"] in ("rolled_back", "failed"), rep["message"]
+    # unreachable: pyinfra lost the host (its socket/SSH error) before it could verify
+    assert rep["outcome"] in ("rolled_back", "failed", "unreachable"), rep["message"]
     return out
 
 

@@ -186,7 +186,7 @@ def test_cli_used_run_id_refused(tmp_path, capsys):
 def test_cli_rollout_end_to_end_with_fake_pyinfra(tmp_path, capsys, monkeypatch):
     fake = FakePyinfra({"orin-nano-01": "disabled"})
     real = ro.run_rollout
-    monkeypatch.setattr(ro, "run_rollout", lambda plan: real(plan, fake, say=print))
+    monkeypatch.setattr(ro, "run_rollout", lambda plan, **kw: real(plan, fake, say=print, **kw))
     rc = main(["rollout", "inventories/jetsons.py", "--reports", str(tmp_path),
                "--run-id", "demo", "--batches", "1,100%", "--data", "specdec_reverify=true"])
     out = capsys.readouterr().out
@@ -219,6 +219,6 @@ def test_host_meta_from_inventory_data():
 def test_subprocess_runner_echoes_and_keeps_the_error(tmp_path, capsys):
     code = ("print('--> Starting'); print('--> pyinfra error in f.py line 3: h: boom'); "
             "raise SystemExit(1)")
-    rc, err = ro._subprocess_runner([sys.executable, "-c", code], {}, tmp_path)
+    rc, err, _ = ro._subprocess_runner([sys.executable, "-c", code], {}, tmp_path)
     assert (rc, err) == (1, "h: boom")
     assert "--> Starting" in capsys.readouterr().out
