@@ -45,6 +45,7 @@ from specdec.report import (
     write_host_report,
 )
 from specdec.settings import HostSettings
+from specdec.tunestore import ENV as TUNE_CACHE_ENV
 
 __all__ = [
     "FAILED",
@@ -175,6 +176,7 @@ class RolloutPlan:
     extra_args: tuple[str, ...] = ()
     deploy: Path = DEPLOY
     meta: dict[str, dict[str, Any]] = field(default_factory=dict)  # host -> device, method…
+    tune_cache: str | None = None  # --tune-cache, passed to pyinfra as $SPECDEC_TUNE_CACHE
 
     @property
     def run_dir(self) -> Path:
@@ -234,6 +236,8 @@ def run_rollout(plan: RolloutPlan, runner: Runner = _subprocess_runner,
     env = dict(os.environ)
     env[RUN_ID_ENV] = plan.run_id
     env[REPORTS_ENV] = str(plan.reports_root)
+    if plan.tune_cache:
+        env[TUNE_CACHE_ENV] = plan.tune_cache
     result = RolloutResult(run_dir)
     n = len(plan.batches)
     for k, batch in enumerate(plan.batches, 1):

@@ -26,6 +26,9 @@ def register(subparsers: Any) -> None:
     r.add_argument("--reports", metavar="DIR", help="reports root (default: ./reports)")
     r.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
                    help="pass to pyinfra --data (e.g. specdec_reverify=true); repeatable")
+    r.add_argument("--tune-cache", metavar="DIR|URL",
+                   help="the tune cache (default: $SPECDEC_TUNE_CACHE, else specdec_tune_cache "
+                        "in host data, else tune-cache/ beside the inventory)")
     r.set_defaults(func=cmd_rollout)
 
     p = subparsers.add_parser("report", help="print a rollout's fleet summary (Markdown)")
@@ -38,6 +41,7 @@ def register(subparsers: Any) -> None:
 def cmd_rollout(args: argparse.Namespace) -> int:
     from specdec import rollout as ro
     from specdec.report import check_run_id, new_run_id, reports_root
+    from specdec.tunestore import location
 
     batches = ro.parse_batches(args.batches)
     max_fail = ro.parse_max_fail(args.max_fail_percent)
@@ -54,6 +58,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 
     from specdec.groups.inventory import check_limit, groups_of, units
     from specdec.inventory import load_inventory
+    from specdec.site import site_mirror_hosts
 
     loaded = load_inventory(str(inventory), args.limit)
     settings = ro.check_hosts(loaded, args.data)
@@ -62,6 +67,9 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     groups = groups_of(every)
     check_limit(groups, [name for name, _ in loaded])
     order = units([name for name, _ in loaded], groups)
+    # site mirrors first: their sites' hosts download and pull through them (one per site)
+    first = site_mirror_hosts(every)
+    order = [u for u in order if set(u) & first] + [u for u in order if not set(u) & first]
     hosts = [h for unit in order for h in unit]
     plan = ro.RolloutPlan(
         inventory=inventory.resolve(),
@@ -72,6 +80,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         reports_root=root,
         data=tuple(args.data),
         meta={s.host: ro.host_meta(s) for s in settings},
+        tune_cache=args.tune_cache and location(explicit=args.tune_cache),
     )
     result = ro.run_rollout(plan)
     print()
