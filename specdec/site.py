@@ -32,8 +32,8 @@ __all__ = ["DEFAULT_CDN_HOSTS", "DEFAULT_HUB", "DEFAULT_REGISTRIES", "HUB_PORT",
            "REGISTRY_PORT0", "SiteMirror", "download_env", "mirror_image", "mirror_of",
            "registry_of", "resolve", "site_mirror_hosts", "site_mirrors"]
 
-HUB_PORT = 8081  # HF_ENDPOINT=http://<mirror>:8081 (/api passed through, small files cached)
-LFS_PORT = 8082  # the CDN's content-addressed bytes, cached by path (no token, no signature)
+HUB_PORT = 8180  # HF_ENDPOINT=http://<mirror>:8180 (/api passed through, small files cached)
+LFS_PORT = 8181  # the CDN's content-addressed bytes, cached by path (no token, no signature)
 REGISTRY_PORT0 = 5001  # the first upstream registry's pull-through cache; then 5002, ...
 DEFAULT_HUB = "https://huggingface.co"
 # Where the Hub redirects LFS and Xet-bridge downloads (huggingface_hub's own tests and the

@@ -37,7 +37,7 @@ def spark(name: str, **data: object) -> tuple[str, dict[str, object]]:
     ({"specdec_hub_upstream": "http://10.0.0.1"}, "only applies with specdec_site_mirror: true"),
     ({"specdec_hub_endpoint": "ftp://mirror"}, "not an http:// or https:// URL"),
     ({"specdec_hub_endpoint": "http://user:hf_secretsecret@mirror"}, "credentials do not"),
-    ({"specdec_hub_endpoint": "http://mirror:8081/"}, "drop the trailing '/'"),
+    ({"specdec_hub_endpoint": "http://mirror:8180/"}, "drop the trailing '/'"),
     ({"specdec_site": "a", "specdec_site_mirror": True, "specdec_hub_cdn_hosts": "cdn"},
      "must be a list of host[:port] names"),
     ({"specdec_site": "a", "specdec_site_mirror": True,
@@ -56,8 +56,8 @@ def test_bad_site_data_is_one_line_naming_the_key(data: dict[str, object], messa
 
 def test_the_engine_port_of_a_mirror_host_must_not_be_the_mirrors() -> None:
     hosts = parse_hosts([spark("m1", specdec_site="a", specdec_site_mirror=True,
-                               specdec_port=8081)])
-    with pytest.raises(ConfigError, match="m1: specdec_port=8081: the site mirror"):
+                               specdec_port=8180)])
+    with pytest.raises(ConfigError, match="m1: specdec_port=8180: the site mirror"):
         resolve(hosts)
 
 
@@ -82,7 +82,7 @@ def test_a_sites_hosts_download_and_pull_through_its_mirror() -> None:
     assert by["pin"].hub_endpoint == "http://cache.example:9000" and not by["pin"].hub_mirrored
     assert by["b1"].hub_endpoint is None and by["lone"].registry_mirror == ()
     env = dict(download_env(by["h22"]))
-    assert env == {"HF_ENDPOINT": "http://10.0.0.2:8081", "HF_HUB_DISABLE_XET": "1",
+    assert env == {"HF_ENDPOINT": "http://10.0.0.2:8180", "HF_HUB_DISABLE_XET": "1",
                    "HF_HUB_DISABLE_UPDATE_CHECK": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
     assert download_env(by["b1"]) == [] and download_env(by["lone"]) == []
     plan = make_plan("h22", {"specdec_device": "dgx-spark", "specdec_model": "Qwen/Qwen3-8B",
