@@ -206,6 +206,8 @@ class Handler(BaseHTTPRequestHandler):
                **count: Any) -> None:
         client = self.client_address[0]
         path = urlsplit(self.path).path
+        if path.startswith("/_lab/"):
+            return  # the control node asking: not the Hub's traffic
         self.hub.counters.add(kind, client, status, sent, self._token()[0], path=file or path,
                               **count)
         self.hub.log({"t": round(time.time(), 3), "client": client, "method": self.command,
