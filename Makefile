@@ -7,10 +7,10 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 APT_PACKAGES = systemd-container debootstrap docker-registry skopeo iproute2 procps curl iptables openssl \
-	etcd-server python3-venv
+	etcd-server python3-venv nginx
 STAMP = .make
 
-.PHONY: setup dynamo-venv test lint unit contract e2e demo demo-down clean
+.PHONY: setup dynamo-venv hub-clients test lint unit contract e2e demo demo-down clean
 
 $(STAMP)/apt:
 	@mkdir -p $(STAMP)
@@ -29,7 +29,12 @@ $(STAMP)/pip: pyproject.toml
 dynamo-venv: $(STAMP)/apt $(STAMP)/pip
 	$(PYTHON) -c 'from specdec.lab.dynamo import ensure_venv; ensure_venv(log=print)'
 
-setup: $(STAMP)/apt $(STAMP)/pip dynamo-venv
+# The real huggingface_hub releases the catalog's images carry (specdec/lab/hubclient.py), from
+# PyPI under /var/cache/specdec-lab/: the lab's images and the Hub tests run them.
+hub-clients: $(STAMP)/apt $(STAMP)/pip
+	$(PYTHON) -c 'from specdec.lab.hubclient import ensure_client, versions; [ensure_client(v, print) for v in versions()]'
+
+setup: $(STAMP)/apt $(STAMP)/pip dynamo-venv hub-clients
 
 lint: setup
 	ruff check specdec roles deploys inventories group_data tests benchmarks

@@ -22,6 +22,7 @@ from roles import (
     model_prefetch,
     prepare_host,
     serve,
+    site_mirror,
     ulimits,
     verify,
 )
@@ -48,6 +49,8 @@ daemon_json = docker_access(hp, **kw)
 hf_token(hp, token, **kw)
 ulimits(hp, **kw)
 jetson_tuning(hp, **kw)
+# A site's mirror (its mirror host only) before any host of the site pulls or downloads.
+site_mirror(hp, **kw)
 digest = images(hp, **kw)
 # Weights after the image: with the docker runtime `hf download` runs inside it.
 model_prefetch(hp, **kw)

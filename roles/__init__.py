@@ -15,6 +15,7 @@ from roles.jetson_tuning import jetson_tuning
 from roles.lock import deploy_lock, deploy_unlock
 from roles.model_prefetch import model_prefetch
 from roles.serve import ServeResult, serve
+from roles.site_mirror import site_mirror
 from roles.ulimits import ulimits
 from roles.verify import verify
 
@@ -34,6 +35,7 @@ __all__ = [
     "prepare_host",
     "read_hf_token",
     "serve",
+    "site_mirror",
     "ulimits",
     "verify",
 ]

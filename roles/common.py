@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from io import BytesIO
+from pathlib import Path
 from typing import Any
 
+import click
 import gevent
 import gevent.event
 from pyinfra.api import HiddenValue
@@ -21,9 +24,10 @@ from specdec.hostdata import parse_host_settings
 from specdec.plan import baseline, plan_host_settings
 from specdec.plan_types import Group, Plan
 from specdec.render import Rendered, render
-from specdec.report import reports_root
 from specdec.settings import HostSettings
+from specdec.site import resolve as resolve_sites
 from specdec.tunecache import apply_cached
+from specdec.tunestore import TuneStore, location, open_store
 
 __all__ = [
     "GATED_PREFIXES",
@@ -37,6 +41,7 @@ __all__ = [
     "plan_host",
     "prepare_host",
     "read_hf_token",
+    "tune_store",
 ]
 
 # Hugging Face repos that need an accepted licence (and so a token) to download.
@@ -78,6 +83,34 @@ class HostPlan:
     group: Group | None = None  # a serving group's member: the group
 
 
+def inventory_file() -> str | None:
+    """The inventory file this pyinfra run was given: its CLI's ``INVENTORY`` argument, read
+    from the command line with pyinfra's own parser (pyinfra 3.10 keeps no other record of
+    it); None for a host list, or outside pyinfra's CLI."""
+    # pyinfra's CLI module, when this runs under it (importing it here would monkey-patch the
+    # process with gevent: pyinfra_cli/__init__.py)
+    cli = getattr(sys.modules.get("pyinfra_cli.cli"), "cli", None)
+    argv0 = Path(sys.argv[0])
+    if not isinstance(cli, click.Command) or (argv0.name != "pyinfra"
+                                              and argv0.parent.name != "pyinfra"):
+        return None
+    try:
+        ctx = cli.make_context("pyinfra", sys.argv[1:], resilient_parsing=True)
+    except click.ClickException:
+        return None
+    inv = ctx.params.get("inventory")
+    return inv if isinstance(inv, str) and Path(inv).is_file() else None
+
+
+def tune_store(settings: HostSettings) -> TuneStore:
+    """The tune cache for this host (`specdec.tunestore`: the same location `specdec rollout`
+    and `specdec plan` use for this inventory)."""
+    try:
+        return open_store(location(inventory=inventory_file(), data_value=settings.tune_cache))
+    except SpecdecError as exc:
+        raise DeployError(f"{settings.host}: {one_line(exc)}") from None
+
+
 def plan_host(settings: HostSettings, identity: Any,
               installed: dict[str, str] | None = None, group: Group | None = None) -> HostPlan:
     """Plan and render one host; any `SpecdecError` becomes a one-line `DeployError`."""
@@ -85,7 +118,7 @@ def plan_host(settings: HostSettings, identity: Any,
     try:
         planned = plan_host_settings(settings, identity, installed=installed, group=group)
         # k: auto with a tuned entry in the cache: the plan carries the tuned values (noted)
-        plan = apply_cached(planned, reports_root(), settings.reverify)
+        plan = apply_cached(planned, tune_store(settings), settings.reverify)
         rendered = render(plan)
         base = render(baseline(planned)) if plan.speculative else None
         device = load_catalog().device(plan.device)
@@ -179,6 +212,9 @@ def _prepare_all(state: Any) -> _Prepared:
                 settings[h.name] = parse_host_settings(h.name, h.data)
         groups = groups_of(settings[h.name] for h in state.inventory)
         check_limit(groups, [h.name for h in targeted])
+        # a site's hosts download and pull through its mirror (specdec.site)
+        settings.update({s.host: s for s in resolve_sites([settings[h.name]
+                                                           for h in state.inventory])})
     except SpecdecError as exc:
         err = DeployError(one_line(exc))
         return {x.name: err for x in state.inventory}

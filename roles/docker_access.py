@@ -1,4 +1,5 @@
-"""Service user, docker group, and the nvidia runtime + ulimits in /etc/docker/daemon.json."""
+"""Service user, docker group, and the nvidia runtime + ulimits in /etc/docker/daemon.json (and a
+site's registry mirror among its insecure registries: it serves plain HTTP on the site's LAN)."""
 
 from __future__ import annotations
 
@@ -22,10 +23,15 @@ NVIDIA_RUNTIME = {"path": "nvidia-container-runtime", "runtimeArgs": []}
 
 
 def merged_daemon_json(
-    current: dict[str, Any] | None, memlock: str, jetson: bool
+    current: dict[str, Any] | None, memlock: str, jetson: bool, insecure: tuple[str, ...] = ()
 ) -> dict[str, Any]:
-    """``current`` with specdec's keys merged in; every other key (and runtime/ulimit) kept."""
+    """``current`` with specdec's keys merged in; every other key (and runtime/ulimit) kept.
+    ``insecure``: registries (``host:port``) to add to ``insecure-registries``."""
     doc: dict[str, Any] = json.loads(json.dumps(current or {}))  # deep copy
+    if insecure:
+        have = doc.get("insecure-registries")
+        have = [r for r in have if isinstance(r, str)] if isinstance(have, list) else []
+        doc["insecure-registries"] = have + [r for r in insecure if r not in have]
     if jetson:
         runtimes = doc.get("runtimes")
         runtimes = dict(runtimes) if isinstance(runtimes, dict) else {}
@@ -45,14 +51,15 @@ def merged_daemon_json(
 
 
 @operation()
-def daemon_config(memlock: str, jetson: bool):
+def daemon_config(memlock: str, jetson: bool, insecure: tuple[str, ...] = ()):
     """Merge specdec's keys into /etc/docker/daemon.json; upload only when the result differs.
 
     + memlock: "unlimited" or bytes (the plan's ``memlock``)
     + jetson: also register the nvidia container runtime
+    + insecure: the site's registry mirrors (plain HTTP)
     """
     current = host.get_fact(DockerDaemonConfig)
-    desired = merged_daemon_json(current, memlock, jetson)
+    desired = merged_daemon_json(current, memlock, jetson, insecure)
     if current is not None and desired == current:
         host.noop(f"{DAEMON_JSON} already has specdec's runtime and ulimits")
         return
@@ -105,6 +112,7 @@ def docker_access(hp: HostPlan) -> OperationMeta | None:
         name=f"Merge runtime and ulimits into {DAEMON_JSON}",
         memlock=plan.memlock,
         jetson=hp.is_jetson,
+        insecure=tuple(addr for _, addr in hp.settings.registry_mirror),
     )
     systemd.service(
         name="Restart docker (daemon.json changed)",

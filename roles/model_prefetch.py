@@ -16,24 +16,27 @@ from roles.common import HostPlan
 from roles.facts import HfCached
 from specdec import layout, prefetch
 from specdec.engines.trtllm.facts import TIKTOKEN_FILES
+from specdec.site import download_env
 
 __all__ = ["model_prefetch", "prefetch_repo", "tiktoken_encoding"]
 
 
 @operation()
-def prefetch_repo(repo: str, image: str | None, owner: str, local_dir: str | None = None):
+def prefetch_repo(repo: str, image: str | None, owner: str, local_dir: str | None = None,
+                  endpoint: tuple[tuple[str, str], ...] = ()):
     """Download ``repo`` unless a complete copy is cached, then hand the cache to ``owner``.
 
     + repo: Hugging Face repo id
     + image: run the download in this image (docker runtime), or None (native)
     + owner: the service user
     + local_dir: also/instead a plain directory copy (engines that need a path)
+    + endpoint: HF_ENDPOINT and what goes with it (the site mirror), or () for the Hub
     """
     if host.get_fact(HfCached, repo=repo, local_dir=local_dir):
         where = local_dir or layout.HF_HOME
         host.noop(f"{repo} is completely downloaded in {where}")
         return
-    yield prefetch.download_command(repo, image, local_dir)
+    yield prefetch.download_command(repo, image, local_dir, endpoint)
     yield f"chown -R {shlex.quote(owner)}:{shlex.quote(owner)} {layout.HF_HOME}"
 
 
@@ -58,12 +61,15 @@ def model_prefetch(hp: HostPlan) -> None:
     then the tiktoken encodings gpt-oss reads on trtllm-serve."""
     plan = hp.plan
     image = plan.image if plan.runtime == "docker" else None
+    endpoint = tuple(download_env(hp.settings))
+    via = f" via {hp.settings.hub_endpoint}" if hp.settings.hub_endpoint else ""
     for repo in host.loop([r for r in (plan.model, plan.draft) if r]):
-        prefetch_repo(name=f"Download {repo} to {layout.HF_HOME}", repo=repo, image=image,
-                      owner=plan.service_user)
+        prefetch_repo(name=f"Download {repo} to {layout.HF_HOME}{via}", repo=repo, image=image,
+                      owner=plan.service_user, endpoint=endpoint)
     if plan.draft and plan.draft_dir:
-        prefetch_repo(name=f"Download {plan.draft} to {plan.draft_dir}", repo=plan.draft,
-                      image=image, owner=plan.service_user, local_dir=plan.draft_dir)
+        prefetch_repo(name=f"Download {plan.draft} to {plan.draft_dir}{via}", repo=plan.draft,
+                      image=image, owner=plan.service_user, local_dir=plan.draft_dir,
+                      endpoint=endpoint)
     if plan.tiktoken_dir:
         for enc in host.loop(sorted(TIKTOKEN_FILES)):
             tiktoken_encoding(name=f"Fetch {enc} to {plan.tiktoken_dir}", encoding=enc,

@@ -34,7 +34,7 @@ from pyinfra import host
 from pyinfra.api import FunctionCommand, HiddenValue, deploy, operation
 from pyinfra.api.operation import OperationMeta
 
-from roles.common import DeployError, HostPlan
+from roles.common import DeployError, HostPlan, tune_store
 from roles.facts import JetsonPower, SpecdecReleases
 from roles.group import verify_serving_group
 from roles.hostio import PyinfraIO, previous_report, write_report
@@ -203,7 +203,7 @@ def verify_spec(hp: HostPlan, served: ServeResult, token: HiddenValue | None,
         bench=bench_settings(roofline),
         roofline=roofline,
         run_id=run_id(),
-        tune_root=reports_root(),
+        tune_cache=tune_store(settings),
         bench_mode=settings.bench_mode,
     )
 

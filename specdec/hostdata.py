@@ -201,6 +201,58 @@ def _group(r: KeyReader) -> dict[str, Any]:
     return out
 
 
+_SITE_NAME = _GROUP_NAME
+SITE_KEYS = ("site", "site_mirror", "site_mirror_address", "hub_endpoint", "hub_upstream",
+             "hub_cdn_hosts", "registry_upstreams", "mirror_resolver", "tune_cache")
+_MIRROR_ONLY = ("site_mirror_address", "hub_upstream", "hub_cdn_hosts", "registry_upstreams",
+                "mirror_resolver")
+
+
+def _site(r: KeyReader) -> dict[str, Any]:
+    """The site keys (`specdec.site`): each value checked, mirror-only keys only on a mirror."""
+    h = r.host
+    site = r.str_("specdec_site")
+    if site is not None and not _SITE_NAME.fullmatch(site):
+        raise r.fail("specdec_site", site, "a site name is lowercase letters, digits and - "
+                     "(at most 31)")
+    mirror = r.bool_("specdec_site_mirror", False)
+    if mirror and site is None:
+        raise r.fail("specdec_site_mirror", True, "a site mirror serves a site: set specdec_site")
+    for key in _MIRROR_ONLY:
+        if not mirror and r.get(f"specdec_{key}") is not None:
+            raise r.fail(f"specdec_{key}", r.get(f"specdec_{key}"),
+                         "only applies with specdec_site_mirror: true")
+    out: dict[str, Any] = {"site": site, "site_mirror": mirror}
+    addr = r.get("specdec_site_mirror_address")
+    out["site_mirror_address"] = None if addr is None else hygiene.check_host_port(
+        h, "specdec_site_mirror_address", addr, port=False)
+    for key in ("hub_endpoint", "hub_upstream"):
+        v = r.get(f"specdec_{key}")
+        out[key] = None if v is None else hygiene.check_url(h, f"specdec_{key}", v)
+    cdn = r.get("specdec_hub_cdn_hosts")
+    if cdn is not None:
+        if not isinstance(cdn, list | tuple) or not cdn:
+            raise r.fail("specdec_hub_cdn_hosts", cdn, "must be a list of host[:port] names")
+        hygiene.check_size(h, "specdec_hub_cdn_hosts", cdn, 32)
+        out["hub_cdn_hosts"] = tuple(hygiene.check_host_port(h, "specdec_hub_cdn_hosts", c)
+                                     for c in cdn)
+    regs = r.get("specdec_registry_upstreams")
+    if regs is not None:
+        if not isinstance(regs, Mapping):
+            raise r.fail("specdec_registry_upstreams", regs,
+                         "must be a mapping of registry host[:port] to its upstream URL")
+        hygiene.check_size(h, "specdec_registry_upstreams", regs, 16)
+        out["registry_upstreams"] = tuple(sorted(
+            (hygiene.check_host_port(h, "specdec_registry_upstreams", k),
+             hygiene.check_url(h, f"specdec_registry_upstreams.{k}", v))
+            for k, v in regs.items()))
+    res = r.get("specdec_mirror_resolver")
+    out["mirror_resolver"] = None if res is None else hygiene.check_host_port(
+        h, "specdec_mirror_resolver", res, port=False)
+    out["tune_cache"] = r.str_("specdec_tune_cache", max_len=hygiene.MAX_PATH)
+    return out
+
+
 def _engine_keys(r: KeyReader, engine: str | None) -> dict[str, Any]:
     """The serving-group keys and every engine's own keys, each checked; a key set for an engine
     other than the host's is an error. The host's engine's keys become ``engine_options``."""
@@ -280,6 +332,7 @@ def parse_host_settings(host: str, data: Any) -> HostSettings:
         bench_mode=_bench_mode(r),
         service_user=service_user,
         **_engine_keys(r, engine),
+        **_site(r),
         ssh_hostname=ssh if isinstance(ssh := mapping.get("ssh_hostname"), str) else None,
         keys=frozenset(
             k for k, v in mapping.items() if isinstance(k, str) and k.startswith(PREFIX)
@@ -304,7 +357,7 @@ KNOWN_KEYS = tuple(
         "engine_version", "memlock",
         "env", "extra_args", "jetson_tuning", "health_timeout", "gate", "model_params_b",
         "model_weight_gib", "model_kv_bytes_per_token", "model_tokenizer", "hf_token_file",
-        "reverify", "verify", "bench_mode", "service_user", *GROUP_KEYS,
+        "reverify", "verify", "bench_mode", "service_user", *GROUP_KEYS, *SITE_KEYS,
         *(k for e in ENGINE_IMPLS.values() for k in e.option_keys),
     )
 )

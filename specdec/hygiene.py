@@ -199,6 +199,43 @@ def check_image(host: str | None, key: str, value: Any) -> str:
     return value
 
 
+# -- network addresses and URLs --------------------------------------------------------------
+
+MAX_URL = 512
+# host[:port]: a DNS name, an IPv4 address or a bracketed IPv6 literal
+_NET_HOST = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                       r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]+\])")
+_HOST_PORT = re.compile(rf"(?P<host>{_NET_HOST.pattern})(?::(?P<port>[0-9]{{1,5}}))?")
+_URL = re.compile(r"(?P<scheme>https?)://(?P<hostport>[^/?#@]+)(?P<path>/[^?#]*)?")
+
+
+def check_host_port(host: str | None, key: str, value: Any, *, port: bool = True) -> str:
+    """``name[:port]`` (a DNS name, IPv4 address or [IPv6] literal; port 1-65535)."""
+    check_text(host, key, value, 255)
+    m = _HOST_PORT.fullmatch(value)
+    if m is None or (m.group("port") and (not port or not 0 < int(m.group("port")) < 65536)):
+        raise fail(host, key, value, "not a host name or address" + ("[:port]" if port else ""))
+    return value
+
+
+def check_url(host: str | None, key: str, value: Any) -> str:
+    """An ``http://`` or ``https://`` URL of a server: no credentials (``user:pass@``), query
+    or fragment; the path, if any, without a trailing slash."""
+    check_text(host, key, value, MAX_URL)
+    m = _URL.fullmatch(value)
+    if "@" in value.split("//", 1)[-1].split("/", 1)[0]:
+        raise fail(host, key, "<redacted>", "credentials do not belong in a URL in host data")
+    if m is None or _HOST_PORT.fullmatch(m.group("hostport")) is None:
+        raise fail(host, key, value, "not an http:// or https:// URL (scheme://host[:port]"
+                   "[/path], no query)")
+    port = _HOST_PORT.fullmatch(m.group("hostport")).group("port")  # type: ignore[union-attr]
+    if port and not 0 < int(port) < 65536:
+        raise fail(host, key, value, f"port {port} is not in 1..65535")
+    if (m.group("path") or "").endswith("/"):
+        raise fail(host, key, value, "drop the trailing '/'")
+    return value
+
+
 # -- numbers ---------------------------------------------------------------------------------
 
 

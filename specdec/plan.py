@@ -30,6 +30,7 @@ from specdec.plan_engine import engine_details, engine_version, image_for_host, 
 from specdec.plan_method import MethodCandidate, candidates, one_layer, spec_tokens
 from specdec.plan_types import DynamoPlan, FitReport, Group, Plan
 from specdec.settings import HostSettings
+from specdec.site import mirror_image
 from specdec.tune import K_MAX
 
 __all__ = ["DEFAULT_PORT", "baseline", "check_image", "make_plan", "plan_host_settings"]
@@ -226,7 +227,9 @@ def _image(s: HostSettings, cat: Catalog, device: Device, engine: str, runtime: 
     """Docker: the image to run and its catalog entry. Native: no image; the catalog's default
     for the device stands for the release an offline plan assumes."""
     if runtime == "docker":
-        return image_for_host(s, cat, device, engine, identity)
+        ref, img = image_for_host(s, cat, device, engine, identity)
+        # a site with a registry mirror: pulled through it, by digest (specdec.site)
+        return (mirror_image(s, ref, notes) if s.registry_mirror else ref), img
     if s.image is not None:
         notes.append("specdec_image ignored: runtime is native")
     return None, cat.default_image(device, engine, identity.l4t if identity and identity.l4t

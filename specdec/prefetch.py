@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 
 from specdec import layout
 from specdec.engines.trtllm.facts import TIKTOKEN_FILES, TIKTOKEN_URL
@@ -53,18 +54,20 @@ def record_path(repo: str, local_dir: str | None = None) -> str:
     return f"{_complete_dir()}/{repo.replace('/', '--')}{'.local' if local_dir else ''}"
 
 
-def _hub_env_words() -> list[str]:
-    return [f"{k}={v}" for k, v in hub_env()]
+def _hub_env_words(endpoint: Sequence[tuple[str, str]] = ()) -> list[str]:
+    return [f"{k}={v}" for k, v in (*hub_env(), *endpoint)]
 
 
-def download_command(repo: str, image: str | None, local_dir: str | None = None) -> str:
+def download_command(repo: str, image: str | None, local_dir: str | None = None,
+                     endpoint: Sequence[tuple[str, str]] = ()) -> str:
     """Download ``repo`` (into ``local_dir`` when given), then write its completion record.
+    ``endpoint``: where from (``HF_ENDPOINT`` and what goes with it, `specdec.site`).
 
     The token reaches the CLI only as a file (``HF_TOKEN_PATH``), never on a command line."""
     q = shlex.quote
     args = [q(repo)] + ([q(local_dir)] if local_dir else [])
     if image:
-        env_args = [w for kv in _hub_env_words() for w in ("-e", q(kv))]
+        env_args = [w for kv in _hub_env_words(endpoint) for w in ("-e", q(kv))]
         fetch = " ".join([
             "docker", "run", "--rm", "--network", "host",
             "-v", f"{layout.HF_HOME}:{layout.HF_HOME}", *env_args,
@@ -74,7 +77,7 @@ def download_command(repo: str, image: str | None, local_dir: str | None = None)
             "--entrypoint", "sh", q(image), "-c", q(_DOWNLOAD), "sh", *args,
         ])
     else:
-        env = " ".join(q(kv) for kv in _hub_env_words())
+        env = " ".join(q(kv) for kv in _hub_env_words(endpoint))
         fetch = (f"env {env} HF_TOKEN_PATH={layout.HF_TOKEN_FILE} sh -c {q(_DOWNLOAD)} sh "
                  + " ".join(args))
     if local_dir:

@@ -60,6 +60,7 @@ from specdec.resume import CONVERGED
 from specdec.rollout_batches import Batch, batch_hosts, batch_units, exceeds, parse_batches
 from specdec.settings import HostSettings
 from specdec.shard import Coordinator
+from specdec.tunestore import ENV as TUNE_CACHE_ENV
 
 __all__ = [
     "CONVERGED",
@@ -128,6 +129,7 @@ class RolloutPlan:
     max_unreachable_percent: float = 100.0
     resume: bool = False  # --resume: the run exists; its reports are the earlier attempts
     params: dict[str, Any] = field(default_factory=dict)  # run.json: what --resume reuses
+    tune_cache: str | None = None  # --tune-cache, passed to pyinfra as $SPECDEC_TUNE_CACHE
 
     @property
     def run_dir(self) -> Path:
@@ -252,6 +254,8 @@ def run_rollout(plan: RolloutPlan, runner: Runner = _subprocess_runner,
     env = dict(os.environ)
     env[RUN_ID_ENV] = plan.run_id
     env[REPORTS_ENV] = str(plan.reports_root)
+    if plan.tune_cache:
+        env[TUNE_CACHE_ENV] = plan.tune_cache
     result = RolloutResult(run_dir)
     n = len(plan.batches)
     tag = f"{plan.run_id}" + (f" [shard {coord.label}]" if coord.label else "")

@@ -62,6 +62,22 @@ class HostSettings:
     engine_options: Any = None
     ssh_hostname: str | None = None  # where the control node reaches the host (inventory)
     keys: frozenset[str] = frozenset()  # the specdec_* keys the data actually set ("pinned")
+    # Sites (`specdec.site`): the host's site; whether it runs its site's mirror (and at which
+    # address the site reaches it); where its Hub CLI downloads from (HF_ENDPOINT); what the
+    # mirror fronts (Hub, CDN hosts, registries) and the resolver it looks them up with.
+    site: str | None = None
+    site_mirror: bool = False
+    site_mirror_address: str | None = None
+    hub_endpoint: str | None = None
+    hub_upstream: str | None = None
+    hub_cdn_hosts: tuple[str, ...] = ()
+    registry_upstreams: tuple[tuple[str, str], ...] = ()  # registry -> upstream URL
+    mirror_resolver: str | None = None
+    tune_cache: str | None = None  # the tune cache location (`specdec.tunestore`)
+    # Resolved over the inventory by `specdec.site.resolve` (not keys): the Hub endpoint is the
+    # site's mirror; registry -> "address:port" of its pull-through cache at the site's mirror.
+    hub_mirrored: bool = False
+    registry_mirror: tuple[tuple[str, str], ...] = ()
 
     def pinned(self, field_name: str) -> bool:
         """Whether ``specdec_<field_name>`` was set in the host's data."""

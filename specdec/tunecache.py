@@ -1,4 +1,6 @@
-"""Tuned configurations, cached on the control node so a re-run does not search again.
+"""Tuned configurations, cached as fleet state so a re-run (on any control node) does not search
+again. Where the cache lives is `specdec.tunestore`'s (one stated location, a directory or a
+registered store).
 
 An entry is keyed by what the search depends on: device, engine (and its release where the plan
 has one), runtime and image reference, model, the methods compared (with their draft or head),
@@ -23,16 +25,27 @@ from typing import Any
 from specdec.plan import speculating
 from specdec.plan_types import Plan
 from specdec.tune import K_MAX, TuneResult
+from specdec.tunestore import TuneStore, as_store
 
-__all__ = ["apply_cached", "cache_key", "entry_id", "entry_path", "load", "store",
+__all__ = ["apply_cached", "cache_key", "entry_id", "image_identity", "load", "store",
            "tuned_plan"]
+
+Where = TuneStore | str | Path
+
+
+def image_identity(image: str | None) -> str | None:
+    """What identifies an image's contents: its digest when pinned (the same image pulled from
+    a site's registry mirror, under another name, is the same entry), else its reference."""
+    if image and "@" in image:
+        return image.rsplit("@", 1)[1]
+    return image
 
 
 def cache_key(plan: Plan) -> dict[str, Any]:
     return {
         "device": plan.device, "engine": plan.engine,
         "engine_version": plan.engine_version, "runtime": plan.runtime,
-        "image": plan.image, "model": plan.model,
+        "image": image_identity(plan.image), "model": plan.model,
         "methods": [[m, d] for m, d in plan.tune_methods], "max_num_seqs": plan.max_num_seqs,
         "k_max": K_MAX,
     }
@@ -43,14 +56,13 @@ def entry_id(plan: Plan) -> str:
     return hashlib.sha256(raw).hexdigest()[:12]
 
 
-def entry_path(root: Path, plan: Plan) -> Path:
-    return root / "cache" / "tune" / f"{entry_id(plan)}.json"
-
-
-def load(root: Path, plan: Plan) -> tuple[TuneResult, dict[str, Any]] | None:
+def load(cache: Where, plan: Plan) -> tuple[TuneResult, dict[str, Any]] | None:
     """The cached result for the plan's key and its metadata (None: absent or unreadable)."""
     try:
-        doc = json.loads(entry_path(root, plan).read_text())
+        text = as_store(cache).read(entry_id(plan))
+        if text is None:
+            return None
+        doc = json.loads(text)
         if doc.get("key") != cache_key(plan):
             return None
         return TuneResult.from_dict(doc["result"]), dict(doc.get("meta") or {})
@@ -58,15 +70,10 @@ def load(root: Path, plan: Plan) -> tuple[TuneResult, dict[str, Any]] | None:
         return None
 
 
-def store(root: Path, plan: Plan, result: TuneResult, meta: dict[str, Any]) -> Path:
-    """Write the entry atomically; returns its path."""
-    path = entry_path(root, plan)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({"key": cache_key(plan), "result": result.to_dict(),
-                               "meta": meta}, indent=1) + "\n")
-    tmp.replace(path)
-    return path
+def store(cache: Where, plan: Plan, result: TuneResult, meta: dict[str, Any]) -> str:
+    """Write the entry (whole, atomically); returns where it went."""
+    return as_store(cache).write(entry_id(plan), json.dumps(
+        {"key": cache_key(plan), "result": result.to_dict(), "meta": meta}, indent=1) + "\n")
 
 
 def tuned_plan(plan: Plan, result: TuneResult) -> Plan:
@@ -78,9 +85,9 @@ def tuned_plan(plan: Plan, result: TuneResult) -> Plan:
                             f"{entry_id(plan)}; {result.objective})"))
 
 
-def apply_cached(plan: Plan, root: Path, reverify: bool) -> Plan:
+def apply_cached(plan: Plan, cache: Where, reverify: bool) -> Plan:
     """The plan with its cached tuned values when it tunes k and an entry exists."""
     if not plan.k_auto or plan.tuned or reverify:
         return plan
-    got = load(root, plan)
+    got = load(cache, plan)
     return tuned_plan(plan, got[0]) if got is not None else plan

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 from specdec.plan_types import Plan
 from specdec.render import RenderedFile as FileSpec  # a file verification writes on the host
 from specdec.rounds import BenchSettings, RoundBench
+from specdec.tunestore import TuneStore
 
 __all__ = ["FileSpec", "HostIO", "Roofline", "VerifySpec"]
 
@@ -66,7 +67,7 @@ class VerifySpec:
     roofline: Roofline | None = None
     poll_s: float = 2.0
     run_id: str = ""
-    tune_root: Path | None = None  # reports root: the tune cache is under cache/tune/
+    tune_cache: TuneStore | None = None  # where tuned entries go (specdec.tunestore)
     bench_mode: str = "host"  # where the bench client runs (specdec.bench.remote.MODES)
 
     @property

@@ -62,6 +62,7 @@ class Image:
     hub_cli: str  # the Hugging Face CLI the image carries: hf | huggingface-cli
     env: dict[str, str]  # image ENV the deploy must account for (Hub cache variables)
     source: str  # where the engine version, base and ENV come from
+    hub_version: Version | None = None  # huggingface_hub in the image (None: not known)
 
     @property
     def key(self) -> str:
@@ -120,13 +121,31 @@ def _image(ref: str, d: Any, engines: tuple[str, ...]) -> Image:
         raise ConfigError(f"catalog {w}: l4t is required for, and only for, platform l4t")
     if channel == "rc" and not version.is_prerelease and engine != "vllm":
         raise ConfigError(f"catalog {w}: channel rc but {version} is a final release")
+    hub_version = _hub_version(w, d.get("hub_version"), hub_cli)
     env = d.get("env") or {}
     if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                             for k, v in env.items()):
         raise ConfigError(f"catalog {w}: env must map names to strings")
     return Image(ref=ref, engine=engine, engine_version=version, platform=platform, l4t=l4t,
                  cuda=str(_field(w, d, "cuda", str)), channel=channel, hub_cli=hub_cli,
-                 env=dict(env), source=_field(w, d, "source", str))
+                 env=dict(env), source=_field(w, d, "source", str), hub_version=hub_version)
+
+
+def _hub_version(where: str, value: Any, hub_cli: str) -> Version | None:
+    """huggingface_hub's release, checked against the CLI it ships: ``huggingface-cli`` only
+    before 0.34.0, ``hf`` from 0.34.0 (setup.py ``entry_points``; ``huggingface-cli`` was
+    removed in 1.0.0)."""
+    if value is None:
+        return None
+    try:
+        v = Version.parse(str(value))
+    except ValueError as exc:
+        raise ConfigError(f"catalog {where}: hub_version: {exc}") from None
+    has_hf = v >= Version.parse("0.34.0")
+    if (hub_cli == "hf") != has_hf:
+        raise ConfigError(f"catalog {where}: hub_version {v} ships "
+                          f"{'hf' if has_hf else 'only huggingface-cli'}, hub_cli says {hub_cli}")
+    return v
 
 
 def parse_images(data: Any, engines: tuple[str, ...]) -> dict[str, Image]:

@@ -68,6 +68,14 @@ def register(subparsers: Any) -> None:
     _add_instance(r)
     r.set_defaults(func=cmd_reboot)
 
+    h = sub.add_parser("hub", help="the lab's Hub: bytes served per revision and per host")
+    h.add_argument("--json", action="store_true", help="machine-readable output")
+    h.add_argument("--reset", action="store_true", help="zero the counters")
+    h.add_argument("--wan-mbps", type=float, metavar="X",
+                   help="the Hub's egress rate shared by all hosts (a site's WAN); 0: unlimited")
+    _add_instance(h)
+    h.set_defaults(func=cmd_hub)
+
     e = sub.add_parser(
         "engine", help="run the engine emulator here: lab engine --device ID -- vllm serve MODEL …"
     )
@@ -135,6 +143,40 @@ def cmd_status(args: argparse.Namespace) -> int:
               f"MiB, {mem[0]:.0f}-{mem[-1]:.0f}, total {sum(mem):.0f} MiB"
               + (f"; boot median {boot[len(boot) // 2]:.1f} s, max {boot[-1]:.1f} s"
                  if boot else ""))
+    try:  # the lab's Hub: what it served (specdec lab hub for the details)
+        from specdec.lab import hubsvc
+
+        print(hubsvc.summary(hubsvc.counters(_hub_record(_instance(args))))[0])
+    except LabError:
+        pass
+    return 0
+
+
+def _hub_record(inst: Instance) -> dict[str, Any]:
+    from specdec.lab.state import load_state
+
+    state = load_state(inst) or {}
+    rec = state.get("hub")
+    if not isinstance(rec, dict):
+        raise LabError(f"lab instance {inst.name!r} has no Hub running (specdec lab up first)")
+    return rec
+
+
+def cmd_hub(args: argparse.Namespace) -> int:
+    from specdec.lab import hubsvc
+
+    rec = _hub_record(_instance(args))
+    if args.wan_mbps is not None:
+        if not args.wan_mbps >= 0:
+            raise ConfigError(f"--wan-mbps={args.wan_mbps!r}: must be >= 0")
+        hubsvc.control(rec, "/_lab/config", {"wan_mbps": args.wan_mbps or None})
+    if args.reset:
+        hubsvc.control(rec, "/_lab/reset", {})
+    snap = hubsvc.counters(rec)
+    if args.json:
+        print(json.dumps(snap, indent=2, sort_keys=True))
+    else:
+        print("\n".join(hubsvc.summary(snap)))
     return 0
 
 

@@ -21,6 +21,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("inventory", metavar="INVENTORY", help="pyinfra inventory file")
     p.add_argument("--limit", metavar="HOST", help="host names, globs or groups (comma-separated)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--tune-cache", metavar="DIR|URL",
+                   help="the tune cache (default: $SPECDEC_TUNE_CACHE, else specdec_tune_cache "
+                        "in host data, else tune-cache/ beside the inventory)")
     p.set_defaults(func=cmd_plan)
 
     r = subparsers.add_parser("render", help="write one host's release files under a directory")
@@ -35,21 +38,24 @@ def register(subparsers: Any) -> None:
     i.set_defaults(func=cmd_identify)
 
 
-def _plans(inventory: str, limit: str | None) -> list[Plan]:
-    """Plans as the deploy makes them: with the tuned values of the tune cache, if any."""
+def _plans(inventory: str, limit: str | None, tune_cache: str | None = None) -> list[Plan]:
+    """Plans as the deploy makes them: through the site's mirror, with the tuned values of the
+    tune cache (the same location the deploy uses), if any."""
     from specdec.groups.inventory import check_plans, groups_of
     from specdec.hostdata import parse_hosts
     from specdec.inventory import load_inventory
     from specdec.plan import plan_host_settings
-    from specdec.report import reports_root
+    from specdec.site import resolve
     from specdec.tunecache import apply_cached
+    from specdec.tunestore import location, open_store
 
     chosen = load_inventory(inventory, limit)
-    every = parse_hosts(load_inventory(inventory) if limit else chosen)  # groups span them all
+    # groups and sites span the whole inventory
+    every = resolve(parse_hosts(load_inventory(inventory) if limit else chosen))
     names = {name for name, _ in chosen}
     groups = groups_of(every)
-    plans = [apply_cached(plan_host_settings(s, None, group=groups.get(s.host)), reports_root(),
-                          s.reverify)
+    plans = [apply_cached(plan_host_settings(s, None, group=groups.get(s.host)),
+                          open_store(location(tune_cache, inventory, s.tune_cache)), s.reverify)
              for s in every if s.host in names]
     check_plans(plans)
     return plans
@@ -95,7 +101,7 @@ def _short(text: str | None, n: int = 40) -> str:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    plans = _plans(args.inventory, args.limit)
+    plans = _plans(args.inventory, args.limit, args.tune_cache)
     if args.json:
         print(json.dumps([plan_record(p) for p in plans], indent=2, sort_keys=True))
         return 0

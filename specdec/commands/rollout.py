@@ -45,6 +45,9 @@ def register(subparsers: Any) -> None:
     r.add_argument("--store-ca", metavar="FILE", help="CA of the etcd server (etcds://)")
     r.add_argument("--store-cert", metavar="FILE", help="client certificate for etcd")
     r.add_argument("--store-key", metavar="FILE", help="client key for etcd")
+    r.add_argument("--tune-cache", metavar="DIR|URL",
+                   help="the tune cache (default: $SPECDEC_TUNE_CACHE, else specdec_tune_cache "
+                        "in host data, else tune-cache/ beside the inventory)")
     r.set_defaults(func=cmd_rollout)
 
     p = subparsers.add_parser("report", help="print a rollout's fleet summary (Markdown)")
@@ -60,6 +63,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     from specdec import rollout as ro
     from specdec.report import check_run_id, new_run_id, reports_root
     from specdec.resume import load_params, resume_round, to_resume
+    from specdec.tunestore import location
 
     if args.parallel is not None and args.parallel < 1:
         raise RolloutError(f"--parallel={args.parallel}: must be at least 1")
@@ -89,6 +93,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
                                     "--max-unreachable-percent")
     data = list(given("data", []))
     limit = args.limit if args.limit is not None else params.get("limit")
+    tune = args.tune_cache if args.tune_cache is not None else params.get("tune_cache")
     for d in data:
         if "=" not in d or not d.split("=", 1)[0].strip():
             raise RolloutError(f"--data={d!r}: expected KEY=VALUE")
@@ -98,6 +103,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 
     from specdec.groups.inventory import check_limit, groups_of, units
     from specdec.inventory import load_inventory
+    from specdec.site import site_mirror_hosts
 
     loaded = load_inventory(str(inventory), limit)
     settings = ro.check_hosts(loaded, data)
@@ -117,6 +123,9 @@ def cmd_rollout(args: argparse.Namespace) -> int:
             print(f"specdec rollout --resume {run_id}: every host converged; nothing to do")
             return 0
     order = units(names, groups)
+    # site mirrors first: their sites' hosts download and pull through them (one per site)
+    first = site_mirror_hosts(every)
+    order = [u for u in order if set(u) & first] + [u for u in order if not set(u) & first]
     hosts = [h for unit in order for h in unit]
     shard, coord = _sharding(args, root, run_id, order, groups, batches, spec, max_fail,
                              max_unreach, resume_round(root / run_id, hosts)
@@ -135,7 +144,9 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         resume=bool(args.resume) or bool(args.shard and ro.existing_run(root, run_id)),
         params={"batches": spec, "max_fail_percent": str(max_fail),
                 "max_unreachable_percent": str(max_unreach), "data": data, "limit": limit,
-                "shards": args.shard.split("/")[1] if args.shard else None},
+                "shards": args.shard.split("/")[1] if args.shard else None,
+                "tune_cache": tune},
+        tune_cache=tune and location(explicit=tune),
     )
     if args.resume:
         print(f"specdec rollout --resume {run_id}: {len(hosts)} host(s) to finish: "

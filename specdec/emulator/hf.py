@@ -37,6 +37,7 @@ __all__ = [
     "hub_cache",
     "main",
     "read_token",
+    "repo_files",
     "revision_of",
 ]
 
@@ -102,7 +103,9 @@ def cached_snapshot(repo: str, cache: Path | None = None) -> Path | None:
     return snap if (snap / "config.json").is_file() else None
 
 
-def _files(spec: ModelSpec) -> dict[str, str]:
+def repo_files(spec: ModelSpec) -> dict[str, str]:
+    """The small files of an emulated repo (what the engine emulator reads); the lab's Hub
+    (`specdec.lab.hubrepo`) serves them, plus the weights."""
     cfg: dict[str, object] = {
         "_name_or_path": spec.id,
         "architectures": [spec.architecture],
@@ -206,7 +209,7 @@ def download(repo: str, *, local_dir: str | None = None, cache_dir: str | None =
             "local disk and outgoing traffic has been disabled. To enable repo look-ups and "
             "downloads online, pass 'local_files_only=False' as input."))
     spec = _check_access(repo, spec)
-    files = _files(spec)
+    files = repo_files(spec)
     if existing is None and time_scale > 0:
         time.sleep(min(spec.weight_bytes / (_NETWORK_GBS * 1e9) * time_scale, 600.0))
     if not quiet:

@@ -27,8 +27,9 @@ from specdec.errors import LabError
 from specdec.groups.inventory import groups_of
 from specdec.hostdata import parse_hosts
 from specdec.inventory import load_inventory
-from specdec.lab import dynamo, images, link
+from specdec.lab import dynamo, hubsvc, images, link
 from specdec.lab import host as hostmod
+from specdec.lab import site as labsite
 from specdec.lab.footprint import netns_pss_kib
 from specdec.lab.instance import Instance
 from specdec.lab.rootfs import HOST_RECIPE, IMAGE_RECIPE, cached_rootfs, ensure_rootfs
@@ -220,6 +221,8 @@ def up(inventory: str, *, limit: str | None = None, log: Log = _noop,
         groups = dynamo.lab_groups(inventory, limit)
         _ensure_key(inst)
         _ensure_hf_token(inst)
+        tokens = [os.environ.get("HF_TOKEN", "").strip(),
+                  inst.hf_token_file.read_text().strip()]
 
         state: dict[str, Any] = {
             "version": 2,
@@ -235,6 +238,12 @@ def up(inventory: str, *, limit: str | None = None, log: Log = _noop,
         log(f"instance {inst.name}: {inst.subnet}, state in {inst.dir}")
         try:
             _bring_up(inst, state, hosts, host_root, built, log, groups)
+            # The lab's Hub on the control side, and the site's routes to its mirror host.
+            state["hub"] = hubsvc.start(inst, hosts, tokens)
+            save_state(inst, state)
+            labsite.routes(hosts, inventory, limit)
+            log(f"hub: {len(hosts)} gateway(s), ports {hubsvc.HUB_PORT}/{hubsvc.CDN_PORT}, "
+                f"weights at scale {state['hub']['scale']:g}")
         except BaseException as exc:
             log("rolling back")
             left = teardown(inst, state, _noop)

@@ -11,6 +11,10 @@ plus the lab's environment knobs.
 ``SPECDEC_LAB_INSTANCE=NAME``
     the lab instance (default ``demo``): its subnet gives the addresses, its directory the
     SSH key, the stand-in HF token and the pinned images (`specdec.lab.instance`).
+``SPECDEC_LAB_MIRROR=HOST|none``
+    which host runs the lab site's mirror (default: the fleet's first host; `specdec.lab.site`):
+    every host is at site ``lab`` and downloads and pulls through it; ``none``: no site, every
+    host downloads straight from the lab's Hub.
 ``SPECDEC_LAB_DYNAMO=0|1``
     whether the inventory's Dynamo serving group rows are in the fleet (default 1). They come
     after the table's rows at fixed addresses (their number counts on from the table's
@@ -21,6 +25,7 @@ plus the lab's environment knobs.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -28,6 +33,7 @@ from typing import Any
 from specdec.errors import ConfigError
 from specdec.lab.images import pinned_ref
 from specdec.lab.instance import Instance
+from specdec.lab.site import mirror_host, site_keys
 
 __all__ = [
     "DEFAULT_HOSTS",
@@ -123,6 +129,7 @@ def fleet(table: Sequence[tuple[str, dict[str, Any]]],
     scale = env.get("SPECDEC_LAB_TIME_SCALE", "").strip() or DEFAULT_TIME_SCALE
     faults = parse_faults(env.get("SPECDEC_LAB_FAULTS"),
                           [name for name, _ in (*table, *groups, *fleet_groups)])
+    mirror = mirror_host(env, [name for _, (name, _) in numbered])
     hosts = []
     for n, (name, row) in numbered:
         data: dict[str, Any] = {
@@ -152,6 +159,10 @@ def fleet(table: Sequence[tuple[str, dict[str, Any]]],
             catalog_ref = row.get("lab_image") or _default_image(
                 device, data.get("specdec_engine", "vllm"))
             data.setdefault("specdec_image", pinned_ref(catalog_ref, inst))
+        # The lab's Hub, through the site's mirror (or straight, without a site).
+        gateway = str(ipaddress.ip_address(inst.host_address(n)) - 1)
+        for key, value in site_keys(name, gateway, mirror).items():
+            data.setdefault(key, value)
         if not env.get("HF_TOKEN", "").strip():
             # The emulated Hub wants *a* token for gated repos; `lab up` writes a stand-in.
             data.setdefault("specdec_hf_token_file", str(inst.hf_token_file))

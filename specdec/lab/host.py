@@ -12,6 +12,7 @@ from pathlib import Path
 
 from specdec.catalog import load_catalog
 from specdec.lab.dynamo import nspawn_binds as dynamo_binds
+from specdec.lab.hubclient import host_setup as hub_client
 from specdec.lab.identity import device_files, meminfo
 from specdec.lab.images import INSTALL_DIR, emulator_files, wrapper_scripts
 from specdec.lab.instance import Instance
@@ -199,7 +200,8 @@ def _write(root: Path, rel: str, data: bytes | str, mode: int = 0o644) -> None:
 
 def prepare_root(h: LabHost, root: Path) -> None:
     """Hostname, SSH (lab key, fresh host keys), Docker settings and shims, device identity,
-    and the engine emulator installed natively (``vllm``, ``trtllm-serve``, ``hf``)."""
+    the engine emulator installed natively (``vllm``, ``trtllm-serve``) and, on a native host,
+    the Hugging Face CLI its engine's install brings."""
     device = load_catalog().device(h.device)
     d = host_dir(h)
     _write(root, "etc/hostname", h.name + "\n")
@@ -252,6 +254,9 @@ def prepare_root(h: LabHost, root: Path) -> None:
         _write(root, f"usr/local/lib/python3.11/dist-packages/tensorrt_llm-{versions['trtllm']}"
                ".dist-info/METADATA",
                f"Metadata-Version: 2.1\nName: tensorrt_llm\nVersion: {versions['trtllm']}\n")
+    # A native install's Hugging Face client: the real huggingface_hub (specdec.lab.hubclient).
+    for rel, text in hub_client(h.device, h.engine, h.runtime)[1].items():
+        _write(root, rel, text, 0o755 if rel.startswith("usr/local/bin/") else 0o644)
     _write(root, "usr/local/bin/specdec",
            "#!/bin/sh\n# specdec lab: the specdec CLI (identify works without extra modules)\n"
            f'PYTHONPATH=/{INSTALL_DIR} exec python3 -m specdec "$@"\n', 0o755)
@@ -315,6 +320,7 @@ def nspawn_argv(h: LabHost, root: Path) -> list[str]:
         f"--bind-ro={d / 'firmware'}:/sys/firmware",
         # A Dynamo host: the lab's Dynamo venv and its worker stand-in (specdec/lab/dynamo.py).
         *dynamo_binds(h, d),
+        *hub_client(h.device, h.engine, h.runtime)[0],
     ]
 
 

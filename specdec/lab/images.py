@@ -5,10 +5,12 @@ under the real repository path and tag (``localhost:5000/dustynv/vllm:0.9.2-r36.
 a mirror, which the planner recognises as that catalog image). Each carries what the real image
 carries that the deploy depends on: its engine release (``SPECDEC_EMU_ENGINE_VERSION``, so the
 emulator refuses what that release refuses), its Hub cache variables (``HF_HOME``,
-``HUGGINGFACE_HUB_CACHE``, ``TRANSFORMERS_CACHE`` on jetson-containers images) and only the
-Hugging Face CLI it has (``hf`` or ``huggingface-cli``). Layers: the `IMAGE_RECIPE` rootfs
-(python3 + PyYAML), the emulator's part of the specdec package in /opt/specdec with ``vllm`` and
-``trtllm-serve`` on PATH, and one layer per Hub CLI. Layers are deterministic tars (sorted,
+``HUGGINGFACE_HUB_CACHE``, ``TRANSFORMERS_CACHE`` on jetson-containers images) and the real
+``huggingface_hub`` release it has, with only the CLI that release ships (``hf`` or
+``huggingface-cli``: `specdec.lab.hubclient`). Layers: the `IMAGE_RECIPE` rootfs (python3 +
+PyYAML), the emulator's part of the specdec package in /opt/specdec with ``vllm`` and
+``trtllm-serve`` on PATH, and one layer per huggingface_hub release. Layers are deterministic
+tars (sorted,
 fixed mtimes and owners), so digests only change when the sources do; the layout is pushed with
 skopeo (`push`).
 """
@@ -30,6 +32,7 @@ from functools import cache
 from pathlib import Path
 
 from specdec.errors import LabError
+from specdec.lab.hubclient import ensure_client, layer_files
 from specdec.lab.instance import Instance
 from specdec.lab.paths import CACHE_DIR, REGISTRY_DIR
 from specdec.lab.state import shared_lock
@@ -51,7 +54,6 @@ __all__ = [
 
 REGISTRY = "localhost:5000"
 _CMD = {"vllm": ["vllm", "serve"], "trtllm": ["trtllm-serve"]}
-HUB_CLIS = ("hf", "huggingface-cli")
 _PKG = Path(__file__).resolve().parent.parent  # the specdec package
 # The engine emulator's closure inside the specdec package (pure Python + PyYAML).
 _EMU_PARTS = ("__init__.py", "errors.py", "hygiene.py", "power.py", "catalog", "engines",
@@ -77,8 +79,6 @@ def wrapper_scripts(python_path: str = "/" + INSTALL_DIR,
         "vllm": f'{head}{env} {pin("vllm")}exec python3 -m specdec.emulator vllm "$@"\n',
         "trtllm-serve": f'{head}{env} {pin("trtllm")}exec python3 -m specdec.emulator '
                         'trtllm-serve "$@"\n',
-        "hf": f'{head}{env} exec python3 -m specdec.emulator.hf "$@"\n',
-        "huggingface-cli": f'{head}{env} exec python3 -m specdec.emulator.hf "$@"\n',
     }
 
 
@@ -93,6 +93,7 @@ class LabImage:
     version: str
     hub_cli: str
     env: tuple[tuple[str, str], ...]
+    hub_version: str = ""  # huggingface_hub in the image (the catalog's hub_version)
 
     @property
     def ref(self) -> str:
@@ -112,7 +113,8 @@ def lab_images() -> list[LabImage]:
         parsed = parse_image_ref(img.ref)
         assert parsed is not None and parsed.tag  # the catalog checks this on load
         out.append(LabImage(img.ref, parsed.path, parsed.tag, img.engine,
-                            str(img.engine_version), img.hub_cli, tuple(sorted(img.env.items()))))
+                            str(img.engine_version), img.hub_cli, tuple(sorted(img.env.items())),
+                            str(img.hub_version or "")))
     return sorted(out, key=lambda i: i.catalog_ref)
 
 
@@ -328,16 +330,19 @@ def _build_images(base_rootfs: Path, base_key: str) -> BuiltImages:
     for name in ("vllm", "trtllm-serve"):
         app_files[f"usr/local/bin/{name}"] = (wrappers[name].encode(), 0o755)
     app = _layer_cached(blobs, f"app-{version}", lambda fh: _files_tar(app_files, fh))
-    clis = {
-        cli: _layer_cached(blobs, f"cli-{cli}-{version}", lambda fh, c=cli: _files_tar(
-            {f"usr/local/bin/{c}": (wrappers[c].encode(), 0o755)}, fh))
-        for cli in HUB_CLIS
-    }
     images = tuple(lab_images())
+    hubs = {}
+    for v in sorted({i.hub_version for i in images}):
+        if not v:
+            raise LabError("the catalog names no hub_version for a lab image "
+                           "(specdec/catalog/images.yaml)")
+        ensure_client(v)
+        hubs[v] = _layer_cached(blobs, f"hub-{v}", lambda fh, v=v: _files_tar(
+            layer_files(v), fh))
     manifests = []
     digests: dict[str, str] = {}
     for n, img in enumerate(images):
-        layers = (base, app, clis[img.hub_cli])
+        layers = (base, app, hubs[img.hub_version])
         config = {
             "architecture": "amd64",
             "os": "linux",
@@ -362,7 +367,8 @@ def _build_images(base_rootfs: Path, base_key: str) -> BuiltImages:
             "history": [
                 {"created": _CREATED, "created_by": "specdec lab: debootstrap python3 rootfs"},
                 {"created": _CREATED, "created_by": "specdec lab: engine emulator " + version},
-                {"created": _CREATED, "created_by": f"specdec lab: {img.hub_cli}"},
+                {"created": _CREATED,
+                 "created_by": f"pip install huggingface_hub=={img.hub_version}"},
             ],
         }
         cfg_digest, cfg_size = _put_json(blobs, config)

@@ -63,6 +63,9 @@ HOST_RECIPE = Recipe(
         # A Dynamo group's discovery (Debian 12: etcd 3.4.23); its unit is the deploy's
         # specdec-etcd.service on the frontend member, so the package's own stays disabled.
         "etcd-server",
+        # What roles/site_mirror.py installs on a site's mirror host (the lab has no network to
+        # install from): nginx and docker-registry, their own units off until the role acts.
+        "nginx", "docker-registry",
     ),
     post=(
         # Units a lab host does not need (no hardware, no real network, no console login).
@@ -70,6 +73,7 @@ HOST_RECIPE = Recipe(
         " fstrim.timer systemd-networkd-wait-online.service >/dev/null 2>&1 || true",
         "systemctl enable ssh.service docker.service >/dev/null",
         "systemctl disable etcd.service >/dev/null 2>&1 || true",
+        "systemctl disable nginx.service docker-registry.service >/dev/null 2>&1 || true",
         "passwd -l root >/dev/null",
     ),
     remove=(*_SLIM, "etc/ssh/ssh_host_*", "etc/machine-id", "var/lib/dbus/machine-id",

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec.errors import LabError
-from specdec.lab import paths
+from specdec.lab import hubsvc, paths
 from specdec.lab.instance import Instance
 from specdec.lab.state import HostRecord, check_state, shared_lock
 from specdec.lab.system import (
@@ -124,6 +124,9 @@ def teardown(inst: Instance, state: dict[str, Any], log: Log) -> list[str]:
         return [str(exc)]
     for line in problems:
         log(line)
+    hub = hubsvc.stop(inst, state)  # the lab's Hub (control side)
+    if hub:
+        problems.append(hub)
     threads = [threading.Thread(target=_stop_host, args=(r,)) for r in records]
     for t in threads:
         t.start()

@@ -22,7 +22,7 @@ from specdec.plan_types import Plan
 from specdec.render import render
 from specdec.rounds import round_bench
 from specdec.tune import Config, Search, TuneResult
-from specdec.tunecache import entry_path, store, tuned_plan
+from specdec.tunecache import entry_id, store, tuned_plan
 from specdec.verify_spec import FileSpec
 
 __all__ = ["Tuned", "per_batch_supported", "release_files", "run_tune"]
@@ -91,18 +91,18 @@ def run_tune(ctx: Ctx, bench: Bench, base: Arm) -> tuple[Tuned, dict[str, Any]]:
     tplan = tuned_plan(plan, result)
     rid, files = release_files(tplan)
     wall = ctx.io.monotonic() - t0
-    root = ctx.spec.tune_root
+    where = ctx.spec.tune_cache
     cache = None
-    if root is not None:
+    if where is not None:
         try:
-            cache = str(store(root, plan, result, {"host": plan.host, "run_id": ctx.spec.run_id,
-                                                   "release": rid}))
+            cache = store(where, plan, result, {"host": plan.host, "run_id": ctx.spec.run_id,
+                                                "release": rid})
         except OSError:
-            ctx.event("could not write the tune cache")
+            ctx.event(f"could not write the tune cache at {where.location}")
     ctx.report["tune"] = {
         **result.to_dict(), "release": rid, "plan_release": ctx.spec.candidate,
         "wall_seconds": round(wall, 3), "restarts": restarts, "cache": cache,
-        "cache_entry": entry_path(root, plan).stem if root is not None else None,
+        "cache_entry": entry_id(plan) if where is not None else None,
     }
     ctx.report.update(method=tplan.method, draft=tplan.draft,
                       num_speculative_tokens=tplan.num_speculative_tokens,

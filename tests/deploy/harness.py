@@ -168,6 +168,13 @@ class World:
             return self.power_state()
         if cls is rfacts.BootId:
             return self.boot_id
+        if cls is rfacts.PackageState:  # a binary in `which` is installed, under /usr/sbin
+            b, unit = kwargs["binary"], kwargs.get("unit") or ""
+            st = {"binary": f"/usr/sbin/{b}" if b in self.which else ""}
+            if unit:
+                st["enabled"] = "enabled" if self.enabled.get(unit) else "disabled"
+                st["active"] = "active" if self.running.get(unit) else "inactive"
+            return st
         if cls is ffacts.File:
             if path in self.files:
                 f = self.files[path]

@@ -28,6 +28,7 @@ import shutil
 import string
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -168,6 +169,8 @@ def leftovers(inst: Instance = INSTANCE) -> list[str]:
         if ("systemd-nspawn" in cmd or "docker-registry" in cmd) and (
                 own in cmd or inst.prefix in cmd):
             found.append(f"process {proc.name}: {cmd[:80]}")
+        if "specdec.lab.hub" in cmd and str(inst.dir / "hub") in cmd:  # the lab's Hub
+            found.append(f"process {proc.name}: {cmd[:80]}")
     if inst.state_file.exists():
         found.append(f"state file {inst.state_file}")
     return found
@@ -215,7 +218,9 @@ def lab() -> Iterator[LabFleet]:
                     f"{INSTANCE.name}' removes it")
     others = _others_up()
     token = _marker_token()
-    env = {**os.environ, "HF_TOKEN": token, "PYTHONUNBUFFERED": "1", ENV: INSTANCE.name}
+    env = {**os.environ, "HF_TOKEN": token, "PYTHONUNBUFFERED": "1", ENV: INSTANCE.name,
+           # the session's own tune cache (not inventories/tune-cache of the checkout)
+           "SPECDEC_TUNE_CACHE": tempfile.mkdtemp(prefix="specdec-e2e-tune-")}
     env.pop("SPECDEC_LAB_FAULTS", None)
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "specdec", "lab", "up", INVENTORY], cwd=ROOT,

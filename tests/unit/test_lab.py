@@ -182,7 +182,8 @@ def test_image_version_and_wrappers_are_stable() -> None:
     assert "specdec/emulator/__init__.py" in paths and "specdec/catalog/devices.yaml" in paths
     assert not any("/lab/" in p for p in paths)
     wrappers = images.wrapper_scripts()
-    assert set(wrappers) == {"vllm", "trtllm-serve", "hf", "huggingface-cli"}
+    # the Hub CLIs are the real huggingface_hub's (specdec/lab/hubclient.py), not wrappers
+    assert set(wrappers) == {"vllm", "trtllm-serve"}
     assert all('"$@"' in w for w in wrappers.values())
     native = images.wrapper_scripts(versions={"vllm": "0.9.2"})
     assert "SPECDEC_EMU_ENGINE_VERSION=0.9.2 exec" in native["vllm"]
@@ -197,7 +198,7 @@ def test_lab_images_mirror_the_catalog() -> None:
     assert set(labs) == {r for r, i in cat.images.items() if i.engine != "dynamo"}
     old = labs["dustynv/vllm:0.9.2-r36.4-cu128-24.04"]
     assert old.ref == "localhost:5000/dustynv/vllm:0.9.2-r36.4-cu128-24.04"
-    assert (old.version, old.hub_cli) == ("0.9.2", "huggingface-cli")
+    assert (old.version, old.hub_cli, old.hub_version) == ("0.9.2", "huggingface-cli", "0.33.5")
     assert ("HUGGINGFACE_HUB_CACHE", "/data/models/huggingface") in old.env
     assert cat.image_for(old.ref) is cat.images[old.catalog_ref]  # the planner sees a mirror
 

@@ -14,7 +14,7 @@ from specdec.plan_types import GatePolicy
 from specdec.render import render, speculative_config
 from specdec.report import index_html
 from specdec.tune import K_MAX, Config, Search, TuneResult, level_fit, schedule
-from specdec.tunecache import apply_cached, cache_key, entry_path, store, tuned_plan
+from specdec.tunecache import apply_cached, cache_key, entry_id, store, tuned_plan
 from specdec.tunechart import tune_chart
 
 CATS = {"chat": 16, "code": 16, "summarization": 12, "repetitive": 8}
@@ -159,9 +159,9 @@ def test_tune_cache_carries_the_tuned_values_into_the_plan(tmp_path: Path) -> No
     assert plan.k_auto and plan.tune_methods[1] == ("ngram", None)
     assert apply_cached(plan, tmp_path, False) == plan  # nothing cached yet
     res = TuneResult(Config("ngram", None, 8), [], [{"method": "ngram", "k": 8}], "o", 12.0)
-    path = store(tmp_path, plan, res, {"host": "agx"})
-    assert path == entry_path(tmp_path, plan) and json.loads(path.read_text())["key"] == \
-        cache_key(plan)
+    path = Path(store(tmp_path, plan, res, {"host": "agx"}))
+    assert path == tmp_path / f"{entry_id(plan)}.json" and json.loads(path.read_text())["key"] \
+        == cache_key(plan)
     other_host = make_plan("agx-2", {"specdec_device": "agx-orin-64gb",
                                      "specdec_model": "meta-llama/Llama-3.1-8B-Instruct"}, None)
     tuned = apply_cached(other_host, tmp_path, False)  # same device, image, model: shared

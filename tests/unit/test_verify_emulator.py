@@ -25,6 +25,7 @@ from specdec.plan_types import FitReport, GatePolicy, Plan
 from specdec.render import engine_argv, render
 from specdec.rounds import RoundBench
 from specdec.tunecache import apply_cached
+from specdec.tunestore import DirStore
 from specdec.verify import (
     BenchSettings,
     Verifier,
@@ -196,7 +197,7 @@ def _fleet(tmp_path: Path, pin_k: bool) -> Iterator[Any]:
             restarted=True, secret_sha256=secret_sha256(TOKEN), cache_dir=tmp_path / "cache",
             work_dir=tmp_path / "bench", poll_s=0.3, run_id="loop",
             bench=BenchSettings(max_tokens=32, warmup=1, timeout_s=60),
-            tune_root=tmp_path / "reports")
+            tune_cache=DirStore(tmp_path / "reports"))
         d.update(kw)
         return VerifySpec(**d)
 
@@ -235,10 +236,10 @@ def test_tune_measures_k_on_the_host_and_the_next_plan_runs_the_verified_release
     # the baseline was benchmarked once, for the tune and round 1 of the gate
     assert host.started.count(b) >= 1 and rep["baseline"]["rounds"] >= 1
     # the next run plans the release that was verified (from the tune cache), and says so
-    again = apply_cached(sp.plan, sp.tune_root, reverify=False)
+    again = apply_cached(sp.plan, sp.tune_cache, reverify=False)
     assert render(again).release_id == rep["candidate_release"] == tune["release"]
     assert again.tuned and any("tuned on the host" in n for n in again.notes)
-    assert apply_cached(sp.plan, sp.tune_root, reverify=True) == sp.plan
+    assert apply_cached(sp.plan, sp.tune_cache, reverify=True) == sp.plan
     assert not VerifySpec(**{**sp.__dict__, "plan": again}).tunes
     if rep["outcome"] == "kept":
         assert host.last_good == tune["release"]
