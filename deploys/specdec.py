@@ -17,6 +17,7 @@ from roles import (
     docker_access,
     hf_token,
     host_packages,
+    host_secrets,
     images,
     jetson_tuning,
     model_prefetch,
@@ -46,6 +47,8 @@ planned = deploy_lock(**kw)
 daemon_json = docker_access(hp, **kw)
 # The token before anything downloads or starts an engine that reads it.
 hf_token(hp, token, **kw)
+# The API key, a serving group's certificates, the API's TLS: root-only files the units load.
+secret_ops = host_secrets(hp, **kw)
 ulimits(hp, **kw)
 jetson_tuning(hp, **kw)
 digest = images(hp, **kw)
@@ -55,7 +58,8 @@ model_prefetch(hp, **kw)
 # distribution's etcd.service off).
 host_packages(hp, **kw)
 # Last: release files, unit link, atomic switch, restart only on change.
-served = serve(hp, restart_on=[daemon_json, digest], recorded=planned, **kw)
+served = serve(hp, restart_on=[daemon_json, digest], recorded=planned,
+               secrets_changed=secret_ops, **kw)
 # Health, limits, benchmark and gate; keep, disable, or roll back and fail the host.
 verify(hp, served, token, prior=planned, **kw)
 deploy_unlock(**kw)

@@ -14,6 +14,7 @@ from roles.images import images
 from roles.jetson_tuning import jetson_tuning
 from roles.lock import deploy_lock, deploy_unlock
 from roles.model_prefetch import model_prefetch
+from roles.secrets import host_secrets
 from roles.serve import ServeResult, serve
 from roles.ulimits import ulimits
 from roles.verify import verify
@@ -27,6 +28,7 @@ __all__ = [
     "docker_access",
     "hf_token",
     "host_packages",
+    "host_secrets",
     "images",
     "jetson_tuning",
     "model_prefetch",

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from io import BytesIO
+from pathlib import Path
 from typing import Any
 
 import gevent
@@ -13,6 +15,7 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.context import ctx_host
 
 from roles.facts import DeviceIdentity, EngineVersions
+from specdec import apikey, pki
 from specdec.catalog import load_catalog
 from specdec.errors import SpecdecError, redact
 from specdec.groups.inventory import check_limit, check_plans, groups_of
@@ -29,6 +32,7 @@ __all__ = [
     "GATED_PREFIXES",
     "DeployError",
     "HostPlan",
+    "HostSecrets",
     "SecretIO",
     "escalation",
     "gated_repos",
@@ -67,6 +71,72 @@ def one_line(exc: BaseException) -> str:
 
 
 @dataclass(frozen=True)
+class HostSecrets:
+    """What a host gets that must never be shown: each a `HiddenValue` (masked in any repr)."""
+
+    api_key: HiddenValue
+    api_key_file: str  # where the control node keeps it (not secret)
+    group: tuple[HiddenValue, HiddenValue, HiddenValue] | None = None  # CA, cert, key (PEM)
+    tls: tuple[HiddenValue, HiddenValue] | None = None  # the operator's certificate, key
+
+
+_PEM_MAX = 65536
+
+
+def _pem(path: str, what: str, host: str) -> HiddenValue:
+    try:
+        data = Path(path).expanduser().read_bytes()[: _PEM_MAX + 1]
+    except OSError as exc:
+        raise DeployError(f"{host}: specdec_tls.{what}={path!r}: cannot read "
+                          f"({exc.strerror or type(exc).__name__})") from None
+    text = data.decode("ascii", "replace")
+    if len(data) > _PEM_MAX or "-----BEGIN " not in text:
+        raise DeployError(f"{host}: specdec_tls.{what}={path!r}: is not a PEM file")
+    return HiddenValue(text)
+
+
+def _one_line_deploy(exc: SpecdecError, host: str) -> DeployError:
+    msg = one_line(exc)
+    return DeployError(msg if exc.host else f"{host}: {msg}")
+
+
+def read_host_secrets(settings: HostSettings) -> HostSecrets:
+    """What the control node gives every host (checked before any fact is gathered): the API
+    key (the fleet's: given, or generated once on this control node) and the API's TLS."""
+    name = settings.host
+    try:
+        key_file = Path(settings.api_key_file).expanduser() if settings.api_key_file \
+            else apikey.default_key_file()
+        key = apikey.ensure_key(settings.api_key_file, host=name)
+    except SpecdecError as exc:
+        raise _one_line_deploy(exc, name) from None
+    tls = None
+    if settings.tls_cert_file and settings.tls_key_file:
+        tls = (_pem(settings.tls_cert_file, "cert", name), _pem(settings.tls_key_file, "key", name))
+    return HostSecrets(HiddenValue(key), str(key_file), None, tls)
+
+
+def with_group_secrets(secrets: HostSecrets, settings: HostSettings,
+                       group: Group | None) -> HostSecrets:
+    """A serving group's member: the group's CA (in ``specdec_pki_dir``, else the control
+    node's state directory; made there on first use) and the member's certificate and key."""
+    if group is None:
+        return secrets
+    name = settings.host
+    try:
+        root = Path(settings.pki_dir).expanduser() if settings.pki_dir \
+            else apikey.state_dir() / "pki"
+        ca = pki.authority(root / group.name, f"group {group.name}")
+        got = pki.issue(ca, name.rsplit("/", 1)[-1],
+                        [group.address(name), "127.0.0.1", "localhost"])
+    except SpecdecError as exc:
+        raise _one_line_deploy(exc, name) from None
+    pem = (HiddenValue(got.ca_pem.decode()), HiddenValue(got.cert_pem.decode()),
+           HiddenValue(got.key_pem.decode()))
+    return dataclasses.replace(secrets, group=pem)
+
+
+@dataclass(frozen=True)
 class HostPlan:
     """Everything the roles need for one host, computed in prepare before any change."""
 
@@ -76,6 +146,7 @@ class HostPlan:
     is_jetson: bool
     settings: HostSettings  # the host's data, parsed (once per run)
     group: Group | None = None  # a serving group's member: the group
+    secrets: HostSecrets | None = None  # made in prepare (`host_secrets`)
 
 
 def plan_host(settings: HostSettings, identity: Any,
@@ -130,7 +201,8 @@ def missing_token_message(hp: HostPlan) -> str | None:
 
 
 def _prepare_one(h: Any, settings: HostSettings, token: HiddenValue | None,
-                 group: Group | None) -> tuple[HostPlan, HiddenValue | None]:
+                 group: Group | None, secrets: HostSecrets
+                 ) -> tuple[HostPlan, HiddenValue | None]:
     try:
         identity = h.get_fact(DeviceIdentity)
     except SpecdecError as exc:
@@ -143,7 +215,7 @@ def _prepare_one(h: Any, settings: HostSettings, token: HiddenValue | None,
     hp = plan_host(settings, identity, installed, group)
     if token is None and (msg := missing_token_message(hp)):
         raise DeployError(msg)
-    return hp, token
+    return dataclasses.replace(hp, secrets=with_group_secrets(secrets, settings, group)), token
 
 
 _Prepared = dict[str, "tuple[HostPlan, HiddenValue | None] | DeployError"]
@@ -167,10 +239,12 @@ def _prepare_all(state: Any) -> _Prepared:
     targeted = [h for h in state.inventory if state.is_host_in_limit(h)]
     settings: dict[str, HostSettings] = {}
     tokens: dict[str, HiddenValue | None] = {}
-    for h in targeted:  # host by host: the first bad one (data, then token) stops them all
+    secrets: dict[str, HostSecrets] = {}
+    for h in targeted:  # host by host: the first bad one (data, token, key) stops them all
         try:
             settings[h.name] = _settings(h)
             tokens[h.name] = read_hf_token(settings[h.name])
+            secrets[h.name] = read_host_secrets(settings[h.name])
         except DeployError as exc:
             return {x.name: exc for x in state.inventory}
     try:  # serving groups over the whole inventory; a group is targeted whole or not at all
@@ -189,7 +263,7 @@ def _prepare_all(state: Any) -> _Prepared:
         with ctx_host.use(h):
             try:
                 results[h.name] = _prepare_one(h, settings[h.name], tokens.get(h.name),
-                                               groups.get(h.name))
+                                               groups.get(h.name), secrets[h.name])
             except DeployError as exc:
                 results[h.name] = exc
 

@@ -14,6 +14,7 @@ from pyinfra.api import StringCommand
 from pyinfra.context import ctx_host
 
 from roles.lock import host_run, run_dir
+from specdec import apikey
 from specdec import verify as sv
 from specdec.bench import remote
 from specdec.report import write_host_report
@@ -33,14 +34,23 @@ class PyinfraIO:
     def run(self, command: str, timeout: float | None = None) -> tuple[bool, list[str]]:
         return host_run(command, self.conn, timeout)
 
+    def _key(self) -> str | None:
+        path = self.spec.api_key_file
+        return apikey.read_key(path) if path else None
+
     def http_get(self, url: str, timeout: float) -> tuple[int, str]:
-        return sv.http_get(url, timeout)
+        return sv.http_get(url, timeout, self._key())
+
+    def host_get(self, url: str, timeout: float) -> tuple[int, str]:
+        ok, lines = self.run(sv.host_get_command(url, timeout), timeout + 30)
+        return sv.parse_host_get(lines) if ok else (0, "")
 
     def bench(self, url: str, model: str, out: Path, run: RoundBench) -> dict[str, Any]:
         mode, timeout = self.spec.bench_mode, self.spec.bench.timeout_s
         if mode == "control":  # the target's tokenizer counts tokens if there is no usage
             res = sv.bench_subprocess(url, model, out, run, timeout,
-                                      tokenizer=self.spec.plan.model)
+                                      tokenizer=self.spec.plan.model,
+                                      key_file=self.spec.api_key_file)
             res["runner"] = {"where": "control"}
         else:  # beside the engine, against loopback: no link in the figures
             res = remote.run_on_host(self.run, remote.bundle(), self.spec.plan.port, model,

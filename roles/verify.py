@@ -41,6 +41,7 @@ from roles.hostio import PyinfraIO, previous_report, write_report
 from roles.lock import connector_args, fail_command, release_now, run_dir, run_id
 from roles.lock import skip_host as _skip_host
 from roles.serve import ServeResult
+from specdec import apikey
 from specdec import verify as sv
 from specdec.catalog import GIB, load_catalog
 from specdec.errors import SpecdecError, redact
@@ -160,7 +161,8 @@ def verify_release(spec: VerifySpec, changed: tuple[OperationMeta, ...],
     state = host.get_fact(SpecdecReleases)  # live: facts are not cached in pyinfra 3.10
     why = sv.needs_verification(state, spec.desired, restarted, spec.reverify)
     if why is None:
-        health = sv.http_get(http_url(spec.address, spec.plan.port) + "/health", 5.0)
+        key = apikey.read_key(spec.api_key_file) if spec.api_key_file else None
+        health = sv.http_get(http_url(spec.address, spec.plan.port) + "/health", 5.0, key)
         if health[0] == 200:
             write_report(sv.unchanged_report(spec, state, health, previous_report(spec)), secret)
             host.noop(f"release {state.current} verified before; not re-benchmarked")
@@ -206,6 +208,7 @@ def verify_spec(hp: HostPlan, served: ServeResult, token: HiddenValue | None,
         run_id=run_id(),
         tune_root=reports_root(),
         bench_mode=settings.bench_mode,
+        api_key_file=hp.secrets.api_key_file if hp.secrets is not None else None,
     )
 
 

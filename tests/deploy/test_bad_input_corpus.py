@@ -147,7 +147,8 @@ CASES: dict[str, Case] = {
     "vllm-port-eq": _managed(["--port=9000"], "'--port=9000'",
                              "--port is managed by specdec (use specdec_port)"),
     "vllm-host": _managed(["--host", "127.0.0.1"], "'--host'",
-                          "--host is managed by specdec (specdec serves on 0.0.0.0)"),
+                          "--host is managed by specdec (the engine listens on 127.0.0.1, "
+                          "behind specdec's API proxy; use specdec_listen)"),
     "vllm-served": _managed(["--served-model-name", "x"], "'--served-model-name'",
                             "--served-model-name is managed by specdec (specdec serves the "
                             "model under its id)"),

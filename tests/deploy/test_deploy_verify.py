@@ -145,7 +145,9 @@ def test_unchanged_rerun_changes_nothing(agx_world, monkeypatch, on):
     world = converged(agx_world, hp, TOKEN)
     world.releases = release.ReleaseState(current=c, last_good=c, releases=(c,))
     world = live(world)
-    monkeypatch.setattr("specdec.verify.http_get", lambda url, timeout: (200, ""))
+    # the API answers only with the fleet's key (its proxy's 401 otherwise)
+    monkeypatch.setattr("specdec.verify.http_get",
+                        lambda url, timeout, key=None: (200, "") if key else (401, ""))
 
     def no_io(conn, spec):
         raise AssertionError("an unchanged host must not be verified again")
@@ -170,7 +172,9 @@ def test_verified_then_unchanged_carries_figures(agx_world, monkeypatch, on):
     world = converged(agx_world, hp, TOKEN)
     world.releases = release.ReleaseState(current=c, last_good=c, releases=(c,))
     world = live(world)
-    monkeypatch.setattr("specdec.verify.http_get", lambda url, timeout: (200, ""))
+    # the API answers only with the fleet's key (its proxy's 401 otherwise)
+    monkeypatch.setattr("specdec.verify.http_get",
+                        lambda url, timeout, key=None: (200, "") if key else (401, ""))
     assert not deploy(monkeypatch, world, AGX).failed
     rep = report(on.parent / "t2")
     assert rep["outcome"] == "unchanged" and rep["previous_outcome"] == "kept"
