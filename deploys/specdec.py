@@ -22,6 +22,7 @@ from roles import (
     jetson_tuning,
     model_prefetch,
     prepare_host,
+    renew_lease,
     serve,
     ulimits,
     verify,
@@ -51,8 +52,11 @@ hf_token(hp, token, **kw)
 secret_ops = host_secrets(hp, **kw)
 ulimits(hp, **kw)
 jetson_tuning(hp, **kw)
+# Long phases renew the deploy lock's lease first (a pull or a download also while it runs).
+renew_lease(**kw)
 digest = images(hp, **kw)
 # Weights after the image: with the docker runtime `hf download` runs inside it.
+renew_lease(**kw)
 model_prefetch(hp, **kw)
 # Packages the release's units need (a Dynamo group's frontend member: etcd, the
 # distribution's etcd.service off).
@@ -61,5 +65,6 @@ host_packages(hp, **kw)
 served = serve(hp, restart_on=[daemon_json, digest], recorded=planned,
                secrets_changed=secret_ops, **kw)
 # Health, limits, benchmark and gate; keep, disable, or roll back and fail the host.
+renew_lease(**kw)
 verify(hp, served, token, prior=planned, **kw)
 deploy_unlock(**kw)

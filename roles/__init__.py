@@ -12,7 +12,7 @@ from roles.hf_token import hf_token
 from roles.host_packages import host_packages
 from roles.images import images
 from roles.jetson_tuning import jetson_tuning
-from roles.lock import deploy_lock, deploy_unlock
+from roles.lock import deploy_lock, deploy_unlock, renew_lease
 from roles.model_prefetch import model_prefetch
 from roles.secrets import host_secrets
 from roles.serve import ServeResult, serve
@@ -35,6 +35,7 @@ __all__ = [
     "plan_host",
     "prepare_host",
     "read_hf_token",
+    "renew_lease",
     "serve",
     "ulimits",
     "verify",

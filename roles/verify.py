@@ -38,7 +38,7 @@ from roles.common import DeployError, HostPlan
 from roles.facts import JetsonPower, SpecdecReleases
 from roles.group import verify_serving_group
 from roles.hostio import PyinfraIO, previous_report, write_report
-from roles.lock import connector_args, fail_command, release_now, run_dir, run_id
+from roles.lock import LockLost, connector_args, fail_command, release_now, run_dir, run_id
 from roles.lock import skip_host as _skip_host
 from roles.serve import ServeResult
 from specdec import apikey
@@ -134,6 +134,8 @@ def _run_verify(spec: VerifySpec, state: Any, conn: dict[str, Any],
     verifier = sv.Verifier(spec, make_io(conn, spec))
     try:
         rep = verifier.run(state)
+    except LockLost as exc:  # another rollout owns the host now: change nothing more
+        rep = verifier.finish("failed", "lock", str(exc))
     except Exception as exc:  # noqa: BLE001 - an unexpected error must still fail cleanly
         rep = verifier.finish("failed", "internal", f"verification crashed: {exc!r}")
     result.update(rep)

@@ -39,7 +39,9 @@ from typing import Any
 
 from specdec.bench.onhost.cli import MARKER
 from specdec.bench.prompts import PromptSet, builtin_prompts
-from specdec.errors import BenchError
+from specdec.errors import BenchError, GateError
+from specdec.gateinput import check_result
+from specdec.readback import check_tree, parse_json
 from specdec.settings import BENCH_MODES, DEFAULT_BENCH_MODE
 
 __all__ = [
@@ -201,12 +203,16 @@ def parse_output(ok: bool, lines: Sequence[str]) -> dict[str, Any]:
     """The client's JSON from its output, or `BenchError` with its one-line error."""
     for line in lines:
         if line.startswith(MARKER):
-            try:
-                doc = json.loads(line[len(MARKER):])
-            except ValueError:
-                raise BenchError("the on-host benchmark printed a broken result") from None
+            try:  # read back from the host: checked as input (no NaN, one-line strings, ...)
+                doc = check_tree(parse_json(line[len(MARKER):], "result"), "result")
+            except ValueError as exc:
+                raise BenchError(f"the on-host benchmark printed a result specdec refuses: "
+                                 f"{exc}") from None
             if isinstance(doc, dict):
-                return doc
+                try:
+                    return check_result(doc, "the on-host benchmark's result")
+                except GateError as exc:
+                    raise BenchError(str(exc)) from None
     err = [ln for ln in lines if ln.startswith("specdec-bench: error: ")]
     if err:
         raise BenchError(err[-1].removeprefix("specdec-bench: error: "))

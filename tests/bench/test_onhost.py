@@ -239,11 +239,29 @@ def test_pyz_runs_on_python38(tmp_path: Path) -> None:
 
 
 def test_parse_output() -> None:
-    assert remote.parse_output(True, ["noise", onhost.MARKER + '{"a": 1}']) == {"a": 1}
+    good = {"concurrency": {"1": {"throughput_tok_s": 10.0, "requests": []}}}
+    assert remote.parse_output(True, ["noise", onhost.MARKER + json.dumps(good)]) == good
     with pytest.raises(BenchError, match="^boom$"):
         remote.parse_output(False, ["specdec-bench: error: boom"])
     with pytest.raises(BenchError, match="printed no result: last"):
         remote.parse_output(False, ["last"])
+
+
+@pytest.mark.parametrize(("doc", "why"), [
+    ('{"a": 1}', "missing field 'concurrency'"),
+    ('{"concurrency": {"1": {"throughput_tok_s": NaN}}}', "NaN is not a finite number"),
+    ('{"concurrency": {"1": {"throughput_tok_s": Infinity}}}', "not a finite number"),
+    ('{"concurrency": {"1": {"throughput_tok_s": "fast"}}}', "must be a number"),
+    ('{"concurrency": {"1": {}}, "model": "m\\u001b[2J"}', "control character"),
+    ('{"concurrency": {"1": {}}, "note": "hf_' + "A" * 30 + '"}', "token-shaped"),
+    ('{"concurrency": {"1": {"requests": "all"}}}', "must be a list of objects"),
+    ('{"concurrency": ' + '[' * 40 + ']' * 40 + '}', "nested deeper"),
+])
+def test_a_hosts_result_is_input(doc: str, why: str) -> None:
+    """What a host prints as its benchmark result is checked as host data is: a host (or
+    whoever controls it) cannot feed the gate NaN, a string, a terminal escape or a token."""
+    with pytest.raises(BenchError, match=why):
+        remote.parse_output(True, [onhost.MARKER + doc])
 
 
 PROM = """# TYPE vllm:spec_decode_num_drafts counter
