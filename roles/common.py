@@ -80,21 +80,6 @@ class HostSecrets:
     tls: tuple[HiddenValue, HiddenValue] | None = None  # the operator's certificate, key
 
 
-_PEM_MAX = 65536
-
-
-def _pem(path: str, what: str, host: str) -> HiddenValue:
-    try:
-        data = Path(path).expanduser().read_bytes()[: _PEM_MAX + 1]
-    except OSError as exc:
-        raise DeployError(f"{host}: specdec_tls.{what}={path!r}: cannot read "
-                          f"({exc.strerror or type(exc).__name__})") from None
-    text = data.decode("ascii", "replace")
-    if len(data) > _PEM_MAX or "-----BEGIN " not in text:
-        raise DeployError(f"{host}: specdec_tls.{what}={path!r}: is not a PEM file")
-    return HiddenValue(text)
-
-
 def _one_line_deploy(exc: SpecdecError, host: str) -> DeployError:
     msg = one_line(exc)
     return DeployError(msg if exc.host else f"{host}: {msg}")
@@ -108,11 +93,12 @@ def read_host_secrets(settings: HostSettings) -> HostSecrets:
         key_file = Path(settings.api_key_file).expanduser() if settings.api_key_file \
             else apikey.default_key_file()
         key = apikey.ensure_key(settings.api_key_file, host=name)
+        tls = None
+        if settings.tls_cert_file and settings.tls_key_file:
+            tls = (HiddenValue(pki.read_pem(settings.tls_cert_file, "specdec_tls.cert", name)),
+                   HiddenValue(pki.read_pem(settings.tls_key_file, "specdec_tls.key", name)))
     except SpecdecError as exc:
         raise _one_line_deploy(exc, name) from None
-    tls = None
-    if settings.tls_cert_file and settings.tls_key_file:
-        tls = (_pem(settings.tls_cert_file, "cert", name), _pem(settings.tls_key_file, "key", name))
     return HostSecrets(HiddenValue(key), str(key_file), None, tls)
 
 

@@ -23,7 +23,7 @@ from pyinfra.operations import files
 from roles.common import HostPlan, HostSecrets, SecretIO
 from specdec import layout
 
-__all__ = ["host_secrets", "secret_file", "upload_secret"]
+__all__ = ["converge_secret", "host_secrets", "secret_file", "upload_secret"]
 
 _ESCALATION = ("_sudo", "_doas", "_dzdo", "_su_user")
 
@@ -50,15 +50,9 @@ def upload_secret(path: str, body: bytes):
     yield StringCommand("mv", "-f", new, path)  # rename(2): the old content until this point
 
 
-@operation()
-def secret_file(path: str, secret: HiddenValue):
-    """Converge ``path`` (root:root 0600) to ``secret`` (a line of text, or PEM).
-
-    + path: where on the host
-    + secret: the content, masked
-    """
-    text = secret.unmask()
-    body = (text if text.endswith("\n") else text + "\n").encode()
+def converge_secret(path: str, body: bytes):
+    """Commands that make ``path`` root:root 0600 holding ``body``, when it does not (compared
+    by sha256 only)."""
     info = host.get_fact(File, path=path)
     if info and host.get_fact(Sha256File, path=path) == hashlib.sha256(body).hexdigest():
         if isinstance(info, dict) and info.get("mode") == 600 and info.get("user") == "root" \
@@ -69,6 +63,17 @@ def secret_file(path: str, secret: HiddenValue):
         yield StringCommand("chmod", "0600", path)
         return
     yield from upload_secret(path, body)
+
+
+@operation()
+def secret_file(path: str, secret: HiddenValue):
+    """Converge ``path`` (root:root 0600) to ``secret`` (a line of text, or PEM).
+
+    + path: where on the host
+    + secret: the content, masked
+    """
+    text = secret.unmask()
+    yield from converge_secret(path, (text if text.endswith("\n") else text + "\n").encode())
 
 
 def _dir(path: str) -> None:

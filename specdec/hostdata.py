@@ -190,6 +190,7 @@ RESERVED_ENV = tuple(n for e in ENGINE_IMPLS.values() for n in e.reserved_env)
 
 
 MAX_ALLOW = 64  # networks in specdec_allow_from
+DEFAULT_API_PORT = 8000  # specdec_port's default (specdec.plan.DEFAULT_PORT)
 
 
 def _path(r: KeyReader, key: str) -> str | None:
@@ -241,6 +242,10 @@ def _network(r: KeyReader) -> dict[str, Any]:
         "trust_remote_code": r.bool_("specdec_trust_remote_code", False),
         **_tls(r),
     }
+    port = r.get("specdec_port") if isinstance(r.get("specdec_port"), int) else DEFAULT_API_PORT
+    if out["engine_port"] is not None and out["engine_port"] == port:
+        raise r.fail("specdec_engine_port", out["engine_port"], "is specdec_port too: the API "
+                     "proxy listens there, the engine behind it on another port")
     return {k: v for k, v in out.items() if v is not None}
 
 

@@ -32,8 +32,9 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from specdec.errors import ConfigError
 
 __all__ = ["CA_DAYS", "CERT_DAYS", "RENEW_BEFORE_DAYS", "Authority", "Issued", "authority",
-           "issue"]
+           "issue", "read_pem"]
 
+PEM_MAX = 65536
 CA_DAYS = 3650
 CERT_DAYS = 825
 RENEW_BEFORE_DAYS = 30
@@ -59,6 +60,20 @@ class Authority:
     @property
     def cert_pem(self) -> bytes:
         return self.cert.public_bytes(serialization.Encoding.PEM)
+
+
+def read_pem(path: str, key: str, host: str | None = None) -> str:
+    """A PEM file of the operator's (a certificate or a key) on the control node, as text;
+    `ConfigError` naming ``key`` when it cannot be read or is not PEM."""
+    try:
+        data = Path(path).expanduser().read_bytes()[: PEM_MAX + 1]
+    except OSError as exc:
+        raise ConfigError(f"{key}={path!r}: cannot read ({exc.strerror or type(exc).__name__})",
+                          host=host) from None
+    text = data.decode("ascii", "replace")
+    if len(data) > PEM_MAX or "-----BEGIN " not in text:
+        raise ConfigError(f"{key}={path!r}: is not a PEM file", host=host)
+    return text
 
 
 def _now() -> datetime.datetime:

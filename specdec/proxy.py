@@ -34,8 +34,6 @@ RUN_DIR = f"/run/{layout.PROXY_SERVICE}"
 KEY_CREDENTIAL = "api_key"
 TLS_CERT, TLS_KEY = "api.crt", "api.key"  # credential names (files under PROXY_TLS_DIR)
 _CREDS = f"/run/credentials/{layout.PROXY_SERVICE}.service"  # $CREDENTIALS_DIRECTORY
-# The key's grammar (`specdec.apikey`): nothing nginx or sh would read specially.
-_KEY_RE = "sdk_[A-Za-z0-9]{20,200}"
 
 
 def _listen(address: str, port: int, tls: bool) -> str:
@@ -103,12 +101,18 @@ def config_name(text: str) -> str:
 def _key_map_script() -> str:
     """ExecStartPre: the credential's key, checked against the grammar, as the nginx ``map``
     the config includes (in the runtime directory, 0600)."""
+    # the key's grammar (`specdec.apikey`: sdk_ and 20-200 letters and digits), so nothing in
+    # it means anything to nginx or sh
+    bad = "{ echo 'specdec-proxy: the API key credential is empty or malformed' >&2; exit 1; }"
     return (
         "set -e; umask 077; k=$(cat \"$CREDENTIALS_DIRECTORY/" + KEY_CREDENTIAL + "\"); "
-        "printf '%s' \"$k\" | grep -qxE '" + _KEY_RE + "' || "
-        "{ echo 'specdec-proxy: the API key credential is empty or malformed' >&2; exit 1; }; "
+        f"case \"$k\" in sdk_*) ;; *) {bad} ;; esac; "
+        f"case \"$k\" in *[!A-Za-z0-9_]*) {bad} ;; esac; "
+        f"[ ${{#k}} -ge 24 ] && [ ${{#k}} -le 204 ] || {bad}; "
+        # a map's plain strings match any case (nginx ngx_http_map_module): a case-sensitive
+        # regex, anchored (the key has no character special to it)
         "printf 'map $http_authorization $specdec_key_ok {\\n\\tdefault 0;\\n"
-        "\\t\"Bearer %s\" 1;\\n}\\n' \"$k\" > \"$RUNTIME_DIRECTORY/key.conf\""
+        "\\t\"~^Bearer %s$\" 1;\\n}\\n' \"$k\" > \"$RUNTIME_DIRECTORY/key.conf\""
     )
 
 

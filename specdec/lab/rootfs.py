@@ -63,6 +63,9 @@ HOST_RECIPE = Recipe(
         # A Dynamo group's discovery (Debian 12: etcd 3.4.23); its unit is the deploy's
         # specdec-etcd.service on the frontend member, so the package's own stays disabled.
         "etcd-server",
+        # The release's firewall (nft) and API proxy (nginx), as the deploy would install
+        # them (roles/host_packages.py: nginx.service masked, port 80 never opened).
+        "nftables", "nginx",
     ),
     post=(
         # Units a lab host does not need (no hardware, no real network, no console login).
@@ -70,6 +73,8 @@ HOST_RECIPE = Recipe(
         " fstrim.timer systemd-networkd-wait-online.service >/dev/null 2>&1 || true",
         "systemctl enable ssh.service docker.service >/dev/null",
         "systemctl disable etcd.service >/dev/null 2>&1 || true",
+        "systemctl mask nginx.service >/dev/null 2>&1 || true",
+        "systemctl disable nftables.service >/dev/null 2>&1 || true",
         "passwd -l root >/dev/null",
     ),
     remove=(*_SLIM, "etc/ssh/ssh_host_*", "etc/machine-id", "var/lib/dbus/machine-id",
