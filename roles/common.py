@@ -13,6 +13,7 @@ import gevent.event
 from pyinfra.api import HiddenValue
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.context import ctx_host
+from pyinfra.facts.server import Users
 
 from roles.facts import DeviceIdentity, EngineVersions
 from specdec import apikey, pki
@@ -201,7 +202,24 @@ def _prepare_one(h: Any, settings: HostSettings, token: HiddenValue | None,
     hp = plan_host(settings, identity, installed, group)
     if token is None and (msg := missing_token_message(hp)):
         raise DeployError(msg)
+    _check_service_user(h, settings)
     return dataclasses.replace(hp, secrets=with_group_secrets(secrets, settings, group)), token
+
+
+# login.defs(5): SYS_UID_MAX is 999 on Debian and Ubuntu; accounts above it are people's
+SYS_UID_MAX = 999
+
+
+def _check_service_user(h: Any, settings: HostSettings) -> None:
+    """The service user must be a dedicated system account: an existing account that is root
+    or a person's (a uid above SYS_UID_MAX) is refused before the deploy makes it a nologin
+    user with specdec's home and groups."""
+    found = (h.get_fact(Users) or {}).get(settings.service_user)
+    uid = found.get("uid") if isinstance(found, dict) else None
+    if isinstance(uid, int) and (uid == 0 or uid > SYS_UID_MAX):
+        raise DeployError(f"{h.name}: specdec_service_user={settings.service_user!r}: is an "
+                          f"existing login account on the host (uid {uid}); the service user "
+                          "must be a dedicated system account")
 
 
 _Prepared = dict[str, "tuple[HostPlan, HiddenValue | None] | DeployError"]

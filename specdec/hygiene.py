@@ -357,17 +357,18 @@ def check_engine_args(host: str | None, key: str, value: Any, managed: Mapping[s
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
-# Set by specdec (HF_HOME, HF_HUB_OFFLINE, HF_TOKEN_PATH, TRANSFORMERS_CACHE, HOME; an engine's
-# own through `Engine.reserved_env`), or moving where code, weights, certificates and the
-# token come from: the Hub's variables (HF_ENDPOINT, HUGGING_FACE_HUB_TOKEN, ...), the dynamic
-# loader (ld.so(8): LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT, ...; glibc's GLIBC_TUNABLES, GCONV_PATH),
+# Set by specdec (HF_HOME, HF_HUB_OFFLINE, HF_TOKEN_PATH, TRANSFORMERS_CACHE, HOME,
+# XDG_CACHE_HOME; an engine's own through `Engine.reserved_env`; tests/unit/test_reserved_env.py
+# checks every unit), or moving where code, weights, certificates and the token come from:
+# the Hub's variables (HF_ENDPOINT, HUGGING_FACE_HUB_TOKEN, ...), the dynamic loader
+# (ld.so(8): LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT, ...; glibc's GLIBC_TUNABLES, GCONV_PATH),
 # the interpreters' hooks (python(1): every PYTHON* variable; bash(1): BASH_ENV, ENV; perl, node,
 # ruby), the TLS trust store (OpenSSL's SSL_CERT_FILE/SSL_CERT_DIR and OPENSSL_CONF, which loads
 # engines; requests' REQUESTS_CA_BUNDLE, curl's CURL_CA_BUNDLE), systemd's per-service
 # directories, and vLLM's development mode (unauthenticated /sleep, /collective_rpc: vLLM
 # 0.9.2 vllm/entrypoints/openai/api_server.py:912, "SECURITY WARNING" in 0.31.0).
 RESERVED_ENV_PREFIXES = ("HF_", "HUGGING_FACE_", "HUGGINGFACE_", "TRANSFORMERS_", "LD_",
-                         "PYTHON", "SSL_", "OPENSSL_", "PERL5", "DYLD_")
+                         "PYTHON", "SSL_", "OPENSSL_", "PERL5", "DYLD_", "XDG_")
 RESERVED_ENV = ("PATH", "HOME", "BASH_ENV", "ENV", "SHELL", "IFS", "GLIBC_TUNABLES",
                 "GCONV_PATH", "LOCPATH", "NODE_OPTIONS", "NODE_PATH", "RUBYOPT", "RUBYLIB",
                 "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "CREDENTIALS_DIRECTORY",

@@ -225,8 +225,10 @@ def _claimed(lock: str, token: str, then: str, moves: bool, retries: int = 0) ->
 
 
 def _dispose(lock: str, name: str) -> str:
-    """Rename the lock directory to a unique name, then delete it there."""
-    return f"mv -T {lock} {name} && rm -rf {name}"
+    """Rename the lock directory to a unique name, then delete it there (again, should a
+    racer's stamp have landed in it while the first ``rm`` ran)."""
+    return (f"mv -T {lock} {name} && {{ rm -rf {name} 2>/dev/null || "
+            f"{{ sleep 0.2; rm -rf {name}; }}; }}")
 
 
 def takeover_command(stale: LockInfo | None, info: LockInfo,

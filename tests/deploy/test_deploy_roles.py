@@ -464,3 +464,22 @@ def test_host_data_is_parsed_once_per_host_per_run(agx_world, monkeypatch):
     r = run_deploy(monkeypatch, agx_world, AGX, others=others)
     assert not r.failed
     assert sorted(parsed) == sorted([HOST, "@fake/orin-2", "@fake/orin-3"])
+
+
+@pytest.mark.parametrize(("uid", "refused"), [(0, True), (1000, True), (998, False)])
+def test_an_existing_login_account_is_not_made_the_service_user(agx_world, monkeypatch, uid,
+                                                                 refused):
+    """The deploy makes the service user a nologin account with specdec's home: an account
+    that is root or a person's on the host is refused before any change."""
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    agx_world.users["svc"] = {"home": "/home/svc", "shell": "/bin/bash", "group": "svc",
+                              "groups": [], "uid": uid}
+    data = {**AGX, "specdec_service_user": "svc"}
+    if not refused:
+        assert run_deploy(monkeypatch, agx_world, data).commands
+        return
+    with pytest.raises(DeployError) as err:
+        run_deploy(monkeypatch, agx_world, data)
+    assert str(err.value) == (f"{HOST}: specdec_service_user='svc': is an existing login "
+                              f"account on the host (uid {uid}); the service user must be a "
+                              "dedicated system account")

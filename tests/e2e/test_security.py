@@ -24,7 +24,8 @@ from tests.e2e.conftest import LabFleet, PyinfraRun
 pytestmark = pytest.mark.e2e
 
 FRONT, WORKER = "lab-dyn1", "lab-dyn2"
-GROUP_PORTS = {"etcd": 2379, "system": DEFAULT_SYSTEM_PORT, "request plane": DEFAULT_SYSTEM_PORT + 1}
+GROUP_PORTS = {"etcd": 2379, "system": DEFAULT_SYSTEM_PORT,
+               "request plane": DEFAULT_SYSTEM_PORT + 1}
 FRONT_ONLY = {"response stream": DEFAULT_SYSTEM_PORT + 2}
 OPEN_IN_VLLM = ("/invocations", "/metrics", "/health", "/tokenize", "/version", "/v1/models")
 

@@ -90,8 +90,11 @@ def test_groups_frontend_addresses_and_errors() -> None:
                  "specdec_group_frontend": "spark-02"}) for i, (n, d) in enumerate(PAIR, 1)]
     g2 = groups_of(parse_hosts(link))["spark-01"]
     assert g2.frontend == "spark-02" and g2.address("spark-01") == "192.168.100.1"
-    alone = groups_of(parse_hosts([("solo", {"specdec_engine": "dynamo"})]))["solo"]
+    alone = groups_of(parse_hosts([("solo", {"specdec_engine": "dynamo",
+                                             "ssh_hostname": "192.0.2.9"})]))["solo"]
     assert alone.name == "solo" and alone.members == ("solo",)
+    with pytest.raises(ConfigError, match="'solo': must be an IP address"):  # firewalled by IP
+        groups_of(parse_hosts([("solo", {"specdec_engine": "dynamo"})]))
     with pytest.raises(ConfigError, match="several frontends"):
         groups_of(parse_hosts([(n, {**d, "specdec_group_frontend": n}) for n, d in PAIR]))
     with pytest.raises(ConfigError, match="not a member"):
