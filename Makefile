@@ -7,7 +7,7 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 APT_PACKAGES = systemd-container debootstrap docker-registry skopeo iproute2 procps curl iptables openssl \
-	etcd-server python3-venv nginx
+	etcd-server python3-venv nftables nginx util-linux
 STAMP = .make
 
 .PHONY: setup dynamo-venv hub-clients test lint unit contract e2e demo demo-down clean
@@ -17,6 +17,9 @@ $(STAMP)/apt:
 	@if ! dpkg -s $(APT_PACKAGES) >/dev/null 2>&1; then \
 		DEBIAN_FRONTEND=noninteractive apt-get update -q && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -q $(APT_PACKAGES); fi
+	@# the tests run nginx themselves (tests/unit/test_firewall_proxy.py): the package's own
+	@# service stays off, so this machine opens no port 80
+	@systemctl disable --now nginx.service >/dev/null 2>&1 || true
 	@touch $@
 
 $(STAMP)/pip: pyproject.toml

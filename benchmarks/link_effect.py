@@ -138,8 +138,15 @@ def lab_host(instance: str, scale: float, work: Path) -> Iterator[Host]:
 def bench(h: Host, mode: str, arm: str, rb: RoundBench, out: Path) -> dict[str, Any]:
     if mode == "control":
         return sv.bench_subprocess(h.url(arm, "control"), MODEL, out, rb, 900.0)
-    b = remote.bundle(base=str(h.work / "onhost"))
-    return remote.run_on_host(h.run_in, b, PORTS[arm], MODEL, rb.argv(), 900.0, "host")
+    # the client runs as nobody (as on a host): its files in a directory nobody can read
+    onhost = h.work / "onhost"
+    onhost.mkdir(exist_ok=True)
+    for d in (h.work, onhost):
+        d.chmod(0o755)
+    b = remote.bundle(base=str(onhost))
+    # the emulators here run without an API key (no proxy in front of them)
+    return remote.run_on_host(h.run_in, b, PORTS[arm], MODEL, rb.argv(), 900.0, "host",
+                              key_file=None)
 
 
 def tpot_error(h: Host, mode: str, n: int, max_tokens: int) -> dict[str, float]:

@@ -17,10 +17,12 @@ from roles import (
     docker_access,
     hf_token,
     host_packages,
+    host_secrets,
     images,
     jetson_tuning,
     model_prefetch,
     prepare_host,
+    renew_lease,
     serve,
     site_mirror,
     ulimits,
@@ -47,18 +49,25 @@ planned = deploy_lock(**kw)
 daemon_json = docker_access(hp, **kw)
 # The token before anything downloads or starts an engine that reads it.
 hf_token(hp, token, **kw)
+# The API key, a serving group's certificates, the API's TLS: root-only files the units load.
+secret_ops = host_secrets(hp, **kw)
 ulimits(hp, **kw)
 jetson_tuning(hp, **kw)
 # A site's mirror (its mirror host only) before any host of the site pulls or downloads.
 site_mirror(hp, **kw)
+# Long phases renew the deploy lock's lease first (a pull or a download also while it runs).
+renew_lease(**kw)
 digest = images(hp, **kw)
 # Weights after the image: with the docker runtime `hf download` runs inside it.
+renew_lease(**kw)
 model_prefetch(hp, **kw)
 # Packages the release's units need (a Dynamo group's frontend member: etcd, the
 # distribution's etcd.service off).
 host_packages(hp, **kw)
 # Last: release files, unit link, atomic switch, restart only on change.
-served = serve(hp, restart_on=[daemon_json, digest], recorded=planned, **kw)
+served = serve(hp, restart_on=[daemon_json, digest], recorded=planned,
+               secrets_changed=secret_ops, **kw)
 # Health, limits, benchmark and gate; keep, disable, or roll back and fail the host.
+renew_lease(**kw)
 verify(hp, served, token, prior=planned, **kw)
 deploy_unlock(**kw)

@@ -12,8 +12,9 @@ from roles.hf_token import hf_token
 from roles.host_packages import host_packages
 from roles.images import images
 from roles.jetson_tuning import jetson_tuning
-from roles.lock import deploy_lock, deploy_unlock
+from roles.lock import deploy_lock, deploy_unlock, renew_lease
 from roles.model_prefetch import model_prefetch
+from roles.secrets import host_secrets
 from roles.serve import ServeResult, serve
 from roles.site_mirror import site_mirror
 from roles.ulimits import ulimits
@@ -28,12 +29,14 @@ __all__ = [
     "docker_access",
     "hf_token",
     "host_packages",
+    "host_secrets",
     "images",
     "jetson_tuning",
     "model_prefetch",
     "plan_host",
     "prepare_host",
     "read_hf_token",
+    "renew_lease",
     "serve",
     "site_mirror",
     "ulimits",

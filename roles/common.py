@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass
 from io import BytesIO
@@ -14,8 +15,10 @@ import gevent.event
 from pyinfra.api import HiddenValue
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.context import ctx_host
+from pyinfra.facts.server import Users
 
 from roles.facts import DeviceIdentity, EngineVersions
+from specdec import apikey, pki
 from specdec.catalog import load_catalog
 from specdec.errors import SpecdecError, redact
 from specdec.groups.inventory import check_limit, check_plans, groups_of
@@ -33,6 +36,7 @@ __all__ = [
     "GATED_PREFIXES",
     "DeployError",
     "HostPlan",
+    "HostSecrets",
     "SecretIO",
     "escalation",
     "gated_repos",
@@ -72,6 +76,58 @@ def one_line(exc: BaseException) -> str:
 
 
 @dataclass(frozen=True)
+class HostSecrets:
+    """What a host gets that must never be shown: each a `HiddenValue` (masked in any repr)."""
+
+    api_key: HiddenValue
+    api_key_file: str  # where the control node keeps it (not secret)
+    group: tuple[HiddenValue, HiddenValue, HiddenValue] | None = None  # CA, cert, key (PEM)
+    tls: tuple[HiddenValue, HiddenValue] | None = None  # the operator's certificate, key
+
+
+def _one_line_deploy(exc: SpecdecError, host: str) -> DeployError:
+    msg = one_line(exc)
+    return DeployError(msg if exc.host else f"{host}: {msg}")
+
+
+def read_host_secrets(settings: HostSettings) -> HostSecrets:
+    """What the control node gives every host (checked before any fact is gathered): the API
+    key (the fleet's: given, or generated once on this control node) and the API's TLS."""
+    name = settings.host
+    try:
+        key_file = Path(settings.api_key_file).expanduser() if settings.api_key_file \
+            else apikey.default_key_file()
+        key = apikey.ensure_key(settings.api_key_file, host=name)
+        tls = None
+        if settings.tls_cert_file and settings.tls_key_file:
+            tls = (HiddenValue(pki.read_pem(settings.tls_cert_file, "specdec_tls.cert", name)),
+                   HiddenValue(pki.read_pem(settings.tls_key_file, "specdec_tls.key", name)))
+    except SpecdecError as exc:
+        raise _one_line_deploy(exc, name) from None
+    return HostSecrets(HiddenValue(key), str(key_file), None, tls)
+
+
+def with_group_secrets(secrets: HostSecrets, settings: HostSettings,
+                       group: Group | None) -> HostSecrets:
+    """A serving group's member: the group's CA (in ``specdec_pki_dir``, else the control
+    node's state directory; made there on first use) and the member's certificate and key."""
+    if group is None:
+        return secrets
+    name = settings.host
+    try:
+        root = Path(settings.pki_dir).expanduser() if settings.pki_dir \
+            else apikey.state_dir() / "pki"
+        ca = pki.authority(root / group.name, f"group {group.name}")
+        got = pki.issue(ca, name.rsplit("/", 1)[-1],
+                        [group.address(name), "127.0.0.1", "localhost"])
+    except SpecdecError as exc:
+        raise _one_line_deploy(exc, name) from None
+    pem = (HiddenValue(got.ca_pem.decode()), HiddenValue(got.cert_pem.decode()),
+           HiddenValue(got.key_pem.decode()))
+    return dataclasses.replace(secrets, group=pem)
+
+
+@dataclass(frozen=True)
 class HostPlan:
     """Everything the roles need for one host, computed in prepare before any change."""
 
@@ -81,6 +137,7 @@ class HostPlan:
     is_jetson: bool
     settings: HostSettings  # the host's data, parsed (once per run)
     group: Group | None = None  # a serving group's member: the group
+    secrets: HostSecrets | None = None  # made in prepare (`host_secrets`)
 
 
 def inventory_file() -> str | None:
@@ -163,7 +220,8 @@ def missing_token_message(hp: HostPlan) -> str | None:
 
 
 def _prepare_one(h: Any, settings: HostSettings, token: HiddenValue | None,
-                 group: Group | None) -> tuple[HostPlan, HiddenValue | None]:
+                 group: Group | None, secrets: HostSecrets
+                 ) -> tuple[HostPlan, HiddenValue | None]:
     try:
         identity = h.get_fact(DeviceIdentity)
     except SpecdecError as exc:
@@ -176,7 +234,24 @@ def _prepare_one(h: Any, settings: HostSettings, token: HiddenValue | None,
     hp = plan_host(settings, identity, installed, group)
     if token is None and (msg := missing_token_message(hp)):
         raise DeployError(msg)
-    return hp, token
+    _check_service_user(h, settings)
+    return dataclasses.replace(hp, secrets=with_group_secrets(secrets, settings, group)), token
+
+
+# login.defs(5): SYS_UID_MAX is 999 on Debian and Ubuntu; accounts above it are people's
+SYS_UID_MAX = 999
+
+
+def _check_service_user(h: Any, settings: HostSettings) -> None:
+    """The service user must be a dedicated system account: an existing account that is root
+    or a person's (a uid above SYS_UID_MAX) is refused before the deploy makes it a nologin
+    user with specdec's home and groups."""
+    found = (h.get_fact(Users) or {}).get(settings.service_user)
+    uid = found.get("uid") if isinstance(found, dict) else None
+    if isinstance(uid, int) and (uid == 0 or uid > SYS_UID_MAX):
+        raise DeployError(f"{h.name}: specdec_service_user={settings.service_user!r}: is an "
+                          f"existing login account on the host (uid {uid}); the service user "
+                          "must be a dedicated system account")
 
 
 _Prepared = dict[str, "tuple[HostPlan, HiddenValue | None] | DeployError"]
@@ -200,10 +275,12 @@ def _prepare_all(state: Any) -> _Prepared:
     targeted = [h for h in state.inventory if state.is_host_in_limit(h)]
     settings: dict[str, HostSettings] = {}
     tokens: dict[str, HiddenValue | None] = {}
-    for h in targeted:  # host by host: the first bad one (data, then token) stops them all
+    secrets: dict[str, HostSecrets] = {}
+    for h in targeted:  # host by host: the first bad one (data, token, key) stops them all
         try:
             settings[h.name] = _settings(h)
             tokens[h.name] = read_hf_token(settings[h.name])
+            secrets[h.name] = read_host_secrets(settings[h.name])
         except DeployError as exc:
             return {x.name: exc for x in state.inventory}
     try:  # serving groups over the whole inventory; a group is targeted whole or not at all
@@ -225,7 +302,7 @@ def _prepare_all(state: Any) -> _Prepared:
         with ctx_host.use(h):
             try:
                 results[h.name] = _prepare_one(h, settings[h.name], tokens.get(h.name),
-                                               groups.get(h.name))
+                                               groups.get(h.name), secrets[h.name])
             except DeployError as exc:
                 results[h.name] = exc
 

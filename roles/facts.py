@@ -146,8 +146,8 @@ class HfCached(FactBase[bool]):
         return False
 
     @override
-    def command(self, repo: str, local_dir: str | None = None) -> str:
-        return prefetch.cached_check(repo, local_dir)
+    def command(self, repo: str, local_dir: str | None = None, user: str | None = None) -> str:
+        return prefetch.cached_check(repo, local_dir, user)
 
     @override
     def process(self, output: list[str]) -> bool:

@@ -12,8 +12,22 @@ from roles.common import HostPlan
 from roles.facts import PackageState
 from specdec.engines.base import HostPackage
 from specdec.engines.registry import engine_of
+from specdec.plan_types import Plan
 
-__all__ = ["host_packages", "package_present"]
+__all__ = ["host_packages", "network_packages", "package_present"]
+
+# Every host: nftables for the release's firewall (`specdec.firewall`); a host serving the API:
+# nginx for its proxy (`specdec.proxy`). An nginx specdec installs has the distribution's
+# nginx.service (port 80) masked before the package can start it; one already there is the
+# host's own and left alone. A site's mirror host runs the distribution's nginx.service for its
+# caches (`roles.site_mirror`, which installs nginx there): never masked on it.
+NFTABLES = HostPackage("nftables", "nft")
+NGINX = HostPackage("nginx", "nginx", "nginx.service", off_only_if_installed=True)
+
+
+def network_packages(plan: Plan, site_mirror: bool = False) -> list[HostPackage]:
+    nginx = engine_of(plan).serves_api(plan) and not site_mirror
+    return [NFTABLES, *([NGINX] if nginx else [])]
 
 
 @deploy("Host packages")
@@ -22,8 +36,10 @@ def host_packages(hp: HostPlan) -> None:
 
     + hp: the host's plan and renderings
     """
-    for need in engine_of(hp.plan).host_packages(hp.plan):
-        off = f" and the distribution's {need.unit_off} is off" if need.unit_off else ""
+    needs = network_packages(hp.plan, hp.settings.site_mirror)
+    for need in [*needs, *engine_of(hp.plan).host_packages(hp.plan)]:
+        off = f" and the distribution's {need.unit_off} is off" if need.unit_off and not \
+            need.off_only_if_installed else ""
         package_present(name=f"Ensure {need.package} is installed{off}", need=need)
 
 
@@ -38,14 +54,19 @@ def package_present(need: HostPackage):
     pkg = shlex.quote(need.package)
     off = (f"systemctl disable --now {shlex.quote(need.unit_off)}" if need.unit_off else None)
     if not st.get("binary"):
+        if off and need.off_only_if_installed:
+            yield f"systemctl mask --now {shlex.quote(need.unit_off or '')} >/dev/null 2>&1 || true"
+            off = None
         yield (f"DEBIAN_FRONTEND=noninteractive apt-get install -y -q {pkg} || "
                f"{{ apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "
                f"{pkg}; }}")
         if off:
             yield f"{off} >/dev/null 2>&1 || true"
         return
-    if off and (st.get("enabled") == "enabled" or st.get("active") == "active"):
+    if off and not need.off_only_if_installed and (
+            st.get("enabled") == "enabled" or st.get("active") == "active"):
         yield off
         return
     host.noop(f"{need.binary} at {st['binary']}" + (
-        f"; the distribution's {need.unit_off} is off" if need.unit_off else ""))
+        f"; the distribution's {need.unit_off} is off" if need.unit_off
+        and not need.off_only_if_installed else ""))

@@ -13,9 +13,11 @@ from pyinfra import host
 from pyinfra.api import StringCommand
 from pyinfra.context import ctx_host
 
-from roles.lock import host_run, run_dir
+from roles.lock import host_run, keep_lease, run_dir
+from specdec import apikey
 from specdec import verify as sv
 from specdec.bench import remote
+from specdec.readback import check_tree, parse_json
 from specdec.report import write_host_report
 from specdec.rounds import RoundBench
 from specdec.verify_spec import VerifySpec
@@ -31,16 +33,26 @@ class PyinfraIO:
         self.spec = spec
 
     def run(self, command: str, timeout: float | None = None) -> tuple[bool, list[str]]:
+        keep_lease(host.name, lambda c, t: host_run(c, self.conn, t))
         return host_run(command, self.conn, timeout)
 
+    def _key(self) -> str | None:
+        path = self.spec.api_key_file
+        return apikey.read_key(path) if path else None
+
     def http_get(self, url: str, timeout: float) -> tuple[int, str]:
-        return sv.http_get(url, timeout)
+        return sv.http_get(url, timeout, self._key())
+
+    def host_get(self, url: str, timeout: float) -> tuple[int, str]:
+        ok, lines = self.run(sv.host_get_command(url, timeout), timeout + 30)
+        return sv.parse_host_get(lines) if ok else (0, "")
 
     def bench(self, url: str, model: str, out: Path, run: RoundBench) -> dict[str, Any]:
         mode, timeout = self.spec.bench_mode, self.spec.bench.timeout_s
         if mode == "control":  # the target's tokenizer counts tokens if there is no usage
             res = sv.bench_subprocess(url, model, out, run, timeout,
-                                      tokenizer=self.spec.plan.model)
+                                      tokenizer=self.spec.plan.model,
+                                      key_file=self.spec.api_key_file)
             res["runner"] = {"where": "control"}
         else:  # beside the engine, against loopback: no link in the figures
             res = remote.run_on_host(self.run, remote.bundle(), self.spec.plan.port, model,
@@ -64,6 +76,10 @@ class MemberIO(PyinfraIO):
         self.member = member
 
     def run(self, command: str, timeout: float | None = None) -> tuple[bool, list[str]]:
+        keep_lease(self.member.name, self._run)
+        return self._run(command, timeout)
+
+    def _run(self, command: str, timeout: float | None = None) -> tuple[bool, list[str]]:
         kwargs = dict(self.conn)
         if timeout:
             kwargs["_timeout"] = int(timeout)
@@ -91,9 +107,12 @@ def write_report(rep: dict[str, Any], secret: str | None, spec: VerifySpec | Non
 
 
 def previous_report(spec: VerifySpec) -> dict[str, Any] | None:
+    """This host's last verified report (its figures are carried into an unchanged run's):
+    read back, so checked as input (`specdec.readback`); a bad one is not carried."""
     last = last_verified(spec)
     try:
-        doc = json.loads(last.read_text()) if last is not None else None
+        doc = check_tree(parse_json(last.read_bytes(), "report"), "report") \
+            if last is not None else None
     except (OSError, ValueError):
         return None
     return doc if isinstance(doc, dict) else None

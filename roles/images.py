@@ -5,12 +5,13 @@ from __future__ import annotations
 import shlex
 
 from pyinfra import host
-from pyinfra.api import StringCommand, deploy, operation
+from pyinfra.api import deploy, operation
 from pyinfra.api.operation import OperationMeta
 from pyinfra.facts.files import FileContents
 
 from roles.common import HostPlan
 from roles.facts import ImageDigest
+from roles.lock import leased
 from specdec import layout
 
 __all__ = ["image_digest_file", "image_present", "images"]
@@ -25,7 +26,8 @@ def image_present(image: str):
     if host.get_fact(ImageDigest, image=image):
         host.noop(f"image {image} is present")
         return
-    yield StringCommand("docker", "pull", image)
+    # a pull may take long: the deploy lock's lease is renewed while it runs
+    yield leased(f"docker pull {shlex.quote(image)}")
 
 
 @operation()

@@ -1,10 +1,13 @@
 """The per-host deploy lock: taken first, released last (see `specdec.lock`).
 
-Both operations talk to the host only at execution time and report "No changes": a re-run of an
+The operations talk to the host only at execution time and report "No changes": a re-run of an
 unchanged plan stays a no-op. A held, live lock fails the host with one line before anything is
-changed; a stale one (its pyinfra process on this control node is gone, or older than
-`specdec.lock.STALE_AFTER_S` by the host's clock) is taken over. When the verify step fails a
-host it releases the lock itself (a failed host runs no later operation).
+changed; a stale one (its pyinfra process on this control node is gone, or its lease ran out on
+the host's monotonic clock, `specdec.lock`) is taken over. The lease is renewed before each
+long phase (`renew_lease`), during a long command (`leased`: a pull, a download) and between
+the verify step's host commands (`keep_lease`); a lease found taken over fails the host at
+once, without another change. When the verify step fails a host it releases the lock itself (a
+failed host runs no later operation).
 
 pyinfra gathers the facts the roles plan from in its prepare phase, before any operation runs,
 so before the lock. `deploy_lock` returns the release state those decisions are based on, and
@@ -20,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,12 +48,16 @@ from specdec.report import (
 
 __all__ = [
     "SKIP_ON_FAKE_CONNECTOR",
+    "LockLost",
     "deploy_lock",
     "deploy_unlock",
     "fail_command",
     "host_run",
+    "keep_lease",
+    "leased",
     "moved",
     "release_now",
+    "renew_lease",
     "run_dir",
     "run_id",
     "skip_host",
@@ -60,7 +68,13 @@ __all__ = [
 SKIP_ON_FAKE_CONNECTOR = True
 
 _held: dict[str, speclock.LockInfo] = {}
+_planned: dict[str, speclock.LockInfo] = {}  # made in prepare: long commands renew with it
+_renewed: dict[str, float] = {}  # host -> the control node's monotonic time of the last renewal
 _run_id: list[str] = []
+
+
+class LockLost(Exception):
+    """The host's deploy lock was taken over while this run held it (its lease ran out)."""
 
 
 def run_id() -> str:
@@ -111,6 +125,33 @@ def release_now(conn: dict[str, Any]) -> None:
         host_run(speclock.release_command(info), conn, 60)
 
 
+def leased(command: str) -> str:
+    """``command`` renewing this host's lease while it runs (no lock: as it is)."""
+    info = _planned.get(host.name)
+    return speclock.leased(command, info) if info is not None and not skip_host() else command
+
+
+def _renew(name: str, run: Any) -> None:
+    info = _held.get(name)
+    if info is None:
+        return
+    ok, out = run(speclock.renew_command(info), 60)
+    status = speclock.parse_acquire(out)
+    if status.state == "lost":
+        _held.pop(name, None)
+        raise LockLost(f"the deploy lock {layout.LOCK_FILE} was taken over (its lease ran out): "
+                       "nothing more is changed on this host")
+    if ok and status.state == "renewed":
+        _renewed[name] = time.monotonic()
+
+
+def keep_lease(name: str, run: Any) -> None:
+    """Renew ``name``'s lease when a third of it has passed (``run(command, timeout)`` runs on
+    that host); `LockLost` when it was taken over."""
+    if name in _held and time.monotonic() - _renewed.get(name, 0.0) >= speclock.RENEW_EVERY_S:
+        _renew(name, run)
+
+
 def moved(planned: ReleaseState, now: ReleaseState) -> str | None:
     """How the release state changed since the deploy planned from it, or None."""
     if (planned.current, planned.last_good, set(planned.releases), planned.decisions) == \
@@ -141,11 +182,13 @@ def acquire(planned: ReleaseState | None = None):
         host.noop(f"take the deploy lock {layout.LOCK_FILE}")
         return
     conn = connector_args()
-    info = speclock.new_lock(run_id())
+    info = _planned.get(host.name) or speclock.new_lock(run_id())
     ok, out = host_run(speclock.acquire_command(info), conn, 90)
     status = speclock.parse_acquire(out)
     if ok and not status.acquired and speclock.is_stale(status):
-        ok, out = host_run(speclock.takeover_command(status.holder, info), conn, 90)
+        left = status.claim_stamp if speclock.claim_left(status) else None
+        ok, out = host_run(speclock.takeover_command(status.holder, info, break_claim=left),
+                           conn, 90)
         status = speclock.parse_acquire(out)
         if status.acquired:
             host.noop("took over a stale deploy lock")
@@ -153,6 +196,7 @@ def acquire(planned: ReleaseState | None = None):
         yield from _refuse(speclock.describe(status) if ok else "could not take the deploy lock")
         return
     _held[host.name] = info
+    _renewed[host.name] = time.monotonic()
     host.noop(f"deploy lock {layout.LOCK_FILE} taken")
     change = moved(planned, host.get_fact(SpecdecReleases)) if planned is not None else None
     if change is not None:
@@ -160,6 +204,22 @@ def acquire(planned: ReleaseState | None = None):
         yield from _refuse(f"the release state changed after this deploy planned ({change}); "
                            "another rollout or the host's guard moved it: nothing was changed, "
                            "run the deploy again")
+
+
+@operation(is_idempotent=False)
+def renew():
+    """Renew this run's lease on the host's deploy lock when a third of it has passed (fails
+    the host if it was lost)."""
+    if not host.state.is_executing or host.name not in _held:
+        host.noop("renew the deploy lock's lease when due")
+        return
+    conn = connector_args()
+    try:
+        keep_lease(host.name, lambda cmd, t: host_run(cmd, conn, t))
+    except LockLost as exc:
+        yield fail_command(f"{host.name}: {exc}")
+        return
+    host.noop("the deploy lock's lease holds")
 
 
 @operation(is_idempotent=False)
@@ -212,10 +272,19 @@ def deploy_lock(recheck: bool = True) -> ReleaseState:
     planned = host.get_fact(SpecdecReleases)
     if skip_host():
         return planned
+    _planned.setdefault(host.name, speclock.new_lock(run_id()))
     _register_release_on_error()
     acquire(name=f"Take the deploy lock ({layout.LOCK_FILE})",
             planned=planned if recheck else None)
     return planned
+
+
+@deploy("Renew the deploy lock")
+def renew_lease() -> None:
+    """Before a long phase: renew the lease (a lease found taken over fails the host)."""
+    if skip_host():
+        return
+    renew(name=f"Renew the lease on {layout.LOCK_FILE}")
 
 
 @deploy("Deploy unlock")

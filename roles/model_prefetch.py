@@ -6,14 +6,13 @@ a file (HF_TOKEN_PATH), never on a command line.
 
 from __future__ import annotations
 
-import shlex
-
 from pyinfra import host
 from pyinfra.api import deploy, operation
 from pyinfra.facts.files import Sha256File
 
 from roles.common import HostPlan
 from roles.facts import HfCached
+from roles.lock import leased
 from specdec import layout, prefetch
 from specdec.engines.trtllm.facts import TIKTOKEN_FILES
 from specdec.site import download_env
@@ -24,7 +23,8 @@ __all__ = ["model_prefetch", "prefetch_repo", "tiktoken_encoding"]
 @operation()
 def prefetch_repo(repo: str, image: str | None, owner: str, local_dir: str | None = None,
                   endpoint: tuple[tuple[str, str], ...] = ()):
-    """Download ``repo`` unless a complete copy is cached, then hand the cache to ``owner``.
+    """Download ``repo`` unless a complete copy is cached, as ``owner`` (the cache is theirs:
+    root writes nothing into it, `specdec.prefetch`).
 
     + repo: Hugging Face repo id
     + image: run the download in this image (docker runtime), or None (native)
@@ -32,12 +32,12 @@ def prefetch_repo(repo: str, image: str | None, owner: str, local_dir: str | Non
     + local_dir: also/instead a plain directory copy (engines that need a path)
     + endpoint: HF_ENDPOINT and what goes with it (the site mirror), or () for the Hub
     """
-    if host.get_fact(HfCached, repo=repo, local_dir=local_dir):
+    if host.get_fact(HfCached, repo=repo, local_dir=local_dir, user=owner):
         where = local_dir or layout.HF_HOME
         host.noop(f"{repo} is completely downloaded in {where}")
         return
-    yield prefetch.download_command(repo, image, local_dir, endpoint)
-    yield f"chown -R {shlex.quote(owner)}:{shlex.quote(owner)} {layout.HF_HOME}"
+    # a download may take hours: the deploy lock's lease is renewed while it runs
+    yield leased(prefetch.download_command(repo, image, local_dir, owner, endpoint))
 
 
 @operation()
@@ -51,8 +51,7 @@ def tiktoken_encoding(encoding: str, owner: str):
     if host.get_fact(Sha256File, path=path) == TIKTOKEN_FILES[encoding]:
         host.noop(f"{path} is present and verified")
         return
-    yield prefetch.tiktoken_command(encoding)
-    yield f"chown -R {shlex.quote(owner)}:{shlex.quote(owner)} {layout.TIKTOKEN_DIR}"
+    yield leased(prefetch.tiktoken_command(encoding, owner))
 
 
 @deploy("Model prefetch")

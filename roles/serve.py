@@ -122,13 +122,16 @@ def _upload_release(r: Rendered) -> OperationMeta | None:
 
 @deploy("Serve")
 def serve(hp: HostPlan, restart_on: Sequence[OperationMeta | None] = (),
-          recorded: release.ReleaseState | None = None) -> ServeResult:
+          recorded: release.ReleaseState | None = None,
+          secrets_changed: Sequence[OperationMeta | None] = ()) -> ServeResult:
     """Install and run the desired release.
 
     + hp: the host's plan and renderings
     + restart_on: earlier ops (e.g. the image digest) whose change also restarts the engine
     + recorded: the release state to plan from (`deploy_lock`'s, re-checked under the lock);
       read here when not given
+    + secrets_changed: the secret files' ops (API key, group certificates): a change restarts
+      every unit that loads them (they are read at start)
     """
     candidate = hp.rendered.release_id
     if recorded is None:
@@ -176,10 +179,14 @@ def serve(hp: HostPlan, restart_on: Sequence[OperationMeta | None] = (),
         restart_aux(name=f"Restart {', '.join(aux)} where the release changed them",
                     old=before, new=layout.release_dir(desired),
                     _if=any_changed(switch, *aux_links))
+        secret_ops = [op for op in secrets_changed if op is not None]
         for u in host.loop(aux):
+            if secret_ops and u != f"{layout.FIREWALL_SERVICE}.service":
+                systemd.service(name=f"Restart {u} (a secret it loads changed)", service=u,
+                                running=True, restarted=True, _if=any_changed(*secret_ops))
             systemd.service(name=f"Ensure {u} is running and enabled", service=u, running=True,
                             enabled=True)
-    restart_ops = unit_changes + [op for op in restart_on if op is not None]
+    restart_ops = unit_changes + [op for op in (*restart_on, *secrets_changed) if op is not None]
     systemd.service(
         name=f"Restart {layout.SERVICE_NAME} (release, unit or image changed)",
         service=f"{layout.SERVICE_NAME}.service",

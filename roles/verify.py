@@ -38,9 +38,10 @@ from roles.common import DeployError, HostPlan, tune_store
 from roles.facts import JetsonPower, SpecdecReleases
 from roles.group import verify_serving_group
 from roles.hostio import PyinfraIO, previous_report, write_report
-from roles.lock import connector_args, fail_command, release_now, run_dir, run_id
+from roles.lock import LockLost, connector_args, fail_command, release_now, run_dir, run_id
 from roles.lock import skip_host as _skip_host
 from roles.serve import ServeResult
+from specdec import apikey
 from specdec import verify as sv
 from specdec.catalog import GIB, load_catalog
 from specdec.errors import SpecdecError, redact
@@ -133,6 +134,8 @@ def _run_verify(spec: VerifySpec, state: Any, conn: dict[str, Any],
     verifier = sv.Verifier(spec, make_io(conn, spec))
     try:
         rep = verifier.run(state)
+    except LockLost as exc:  # another rollout owns the host now: change nothing more
+        rep = verifier.finish("failed", "lock", str(exc))
     except Exception as exc:  # noqa: BLE001 - an unexpected error must still fail cleanly
         rep = verifier.finish("failed", "internal", f"verification crashed: {exc!r}")
     result.update(rep)
@@ -160,7 +163,8 @@ def verify_release(spec: VerifySpec, changed: tuple[OperationMeta, ...],
     state = host.get_fact(SpecdecReleases)  # live: facts are not cached in pyinfra 3.10
     why = sv.needs_verification(state, spec.desired, restarted, spec.reverify)
     if why is None:
-        health = sv.http_get(http_url(spec.address, spec.plan.port) + "/health", 5.0)
+        key = apikey.read_key(spec.api_key_file) if spec.api_key_file else None
+        health = sv.http_get(http_url(spec.address, spec.plan.port) + "/health", 5.0, key)
         if health[0] == 200:
             write_report(sv.unchanged_report(spec, state, health, previous_report(spec)), secret)
             host.noop(f"release {state.current} verified before; not re-benchmarked")
@@ -205,6 +209,7 @@ def verify_spec(hp: HostPlan, served: ServeResult, token: HiddenValue | None,
         run_id=run_id(),
         tune_cache=tune_store(settings),
         bench_mode=settings.bench_mode,
+        api_key_file=hp.secrets.api_key_file if hp.secrets is not None else None,
     )
 
 

@@ -17,7 +17,8 @@ touched).
 The redaction lives here too (`redact`, `one_line`), for every other text shown or written:
 events, reports, logs. A Hugging Face user access token is ``hf_`` followed by letters and
 digits (https://huggingface.co/docs/hub/security-tokens); `specdec.hftoken` accepts nothing
-else, so every token specdec handles is caught by `TOKEN_SHAPED`. Redact *before* truncating:
+else, so every token specdec handles is caught by `TOKEN_SHAPED`; so is every API key
+(``sdk_`` and letters and digits, `specdec.apikey`). Redact *before* truncating:
 a cut token is no longer token-shaped. (This module stays dependency-free: the engine emulator
 image ships it.)
 """
@@ -43,7 +44,7 @@ __all__ = [
 ]
 
 REDACTED = "<redacted>"
-TOKEN_SHAPED = re.compile(r"hf_[A-Za-z0-9]{20,}")
+TOKEN_SHAPED = re.compile(r"(?:hf|sdk)_[A-Za-z0-9]{20,}")  # HF tokens; specdec API keys
 
 
 def redact(text: str, secret: str | None = None) -> str:

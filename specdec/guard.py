@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import shlex
 
-from specdec import layout, release
+from specdec import layout, release, sandbox
 
 __all__ = [
     "BOOT_UNIT",
@@ -65,6 +65,10 @@ cur=$(readlink current 2>/dev/null || true)
 if [ -n "$good" ] && [ "$good" != "$cur" ]; then
     ln -sfn "$good" current.guard.tmp && mv -T current.guard.tmp current
     systemctl daemon-reload
+    # the firewall loads early at boot, before this: the last-good release's table, now
+    if [ "$mode" = boot ] && [ -e current/{layout.FIREWALL_SERVICE}.service ]; then
+        systemctl --no-block reload-or-restart {layout.FIREWALL_SERVICE}.service || true
+    fi
     if [ "$mode" != boot ]; then
         {release.aux_restart('"$cur"', '"$good"')}
         systemctl restart {layout.SERVICE_NAME}.service
@@ -76,17 +80,28 @@ rm -f pending
 """
 
 
+def _sandbox() -> list[str]:
+    """The guard: root (it switches ``current`` and asks systemd to reload and restart), but
+    writes only the state directory and talks only to systemd (AF_UNIX)."""
+    return sandbox.admin([], "AF_UNIX", [layout.STATE_DIR])
+
+
 def boot_unit() -> str:
-    """``specdec-guard.service``: the guard at boot, before the engine starts."""
+    """``specdec-guard.service``: the guard at boot, before the engine and the release's other
+    units start."""
+    before = " ".join(f"{u}.service" for u in (layout.SERVICE_NAME, *layout.AUX_SERVICES)
+                      if u != layout.FIREWALL_SERVICE)
+    box = "\n".join(_sandbox())
     return f"""# Managed by specdec: reverts an unconfirmed release at boot (see {SCRIPT_PATH}).
 [Unit]
 Description=specdec guard: revert an unconfirmed engine release to last-good
-Before={layout.SERVICE_NAME}.service
+Before={before}
 ConditionPathExists={PENDING_FILE}
 
 [Service]
 Type=oneshot
 ExecStart={SCRIPT_PATH} boot
+{box}
 
 [Install]
 WantedBy=multi-user.target
@@ -109,11 +124,12 @@ def arm_command(release_id: str, seconds: int) -> str:
     """Mark ``release_id`` unconfirmed and (re)start the deadline timer: ``seconds`` from now."""
     note = shlex.quote(f"release={release_id} deadline={int(seconds)}s")
     pending = shlex.quote(PENDING_FILE)
+    props = " ".join(f"-p {shlex.quote(p)}" for p in _sandbox())
     return (
         f"printf '%s\\n' {note} > {pending}.tmp && mv -f {pending}.tmp {pending} && "
         f"{{ {_stop_timer()}; }} && "
         f"systemd-run --quiet --unit={DEADLINE_UNIT} --on-active={int(seconds)}s "
-        f"--timer-property=AccuracySec=1s {SCRIPT_PATH} deadline"
+        f"--timer-property=AccuracySec=1s {props} {SCRIPT_PATH} deadline"
     )
 
 

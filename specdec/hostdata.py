@@ -189,6 +189,80 @@ _GROUP_ENGINES = tuple(n for n, e in ENGINE_IMPLS.items() if e.serves_groups)
 RESERVED_ENV = tuple(n for e in ENGINE_IMPLS.values() for n in e.reserved_env)
 
 
+MAX_ALLOW = 64  # networks in specdec_allow_from
+DEFAULT_API_PORT = 8000  # specdec_port's default (specdec.plan.DEFAULT_PORT)
+
+
+def _path(r: KeyReader, key: str) -> str | None:
+    """A control-node path (never the secret itself)."""
+    value = r.get(key)
+    if isinstance(value, str) and redact(value) != value:
+        raise ConfigError(f"{key}={REDACTED}: must be a path to a file on the control node, "
+                          "not the secret itself", host=r.host)
+    return r.str_(key, max_len=hygiene.MAX_PATH)
+
+
+def _allow_from(r: KeyReader) -> tuple[str, ...] | None:
+    key = "specdec_allow_from"
+    value = r.get(key)
+    if value is None:
+        return None
+    if isinstance(value, str) or not isinstance(value, list | tuple) or not value:
+        raise r.fail(key, value, "must be a non-empty list of networks (CIDR, e.g. "
+                     "['10.0.0.0/8', '192.168.1.0/24'])")
+    hygiene.check_size(r.host, key, value, MAX_ALLOW)
+    nets = [hygiene.check_cidr(r.host, f"{key}[{i}]", v) for i, v in enumerate(value)]
+    return tuple(dict.fromkeys(nets))
+
+
+def _tls(r: KeyReader) -> dict[str, Any]:
+    """``specdec_tls: {cert: PATH, key: PATH}``: the operator's certificate and key (PEM files
+    on the control node) for the API's HTTPS."""
+    key = "specdec_tls"
+    value = r.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or set(value) != {"cert", "key"}:
+        raise r.fail(key, value, "must be a mapping {cert: PATH, key: PATH} (PEM files on the "
+                     "control node)")
+    sub = KeyReader(r.host, {f"{key}.{k}": v for k, v in value.items()}, KNOWN_KEYS)
+    return {"tls_cert_file": _path(sub, f"{key}.cert"), "tls_key_file": _path(sub, f"{key}.key")}
+
+
+def _network(r: KeyReader) -> dict[str, Any]:
+    """Where the API listens, who may reach it, the engine's port behind it, the key and the
+    certificates (`specdec.sockets`, `specdec.apikey`, `specdec.pki`)."""
+    listen = r.get("specdec_listen")
+    out: dict[str, Any] = {
+        "listen": None if listen is None else hygiene.check_ip(r.host, "specdec_listen", listen),
+        "allow_from": _allow_from(r),
+        "engine_port": r.int_("specdec_engine_port", 1024, 65535),
+        "api_key_file": _path(r, "specdec_api_key_file"),
+        "pki_dir": _path(r, "specdec_pki_dir"),
+        "trust_remote_code": r.bool_("specdec_trust_remote_code", False),
+        **_tls(r),
+    }
+    port = r.get("specdec_port") if isinstance(r.get("specdec_port"), int) else DEFAULT_API_PORT
+    if out["engine_port"] is not None and out["engine_port"] == port:
+        raise r.fail("specdec_engine_port", out["engine_port"], "is specdec_port too: the API "
+                     "proxy listens there, the engine behind it on another port")
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _service_user(r: KeyReader, ssh_user: str | None) -> str:
+    """A dedicated system account: never root, never the account the deploy logs in as (the
+    service user is made a nologin system user with specdec's home)."""
+    key = "specdec_service_user"
+    user = r.str_(key) or SERVICE_USER
+    if not _USER_NAME.fullmatch(user):
+        raise r.fail(key, user, "is not a valid user name")
+    if user == "root" or user == ssh_user:
+        who = "root" if user == "root" else "the SSH login user (ssh_user)"
+        raise r.fail(key, user, f"is {who}; the service user must be a dedicated system "
+                     "account")
+    return user
+
+
 def _group(r: KeyReader) -> dict[str, Any]:
     out: dict[str, Any] = {}
     group = r.str_("specdec_group")
@@ -284,9 +358,11 @@ def parse_host_settings(host: str, data: Any) -> HostSettings:
     if util is not None:
         util = hygiene.check_number(host, "specdec_gpu_memory_utilization", util, 0, 1,
                                     hi_open=True)
-    service_user = r.str_("specdec_service_user") or SERVICE_USER
-    if not _USER_NAME.fullmatch(service_user):
-        raise r.fail("specdec_service_user", service_user, "is not a valid user name")
+    ssh_user = mapping.get("ssh_user") if isinstance(mapping.get("ssh_user"), str) else None
+    service_user = _service_user(r, ssh_user)
+    ssh = mapping.get("ssh_hostname")
+    if ssh is not None:
+        hygiene.check_address(host, "ssh_hostname", ssh)
     token_file = r.get("specdec_hf_token_file")
     if isinstance(token_file, str) and redact(token_file) != token_file:
         raise ConfigError(
@@ -333,7 +409,9 @@ def parse_host_settings(host: str, data: Any) -> HostSettings:
         service_user=service_user,
         **_engine_keys(r, engine),
         **_site(r),
-        ssh_hostname=ssh if isinstance(ssh := mapping.get("ssh_hostname"), str) else None,
+        **_network(r),
+        ssh_hostname=ssh,
+        ssh_user=ssh_user,
         keys=frozenset(
             k for k, v in mapping.items() if isinstance(k, str) and k.startswith(PREFIX)
             and v is not None
@@ -358,6 +436,8 @@ KNOWN_KEYS = tuple(
         "env", "extra_args", "jetson_tuning", "health_timeout", "gate", "model_params_b",
         "model_weight_gib", "model_kv_bytes_per_token", "model_tokenizer", "hf_token_file",
         "reverify", "verify", "bench_mode", "service_user", *GROUP_KEYS, *SITE_KEYS,
+        "listen", "allow_from", "engine_port", "api_key_file", "tls", "pki_dir",
+        "trust_remote_code",
         *(k for e in ENGINE_IMPLS.values() for k in e.option_keys),
     )
 )

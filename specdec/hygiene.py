@@ -8,6 +8,7 @@ one line), token-shaped strings redacted, then cut to `SHOW_MAX` characters.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 import unicodedata
@@ -27,17 +28,21 @@ __all__ = [
     "MAX_PATH",
     "MAX_TEXT",
     "bad_char",
+    "check_address",
+    "check_cidr",
     "check_engine_args",
     "check_env_name",
     "check_env_reserved",
     "check_host_name",
     "check_image",
     "check_int",
+    "check_ip",
     "check_number",
     "check_repo_id",
     "check_size",
     "check_text",
     "fail",
+    "hide_userinfo",
     "managed_flag",
     "show",
 ]
@@ -56,11 +61,33 @@ MAX_IMAGE = 512  # whole reference; the name part is capped at 255 below
 LINE_BREAKS = frozenset("\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029")
 # Control, format (bidi, zero-width), surrogate, private-use, unassigned, line/paragraph sep.
 _BAD_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+# RFC 3986 section 3.2.1: the userinfo of a URL's authority ("user:password@"), which a unit's
+# Environment= or an engine argument would show to anyone who can read the unit or ps. Found by
+# a linear scan (a regex over a 2 MiB value would backtrack for minutes).
+_AUTHORITY_END = frozenset("/?#@'\"") | frozenset(" \t\r\n\\")
+
+
+def hide_userinfo(text: str) -> str:
+    """``text`` with the userinfo of every ``scheme://user:password@`` replaced."""
+    out, i = [], 0
+    while (k := text.find("://", i)) != -1:
+        j = k + 3
+        while j < len(text) and text[j] not in _AUTHORITY_END:
+            j += 1
+        if j < len(text) and text[j] == "@" and j > k + 3:
+            out.append(text[i:k + 3] + "<redacted>")
+            i = j
+        else:
+            out.append(text[i:j])
+            i = j
+    out.append(text[i:])
+    return "".join(out)
 
 
 def show(value: Any) -> str:
-    """A value for an error message: repr (one line), redacted, then truncated."""
-    text = redact(repr(value))
+    """A value for an error message: repr (one line), redacted (tokens, a URL's user and
+    password), then truncated."""
+    text = hide_userinfo(redact(repr(value)))
     if len(text) <= SHOW_MAX:
         return text
     size = f" ({len(value)} chars)" if isinstance(value, str) else ""
@@ -96,7 +123,11 @@ def check_text(host: str | None, key: str, value: Any, max_len: int = MAX_TEXT, 
     if redact(value) != value:
         raise fail(host, key, value, "looks like a Hugging Face token; secrets do not belong in "
                    "host data (the token goes to specdec_hf_token_file or $HF_TOKEN)")
+    if hide_userinfo(value) != value:
+        raise fail(host, key, value, "a URL with credentials (user:password@); secrets do not "
+                   "belong in host data or a unit file")
     return value
+
 
 
 # -- host names ------------------------------------------------------------------------------
@@ -119,6 +150,58 @@ def check_host_name(name: Any) -> str:
             f"host name {show(name)}: not a valid inventory host name (1-63 letters, digits, "
             "'.', '_' or '-', starting with a letter or digit; optional @connector/ prefix)")
     return name
+
+
+# -- addresses -------------------------------------------------------------------------------
+
+# RFC 1123 section 2.1 host names: dot-separated labels of letters, digits and '-', 1-63 each,
+# not starting or ending with '-', 253 in all; a name whose labels are all digits reads as an
+# IPv4 address and is refused (RFC 3696 section 2).
+_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?", re.ASCII)
+ADDRESS_RULE = ("must be an IP address or a host name (letters, digits, '-' and '.'; no port, "
+                "no comma, no brackets)")
+
+
+def check_ip(host: str | None, key: str, value: Any) -> str:
+    """An IPv4 or IPv6 address, as written (no brackets, no port, no zone)."""
+    check_text(host, key, value, 64)
+    try:
+        if "%" in value:
+            raise ValueError(value)
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise fail(host, key, value, "must be an IP address (IPv4 or IPv6, no port)") from None
+    return value
+
+
+def check_address(host: str | None, key: str, value: Any) -> str:
+    """An IP address or a DNS host name: what goes into a URL's host part, a bind address or
+    an etcd URL list (so never a comma, a port, brackets or a scheme)."""
+    check_text(host, key, value, 253)
+    if "%" in value:  # an IPv6 zone: not in a URL or a unit without escaping (RFC 6874)
+        raise fail(host, key, value, ADDRESS_RULE)
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    labels = value.removesuffix(".").split(".")
+    if not all(_LABEL.fullmatch(p) for p in labels) or all(p.isdigit() for p in labels):
+        raise fail(host, key, value, ADDRESS_RULE)
+    return value
+
+
+def check_cidr(host: str | None, key: str, value: Any) -> str:
+    """A network in CIDR notation (``10.0.0.0/8``, ``fd00::/8``; a bare address is a /32 or
+    /128), without host bits; returned normalised."""
+    check_text(host, key, value, 64)
+    try:
+        net = ipaddress.ip_network(value, strict=True)
+    except ValueError as exc:
+        why = "has host bits set" if "host bits" in str(exc) else "is not a network in CIDR " \
+            "notation (e.g. 10.0.0.0/8)"
+        raise fail(host, key, value, why) from None
+    return str(net)
 
 
 # -- Hugging Face repo ids -------------------------------------------------------------------
@@ -311,11 +394,23 @@ def check_engine_args(host: str | None, key: str, value: Any, managed: Mapping[s
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
-# Set by specdec (HF_HOME, HF_HUB_OFFLINE, HF_TOKEN_PATH), or moving where code, weights and the
-# token go: the Hub's own variables (HF_ENDPOINT, HUGGING_FACE_HUB_TOKEN, …), the dynamic
-# loader (LD_PRELOAD, LD_LIBRARY_PATH, …), the search path and the interpreter's import path.
-RESERVED_ENV_PREFIXES = ("HF_", "HUGGING_FACE_", "HUGGINGFACE_", "LD_")
-RESERVED_ENV = ("PATH", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "CREDENTIALS_DIRECTORY")
+# Set by specdec (HF_HOME, HF_HUB_OFFLINE, HF_TOKEN_PATH, TRANSFORMERS_CACHE, HOME,
+# XDG_CACHE_HOME; an engine's own through `Engine.reserved_env`; tests/unit/test_reserved_env.py
+# checks every unit), or moving where code, weights, certificates and the token come from:
+# the Hub's variables (HF_ENDPOINT, HUGGING_FACE_HUB_TOKEN, ...), the dynamic loader
+# (ld.so(8): LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT, ...; glibc's GLIBC_TUNABLES, GCONV_PATH),
+# the interpreters' hooks (python(1): every PYTHON* variable; bash(1): BASH_ENV, ENV; perl, node,
+# ruby), the TLS trust store (OpenSSL's SSL_CERT_FILE/SSL_CERT_DIR and OPENSSL_CONF, which loads
+# engines; requests' REQUESTS_CA_BUNDLE, curl's CURL_CA_BUNDLE), systemd's per-service
+# directories, and vLLM's development mode (unauthenticated /sleep, /collective_rpc: vLLM
+# 0.9.2 vllm/entrypoints/openai/api_server.py:912, "SECURITY WARNING" in 0.31.0).
+RESERVED_ENV_PREFIXES = ("HF_", "HUGGING_FACE_", "HUGGINGFACE_", "TRANSFORMERS_", "LD_",
+                         "PYTHON", "SSL_", "OPENSSL_", "PERL5", "DYLD_", "XDG_")
+RESERVED_ENV = ("PATH", "HOME", "BASH_ENV", "ENV", "SHELL", "IFS", "GLIBC_TUNABLES",
+                "GCONV_PATH", "LOCPATH", "NODE_OPTIONS", "NODE_PATH", "RUBYOPT", "RUBYLIB",
+                "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "CREDENTIALS_DIRECTORY",
+                "RUNTIME_DIRECTORY", "STATE_DIRECTORY", "CACHE_DIRECTORY", "LOGS_DIRECTORY",
+                "CONFIGURATION_DIRECTORY", "NOTIFY_SOCKET", "VLLM_SERVER_DEV_MODE")
 
 
 def check_env_name(host: str | None, key: str, name: Any) -> str:
@@ -327,9 +422,12 @@ def check_env_name(host: str | None, key: str, name: Any) -> str:
 
 def check_env_reserved(host: str | None, key: str, name: str, value: Any,
                        engines_env: Collection[str] = ()) -> str:
-    """``name`` unless specdec manages it, or an engine's units set it (``engines_env``)."""
+    """``name`` unless specdec manages it, or an engine's units set it (``engines_env``; an
+    entry ending in ``_`` reserves every name it starts)."""
     upper = name.upper()
-    if upper in RESERVED_ENV or upper in engines_env or upper.startswith(RESERVED_ENV_PREFIXES):
+    engine_prefixes = tuple(e for e in engines_env if e.endswith("_"))
+    if upper in RESERVED_ENV or upper in engines_env or upper.startswith(RESERVED_ENV_PREFIXES) \
+            or (engine_prefixes and upper.startswith(engine_prefixes)):
         raise fail(host, f"{key}.{name}", value, f"{name} is reserved (managed by specdec, or "
                    "it changes where the engine loads code, weights or the token from)")
     return name

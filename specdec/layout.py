@@ -4,8 +4,14 @@ from __future__ import annotations
 
 __all__ = [
     "hub_env",
+    "API_KEY_FILE",
     "AUX_SERVICES",
+    "FIREWALL_SERVICE",
+    "GROUP_TLS_DIR",
+    "PROXY_SERVICE",
+    "PROXY_TLS_DIR",
     "CONFIG_DIR",
+    "CREDENTIALS",
     "DYNAMO_VENV",
     "ETCD_SERVICE",
     "FRONTEND_SERVICE",
@@ -32,12 +38,28 @@ SERVICE_NAME = "specdec-engine"
 # NVIDIA Dynamo: on a group's frontend member, besides the worker (SERVICE_NAME), in start order.
 ETCD_SERVICE = "specdec-etcd"
 FRONTEND_SERVICE = "specdec-frontend"
-AUX_SERVICES = (ETCD_SERVICE, FRONTEND_SERVICE)
+# Every host: the firewall (nftables table inet specdec) and the API proxy in front of the engine.
+FIREWALL_SERVICE = "specdec-firewall"
+PROXY_SERVICE = "specdec-proxy"
+# The release's units besides the engine's, in start order.
+AUX_SERVICES = (FIREWALL_SERVICE, ETCD_SERVICE, FRONTEND_SERVICE, PROXY_SERVICE)
 DYNAMO_VENV = "/opt/dynamo/venv"  # native runtime: ai-dynamo[vllm] installed here
 SERVICE_USER = "specdec"
 CONFIG_DIR = "/etc/specdec"
 HF_TOKEN_FILE = "/etc/specdec/hf_token"  # root:root 0600; read via LoadCredential / ro bind mount
 IMAGE_DIGEST_FILE = "/etc/specdec/image.digest"
+API_KEY_FILE = "/etc/specdec/api_key"  # root:root 0600; LoadCredential / ro bind mount
+PROXY_TLS_DIR = "/etc/specdec/tls/api"  # the operator's certificate and key (root 0600)
+GROUP_TLS_DIR = "/etc/specdec/tls/group"  # the serving group's CA, member cert and key
+# Secrets a unit may load (LoadCredential= natively, a read-only mount under docker), by the
+# credential name the unit sees. Each file is root:root 0600 on the host.
+CREDENTIALS = {
+    "hf_token": HF_TOKEN_FILE,
+    "api_key": API_KEY_FILE,
+    "group-ca.crt": f"{GROUP_TLS_DIR}/ca.crt",
+    "group-member.crt": f"{GROUP_TLS_DIR}/member.crt",
+    "group-member.key": f"{GROUP_TLS_DIR}/member.key",
+}
 STATE_DIR = "/var/lib/specdec"
 HF_HOME = "/var/lib/specdec/hf"  # HF cache (hub/ under it), owned by SERVICE_USER
 HUB_CACHE = f"{HF_HOME}/hub"  # every Hub cache variable an image may read points here

@@ -28,9 +28,10 @@ from specdec.hygiene import check_image
 from specdec.identify import Identity
 from specdec.plan_engine import engine_details, engine_version, image_for_host, runnable
 from specdec.plan_method import MethodCandidate, candidates, one_layer, spec_tokens
-from specdec.plan_types import DynamoPlan, FitReport, Group, Plan
+from specdec.plan_types import ANY_NETWORK, DynamoPlan, FitReport, Group, Plan
 from specdec.settings import HostSettings
 from specdec.site import mirror_image
+from specdec.sockets import DEFAULT_LISTEN, plan_sockets
 from specdec.tune import K_MAX
 
 __all__ = ["DEFAULT_PORT", "baseline", "check_image", "make_plan", "plan_host_settings"]
@@ -358,7 +359,7 @@ def _assemble(s: HostSettings, device: Device, model: Model, rel: _Release, choi
     cand = choice.cand
     decoding, draft_dir, tiktoken = engine_details(rel.engine, rel.version, model, cand.method,
                                                    cand.draft)
-    return Plan(
+    plan = Plan(
         host=s.host,
         device=device.id,
         engine=rel.engine.name,
@@ -391,7 +392,13 @@ def _assemble(s: HostSettings, device: Device, model: Model, rel: _Release, choi
         dynamo=dyn,
         k_auto=tuning.k_auto,
         tune_methods=tuning.methods,
+        listen=s.listen or DEFAULT_LISTEN,
+        allow_from=s.allow_from or ANY_NETWORK,
+        engine_port=s.engine_port or (port + 1 if port < 65535 else port - 1),
+        tls=s.tls_cert_file is not None,
+        trust_remote_code=s.trust_remote_code,
     )
+    return dataclasses.replace(plan, sockets=plan_sockets(plan, rel.engine))
 
 
 def baseline(plan: Plan, catalog: Catalog | None = None) -> Plan:

@@ -8,7 +8,10 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DynamoPlan", "FitReport", "GatePolicy", "Group", "Plan", "http_url"]
+__all__ = ["ANY_NETWORK", "DynamoPlan", "FitReport", "GatePolicy", "Group", "Plan", "Socket",
+           "http_url"]
+
+ANY_NETWORK = ("0.0.0.0/0", "::/0")  # specdec_allow_from's default: the API needs its key
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,19 @@ class Group:
 
 
 @dataclass(frozen=True)
+class Socket:
+    """A socket a host listens on (`specdec.sockets`): what opens it, where, and who may
+    connect (``reach``: networks in CIDR notation; empty: this host only, on loopback)."""
+
+    unit: str  # the systemd unit whose process listens, e.g. "specdec-proxy"
+    what: str  # e.g. "OpenAI API (key required)"
+    address: str  # the bind address
+    port: int
+    reach: tuple[str, ...]  # CIDRs the host's firewall lets connect
+    who: str  # who must reach it, in words
+
+
+@dataclass(frozen=True)
 class DynamoPlan:
     """A host's part in a Dynamo serving group (``specdec_engine: dynamo``): every member runs a
     worker; the frontend member also runs etcd (discovery) and the OpenAI frontend. Requests go
@@ -90,10 +106,22 @@ class DynamoPlan:
     etcd_port: int = 2379
     etcd_peer_port: int = 2380
     namespace: str = "dynamo"
+    members: tuple[tuple[str, str], ...] = ()  # (member, address) of every member
 
     @property
     def etcd_endpoint(self) -> str:
-        return f"http://{_url_host(self.frontend_address)}:{self.etcd_port}"
+        """The group's etcd, over TLS with a client certificate (`specdec.pki`)."""
+        return f"https://{_url_host(self.frontend_address)}:{self.etcd_port}"
+
+    @property
+    def rpc_port(self) -> int:
+        """The worker's TCP request plane (DYN_TCP_RPC_PORT): beside its system port."""
+        return self.system_port + 1
+
+    @property
+    def stream_port(self) -> int:
+        """The frontend's TCP response stream (DYN_TCP_RESPONSE_STREAM_PORT)."""
+        return self.system_port + 2
 
 
 def _url_host(address: str) -> str:
@@ -141,6 +169,14 @@ class Plan:
     k_by_batch: tuple[tuple[int, int, int], ...] = ()  # num_speculative_tokens_per_batch_size
     tuned: str | None = None  # the tune cache entry whose values this plan carries
     dynamo: DynamoPlan | None = None  # engine dynamo: the host's part in its serving group
+    # -- the network (`specdec.sockets`): the API proxy on listen:port for allow_from, the
+    # engine on 127.0.0.1:engine_port behind it; every socket the host opens
+    listen: str = "0.0.0.0"
+    allow_from: tuple[str, ...] = ANY_NETWORK
+    engine_port: int = 8001
+    tls: bool = False  # the API proxy serves HTTPS with the operator's certificate
+    trust_remote_code: bool = False
+    sockets: tuple[Socket, ...] = ()
 
     @property
     def speculative(self) -> bool:

@@ -71,13 +71,16 @@ def activate(release_id: str) -> str:
 def aux_restart(old: str, new: str) -> str:
     """After a switch from release dir ``old`` to ``new`` (shell words, e.g. ``"$cur"``): restart
     each auxiliary unit (`layout.AUX_SERVICES`, in start order) whose file differs or that is not
-    running; stop one the new release no longer has. Identical units keep running."""
+    running; stop one the new release no longer has. Identical units keep running. The firewall
+    is reloaded, not restarted (its ruleset replaces the table in one transaction: never a
+    moment without it)."""
     parts = []
     for name in layout.AUX_SERVICES:
         u = f"{name}.service"
+        verb = "reload-or-restart" if name == layout.FIREWALL_SERVICE else "restart"
         parts.append(
             f"if [ -e {new}/{u} ]; then if ! cmp -s {old}/{u} {new}/{u} || "
-            f"! systemctl is-active -q {u}; then systemctl restart {u}; fi; "
+            f"! systemctl is-active -q {u}; then systemctl {verb} {u}; fi; "
             f"elif [ -e {old}/{u} ]; then systemctl stop {u}; fi")
     return "; ".join(parts)
 

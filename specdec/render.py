@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specdec import layout
+from specdec import firewall, layout, proxy, sandbox
 from specdec.catalog import load_catalog
-from specdec.engines.base import Engine, describe_speculation
+from specdec.engines.base import Engine, ReleaseFile, describe_speculation
 from specdec.engines.registry import ENGINES, engine_of
 from specdec.engines.vllm.engine import speculative_config as vllm_speculative_config
 from specdec.errors import RenderError
 from specdec.layout import hub_env
 from specdec.plan_types import Plan
-from specdec.unitfile import env_assignment, exec_line, systemd_quote, template
+from specdec.unitfile import env_assignment, exec_line, secret_env_argv, systemd_quote, template
 
 __all__ = [
     "CONTAINER_ENGINE_YAML",
@@ -36,11 +36,23 @@ __all__ = [
 
 STACK_BYTES = 67108864
 LIMITS_PATH = "/etc/security/limits.d/90-specdec.conf"
-CONTAINER_HF_TOKEN = "/run/secrets/hf_token"
+CONTAINER_SECRETS = "/run/secrets"  # a container's read-only secret files, by credential name
+CONTAINER_HF_TOKEN = f"{CONTAINER_SECRETS}/hf_token"
 CONTAINER_ENGINE_YAML = "/etc/specdec/engine.yaml"
 UNIT_FILE = f"{layout.SERVICE_NAME}.service"
 # Cold loads of big models on Jetson take minutes; systemd waits at least this long.
 MIN_START_TIMEOUT = 300
+# A native engine's writable cache (systemd CacheDirectory=, under /var/cache): its HOME and
+# XDG_CACHE_HOME, where vLLM, Triton and torch keep compiled kernels (the service user's home,
+# /var/lib/specdec, is root's and read-only under ProtectSystem=strict).
+ENGINE_CACHE = layout.SERVICE_NAME
+# Docker's container-side limits (the unit's sandbox reaches only the docker CLI): no setuid
+# gains and no capabilities. CIS Docker Benchmark 5.3 and 5.25 (docker run --cap-drop,
+# --security-opt=no-new-privileges); Dynamo's secure-deployment guidelines ("drop unneeded
+# capabilities"); no capability is needed for CUDA inference: jetson-containers' run.sh adds
+# none, NVIDIA's runtime hook injects the devices from the host, and pinned memory needs
+# RLIMIT_MEMLOCK (--ulimit memlock), not CAP_IPC_LOCK.
+DOCKER_HARDENING = ["--security-opt", "no-new-privileges", "--cap-drop", "ALL"]
 
 
 @dataclass(frozen=True)
@@ -114,7 +126,7 @@ def engine_argv(plan: Plan, config_path: str | None = None) -> list[str]:
 
 def _docker_argv(plan: Plan, release_id: str, device_is_jetson: bool) -> list[str]:
     memlock = "-1" if plan.memlock == "unlimited" else f"{plan.memlock}:{plan.memlock}"
-    argv = ["/usr/bin/docker", "run", "--rm", "--name", layout.SERVICE_NAME]
+    argv = ["/usr/bin/docker", "run", "--rm", "--name", layout.SERVICE_NAME, *DOCKER_HARDENING]
     if device_is_jetson:
         # As jetson-containers' run.sh on Tegra (dusty-nv/jetson-containers run.sh @ e750cb65:
         # `docker run --runtime nvidia ... --network host --shm-size=8g`): the engine's
@@ -138,18 +150,40 @@ def _docker_argv(plan: Plan, release_id: str, device_is_jetson: bool) -> list[st
     engine = _engine(plan)
     for name, value in [*engine.environment(plan), *plan.env]:
         argv += ["-e", f"{name}={value}"]
+    secrets = engine.secret_env(plan)
+    for _, cred in secrets:
+        argv += ["-v", f"{layout.CREDENTIALS[cred]}:{CONTAINER_SECRETS}/{cred}:ro"]
     config = engine.config_file(plan)
     if config is not None:
         argv += ["-v", f"{layout.release_dir(release_id)}/{config}:{CONTAINER_ENGINE_YAML}:ro"]
     assert plan.image is not None
-    return argv + [plan.image] + engine_argv(plan, CONTAINER_ENGINE_YAML if config else None)
+    inner = engine_argv(plan, CONTAINER_ENGINE_YAML if config else None)
+    # the image's sh reads the secrets inside the container: nothing in `docker inspect`
+    inner = secret_env_argv(secrets, CONTAINER_SECRETS, inner)
+    return argv + [plan.image] + inner
 
 
 def _native_argv(plan: Plan, release_id: str) -> list[str]:
     engine = _engine(plan)
     config = engine.config_file(plan)
     path = f"{layout.release_dir(release_id)}/{config}" if config is not None else None
-    return engine.native_command(plan, engine_argv(plan, path))
+    return secret_env_argv(engine.secret_env(plan), "$CREDENTIALS_DIRECTORY",
+                           engine.native_command(plan, engine_argv(plan, path)))
+
+
+def network_files(plan: Plan) -> list[ReleaseFile]:
+    """The firewall's ruleset and unit; the API proxy's config and unit when the host serves
+    the API (`specdec.firewall`, `specdec.proxy`)."""
+    rules = firewall.ruleset(plan)
+    rules_name = firewall.ruleset_name(rules)
+    out = [ReleaseFile(rules_name, rules),
+           ReleaseFile(f"{layout.FIREWALL_SERVICE}.service", firewall.unit(plan, rules_name))]
+    if _engine(plan).serves_api(plan):
+        conf = proxy.config(plan)
+        name = proxy.config_name(conf)
+        out += [ReleaseFile(name, conf),
+                ReleaseFile(f"{layout.PROXY_SERVICE}.service", proxy.unit(plan, name))]
+    return out
 
 
 def _limits_kib(memlock: str) -> str:
@@ -175,10 +209,17 @@ def render(plan: Plan) -> Rendered:
     engine = _engine(plan)
     env_lines = [env_assignment(k, v) for k, v in hub_env()]
     env_lines.append(env_assignment("HF_HUB_OFFLINE", "1"))
+    credentials: list[str] = []
     if not docker:
         env_lines.append("HF_TOKEN_PATH=%d/hf_token")  # %d: systemd's credentials directory
+        cache = f"/var/cache/{ENGINE_CACHE}"
+        env_lines += [env_assignment("HOME", cache), env_assignment("XDG_CACHE_HOME", cache)]
         env_lines += [env_assignment(k, v) for k, v in engine.environment(plan)]
+        credentials = [f"{c}:{layout.CREDENTIALS[c]}" for c in
+                       dict.fromkeys(["hf_token", *(c for _, c in engine.secret_env(plan))])]
     env_lines += [env_assignment(k, v) for k, v in plan.env]
+    box = sandbox.docker_cli() if docker else sandbox.gpu(
+        is_jetson, [layout.HF_HOME], engine.peers(plan))
 
     argv = _docker_argv(plan, release_id, is_jetson) if docker else _native_argv(plan, release_id)
     unit = template(
@@ -188,7 +229,10 @@ def render(plan: Plan) -> Rendered:
         speculation=speculation,
         docker=docker,
         environment=env_lines,
-        hf_token_file=layout.HF_TOKEN_FILE,
+        credentials=credentials,
+        cache_dir=ENGINE_CACHE,
+        sandbox=box,
+        firewall=layout.FIREWALL_SERVICE,
         limit_memlock="infinity" if plan.memlock == "unlimited" else plan.memlock,
         stack_bytes=STACK_BYTES,
         timeout_start=max(plan.health_timeout_s + 60, MIN_START_TIMEOUT),
@@ -198,8 +242,10 @@ def render(plan: Plan) -> Rendered:
         after="".join(" " + u for u in engine.unit_after(plan)),
     )
     files = [RenderedFile(f"{rdir}/{UNIT_FILE}", unit)]
+    net = network_files(plan)
+    # in start order: the firewall, the engine's own units, the API proxy
     files += [RenderedFile(f"{rdir}/{f.name}", f.content)
-              for f in engine.release_files(plan, release_id)]
+              for f in [*net[:2], *engine.release_files(plan, release_id), *net[2:]]]
     files.append(RenderedFile(f"{rdir}/plan.json", plan.to_json() + "\n"))
     files.append(RenderedFile(
         LIMITS_PATH,

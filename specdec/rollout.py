@@ -42,9 +42,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specdec.apikey import read_key
 from specdec.errors import RolloutError, redact
 from specdec.hftoken import read_token
 from specdec.hostdata import parse_hosts
+from specdec.pki import read_pem
 from specdec.plan import plan_host_settings
 from specdec.report import (
     REPORTS_ENV,
@@ -355,6 +357,11 @@ def check_hosts(hosts: Sequence[tuple[str, Mapping[str, Any]]],
     for name, host_data in hosts:  # host by host: the first bad one is the error
         s = parse_with_data([(name, host_data)], data)[0]
         read_token(name, s.hf_token_file)
+        if s.api_key_file:  # a named key file must be there (the default one is made)
+            read_key(s.api_key_file, name)
+        if s.tls_cert_file and s.tls_key_file:
+            read_pem(s.tls_cert_file, "specdec_tls.cert", name)
+            read_pem(s.tls_key_file, "specdec_tls.key", name)
         settings.append(s)
     return settings
 

@@ -61,6 +61,16 @@ class HostSettings:
     # The engine's own keys (`specdec.engines.base.Engine.read_options`), e.g. Dynamo's.
     engine_options: Any = None
     ssh_hostname: str | None = None  # where the control node reaches the host (inventory)
+    ssh_user: str | None = None  # who the control node logs in as (inventory)
+    # -- what the host opens to the network, and to whom (`specdec.sockets`)
+    listen: str | None = None  # the API proxy's address (default: every IPv4 address)
+    allow_from: tuple[str, ...] | None = None  # networks that may reach the API (CIDRs)
+    engine_port: int | None = None  # the engine's own HTTP port, on loopback behind the proxy
+    api_key_file: str | None = None  # control node: the fleet's API key (else generated)
+    tls_cert_file: str | None = None  # control node: the operator's certificate for the API
+    tls_key_file: str | None = None
+    pki_dir: str | None = None  # control node: serving groups' CAs and member certificates
+    trust_remote_code: bool = False  # the engine may run the model repo's own Python code
     keys: frozenset[str] = frozenset()  # the specdec_* keys the data actually set ("pinned")
     # Sites (`specdec.site`): the host's site; whether it runs its site's mirror (and at which
     # address the site reaches it); where its Hub CLI downloads from (HF_ENDPOINT); what the

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -29,12 +30,13 @@ from typing import Protocol
 
 from specdec.errors import ConfigError
 
-__all__ = ["DEFAULT_NAME", "ENV", "KEY", "DirStore", "TuneStore", "as_store", "location",
-           "open_store", "register_scheme"]
+__all__ = ["DEFAULT_NAME", "ENV", "KEY", "MAX_ENTRY_BYTES", "DirStore", "TuneStore", "as_store",
+           "location", "open_store", "register_scheme"]
 
 ENV = "SPECDEC_TUNE_CACHE"
 KEY = "specdec_tune_cache"
 DEFAULT_NAME = "tune-cache"
+MAX_ENTRY_BYTES = 2**20  # an entry is a few KiB; anything larger is not one
 _ENTRY = re.compile(r"[0-9a-f]{6,64}")
 _SCHEME = re.compile(r"([a-z][a-z0-9+.-]*)://")
 
@@ -71,10 +73,18 @@ class DirStore:
         return self.root / f"{_check_entry(entry)}.json"
 
     def read(self, entry: str) -> str | None:
+        """The entry's text; None when absent. An entry is input anyone with access to the
+        directory could have written: a symlink, a non-regular file or more than
+        `MAX_ENTRY_BYTES` raises ValueError (OSError when unreadable)."""
+        path = self.path(entry)
         try:
-            return self.path(entry).read_text()
-        except (OSError, UnicodeDecodeError):
+            st = os.lstat(path)
+        except FileNotFoundError:
             return None
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_ENTRY_BYTES:
+            raise ValueError("not a regular file of at most 1 MiB")
+        with open(path, "rb") as fh:
+            return fh.read(MAX_ENTRY_BYTES + 1).decode("utf-8", errors="replace")
 
     def write(self, entry: str, text: str) -> str:
         path = self.path(entry)

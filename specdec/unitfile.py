@@ -13,15 +13,28 @@ import jinja2
 from specdec.errors import RenderError
 from specdec.hygiene import bad_char, show
 
-__all__ = ["TEMPLATES_DIR", "env_assignment", "exec_line", "systemd_quote", "template",
-           "unit_text"]
+__all__ = ["TEMPLATES_DIR", "Specified", "env_assignment", "exec_line", "secret_env_argv",
+           "systemd_quote", "template", "unit_text"]
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
 _SAFE = re.compile(r"[A-Za-z0-9_@+=:,./-]+")
 
 
+class Specified(str):
+    """An argv word that starts with a systemd specifier specdec writes itself (``%d/NAME``:
+    the credentials directory, systemd.unit(5) "Specifiers"); never a value from host data."""
+
+    def __new__(cls, specifier: str, rest: str) -> Specified:
+        if specifier != "%d" or not _SAFE.fullmatch(rest):
+            raise ValueError(f"not a specifier word: {specifier}{rest}")
+        return super().__new__(cls, specifier + rest)
+
+
 def systemd_quote(arg: str) -> str:
-    """One argv word for ``ExecStart=``: quoted if needed, ``%`` and ``$`` escaped."""
+    """One argv word for ``ExecStart=``: quoted if needed, ``%`` and ``$`` escaped (but the
+    leading specifier of a `Specified` word)."""
+    if isinstance(arg, Specified):
+        return str(arg)
     if _SAFE.fullmatch(arg):
         word = arg
     else:
@@ -32,6 +45,19 @@ def systemd_quote(arg: str) -> str:
 def exec_line(argv: Sequence[str]) -> str:
     """An ``ExecStart=`` value: every word quoted for systemd."""
     return " ".join(systemd_quote(a) for a in argv)
+
+
+def secret_env_argv(pairs: Sequence[tuple[str, str]], directory: str,
+                    argv: Sequence[str]) -> list[str]:
+    """``argv`` run by ``sh`` with each variable of ``pairs`` (variable, file name) read from a
+    file in ``directory`` (a systemd credentials directory, or a container's secrets mount):
+    for programs that take a secret only from their environment. The values are in no argv,
+    unit or ``docker inspect``; a missing or unreadable file stops the start (``set -e``)."""
+    if not pairs:
+        return list(argv)
+    reads = "; ".join(f'{var}=$(cat "{directory}/{name}")' for var, name in pairs)
+    names = " ".join(var for var, _ in pairs)
+    return ["/bin/sh", "-c", f'set -e; {reads}; export {names}; exec "$@"', "sh", *argv]
 
 
 def env_assignment(name: str, value: str) -> str:

@@ -237,6 +237,9 @@ class _NoIO:
     def http_get(self, url: str, timeout: float) -> tuple[int, str]:
         raise AssertionError("no HTTP")
 
+    def host_get(self, url: str, timeout: float) -> tuple[int, str]:
+        raise AssertionError("no HTTP")
+
     def bench(self, url: str, model: str, out: Path, run: RoundBench) -> dict[str, Any]:
         raise AssertionError("no bench")
 
@@ -250,15 +253,16 @@ class _NoIO:
 # -- real IO pieces (no pyinfra) -------------------------------------------------------------------
 
 
-def http_get(url: str, timeout: float) -> tuple[int, str]:
+def http_get(url: str, timeout: float, key: str | None = None) -> tuple[int, str]:
     """GET with the standard library (works under pyinfra's gevent monkey-patching, which
-    breaks httpx's sync transport)."""
+    breaks httpx's sync transport); ``key``: sent as the Bearer token."""
     import http.client
     import urllib.error
     import urllib.request
 
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - http only
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - http only
             return int(resp.status), resp.read(65536).decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
         return int(exc.code), ""
@@ -266,8 +270,29 @@ def http_get(url: str, timeout: float) -> tuple[int, str]:
         return 0, ""
 
 
+HOST_GET_MARK = "@@specdec-http"
+
+
+def host_get_command(url: str, timeout: float) -> str:
+    """A GET run on a host (curl): the body, then a line with the status (000: no answer)."""
+    import shlex
+
+    return (f"curl -sS -m {max(1, int(timeout))} -o - -w '\\n{HOST_GET_MARK} %{{http_code}}\\n' "
+            f"{shlex.quote(url)} 2>/dev/null; true")
+
+
+def parse_host_get(lines: list[str]) -> tuple[int, str]:
+    for i in range(len(lines) - 1, -1, -1):
+        if lines[i].startswith(HOST_GET_MARK + " "):
+            code = lines[i].split()[-1]
+            status = int(code) if code.isdigit() else 0
+            return status, "\n".join(lines[:i]).removesuffix("\n")
+    return 0, ""
+
+
 def bench_subprocess(url: str, model: str, out: Path, run: RoundBench, timeout_s: float,
-                     tokenizer: str | None = None) -> dict[str, Any]:
+                     tokenizer: str | None = None, key_file: str | None = None
+                     ) -> dict[str, Any]:
     """``python -m specdec.cli bench`` in a child (no asyncio inside pyinfra's gevent)."""
     import os
 
@@ -275,6 +300,8 @@ def bench_subprocess(url: str, model: str, out: Path, run: RoundBench, timeout_s
            "--json", str(out), "--no-progress"]
     if tokenizer:
         cmd += ["--tokenizer", tokenizer]
+    if key_file:
+        cmd += ["--api-key-file", key_file]
     env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")}
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,

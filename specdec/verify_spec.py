@@ -22,7 +22,13 @@ class HostIO(Protocol):
         ...
 
     def http_get(self, url: str, timeout: float) -> tuple[int, str]:
-        """GET from the control node: (status, body); status 0 when unreachable."""
+        """GET from the control node, with the fleet's API key: (status, body); status 0 when
+        unreachable."""
+        ...
+
+    def host_get(self, url: str, timeout: float) -> tuple[int, str]:
+        """GET from the host itself (over its connection): a serving group's member-only
+        servers, which the control node cannot reach. (status, body); 0 when unreachable."""
         ...
 
     def bench(self, url: str, model: str, out: Path, run: RoundBench) -> dict[str, Any]:
@@ -69,6 +75,7 @@ class VerifySpec:
     run_id: str = ""
     tune_cache: TuneStore | None = None  # where tuned entries go (specdec.tunestore)
     bench_mode: str = "host"  # where the bench client runs (specdec.bench.remote.MODES)
+    api_key_file: str | None = None  # control node: the fleet's API key (the path, not the key)
 
     @property
     def tunes(self) -> bool:

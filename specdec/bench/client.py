@@ -176,8 +176,9 @@ def _workload(cfg: BenchConfig) -> _Workload:
 def _http_client(cfg: BenchConfig) -> httpx.AsyncClient:
     limits = httpx.Limits(max_connections=max(cfg.concurrency) + 4,
                           max_keepalive_connections=max(cfg.concurrency) + 4)
-    return httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(None,
-                                                                  connect=cfg.connect_timeout_s))
+    headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else None
+    return httpx.AsyncClient(limits=limits, headers=headers,
+                             timeout=httpx.Timeout(None, connect=cfg.connect_timeout_s))
 
 
 def _served_model(cfg: BenchConfig, server: ServerInfo) -> str:
@@ -245,6 +246,7 @@ def _config(cfg: BenchConfig, work: _Workload) -> dict[str, Any]:
     """The configuration as run: per-level lists, the prompt ids chosen by id."""
     conf = asdict(replace(cfg, prompts=None))
     conf.pop("prompts")
+    conf.pop("api_key")  # never in a result
     conf["requests"] = [work.counts[c] for c in cfg.concurrency]
     conf["concurrency"] = list(cfg.concurrency)
     conf["prompt_offset"] = [work.offsets[c] for c in cfg.concurrency]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from specdec.bench.onhost.records import ENDPOINTS
@@ -45,6 +45,7 @@ class BenchConfig:
     # so measured requests start staggered, as in a steady state (0: no ramp)
     prompt_ids: tuple[tuple[int, tuple[str, ...]], ...] = ()  # (level, measured prompt ids):
     # exactly these prompts at that level, instead of --requests/--prompt-offset
+    api_key: str | None = field(default=None, repr=False)  # sent as a Bearer token; never shown
 
     def validate(self) -> BenchConfig:
         parts = urlsplit(self.url)

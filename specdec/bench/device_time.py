@@ -23,10 +23,12 @@ __all__ = ["RATE_KEYS", "apply", "probe_time_scale", "to_device_time"]
 RATE_KEYS = frozenset(core_run.RATE_KEYS)
 
 
-def probe_time_scale(url: str, timeout: float = 5.0) -> float | None:
+def probe_time_scale(url: str, timeout: float = 5.0, api_key: str | None = None
+                     ) -> float | None:
     """The emulator's time scale, or None for a real engine (no ``/lab/truth``)."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
     try:
-        r = httpx.get(url.rstrip("/") + "/lab/truth", timeout=timeout)
+        r = httpx.get(url.rstrip("/") + "/lab/truth", timeout=timeout, headers=headers)
         doc = r.json() if r.status_code == 200 else None
     except (httpx.HTTPError, ValueError):
         return None
@@ -45,7 +47,7 @@ def to_device_time(result: dict[str, Any], time_scale: float) -> dict[str, Any]:
     return out
 
 
-def apply(url: str, result: dict[str, Any]) -> dict[str, Any]:
+def apply(url: str, result: dict[str, Any], api_key: str | None = None) -> dict[str, Any]:
     """Device-time figures when ``url`` is the engine emulator, else ``result`` as is."""
-    scale = probe_time_scale(url)
+    scale = probe_time_scale(url, api_key=api_key)
     return result if scale is None else to_device_time(result, scale)

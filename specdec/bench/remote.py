@@ -15,8 +15,12 @@ Files: ``/var/lib/specdec/bench/<digest>/onhost.pyz`` (the client, `specdec.benc
 zipapp: `pyz`) and ``prompts.json`` (the package's built-in prompt set), where ``<digest>`` is
 the first 16 hex digits of the sha256 of both: content-addressed, so an upload is skipped when
 both files are there with their sha256, and a changed client goes to a new directory. Nothing
-else is written or deleted on the host. The client prints its JSON on stdout
-(`specdec.bench.onhost.cli.MARKER`); the HF token is never involved.
+else is written or deleted on the host. The directories and files are root's and writable by
+root only, which the run checks again, with both files' sha256, right before it runs them
+(`verified`). The client runs as ``nobody`` (``setpriv``, no new privileges), against the API
+proxy on loopback, with the API key on its standard input (opened by root from the root-only
+key file: never an argument); it prints its JSON on stdout (`specdec.bench.onhost.cli.MARKER`);
+the HF token is never involved.
 """
 
 from __future__ import annotations
@@ -35,7 +39,9 @@ from typing import Any
 
 from specdec.bench.onhost.cli import MARKER
 from specdec.bench.prompts import PromptSet, builtin_prompts
-from specdec.errors import BenchError
+from specdec.errors import BenchError, GateError
+from specdec.gateinput import check_result
+from specdec.readback import check_tree, parse_json
 from specdec.settings import BENCH_MODES, DEFAULT_BENCH_MODE
 
 __all__ = [
@@ -54,6 +60,8 @@ __all__ = [
 
 MODES, DEFAULT_MODE = BENCH_MODES, DEFAULT_BENCH_MODE
 BENCH_DIR = "/var/lib/specdec/bench"
+NOBODY = "65534"  # the client's user and group (Debian / Ubuntu: nobody, nogroup)
+KEY_FILE = "/etc/specdec/api_key"  # specdec.layout.API_KEY_FILE (read by root, into stdin)
 _CHUNK = 48 * 1024  # base64 characters per upload command (a shell argument is capped at 128K)
 Run = Callable[[str, float | None], tuple[bool, list[str]]]
 _PACKAGE = "specdec.bench.onhost"
@@ -145,38 +153,66 @@ def upload_commands(b: Bundle) -> list[str]:
     return cmds
 
 
+def verified(b: Bundle) -> str:
+    """A check that fails unless the bench directory, the bundle's and both files are root's,
+    writable by root only, not symbolic links, and carry their sha256: what runs is what was
+    uploaded (the state directory above them is root's 0755, `roles.docker_access`)."""
+    q = shlex.quote
+    paths = " ".join(q(p) for p in [b.base, b.dir, b.script_path, b.prompts_path])
+    sums = (f"printf '%s  %s\\n' {b.sha(b.script)} {q(b.script_path)} {b.sha(b.prompts)} "
+            f"{q(b.prompts_path)} | sha256sum -c --status")
+    return (f"for p in {paths}; do if [ -L \"$p\" ] || [ ! -e \"$p\" ]; then bad=$p; break; fi; "
+            "set -- $(stat -c '%u %a' \"$p\"); if [ \"$1\" != 0 ] || "
+            "[ $(( 0$2 & 022 )) != 0 ]; then bad=$p; break; fi; done; "
+            "if [ -n \"${bad:-}\" ]; then echo \"specdec-bench: error: $bad is not root's or is "
+            "writable by others: not running it\"; exit 3; fi; "
+            f"{sums} || {{ echo 'specdec-bench: error: the benchmark client on the host does "
+            "not match what was uploaded: not running it'; exit 3; }")
+
+
 def run_command(b: Bundle, port: int, model: str, args: Sequence[str], timeout_s: float,
-                mode: str = DEFAULT_MODE, image: str | None = None) -> str:
-    """Run the client beside the engine (``mode`` host or image); stdout carries its result."""
+                mode: str = DEFAULT_MODE, image: str | None = None,
+                key_file: str | None = KEY_FILE) -> str:
+    """Run the client beside the engine (``mode`` host or image) as nobody, against the API on
+    loopback, the key on its stdin; stdout carries its result."""
     q = shlex.quote
     deadline = max(1, int(timeout_s))
     client = [b.script_path, f"http://127.0.0.1:{port}", "--model", model, "--prompts",
               b.prompts_path, *args, "--deadline", str(deadline), "--json", "-"]
+    key = ["--api-key-file", "-"] if key_file else []
+    stdin = f" < {q(key_file)}" if key_file else " < /dev/null"
     if mode == "image":
         if not image:
             raise BenchError("specdec_bench_mode=image: the host runs no engine image")
         vol = f"{b.dir}:{b.dir}:ro"
-        return " ".join(q(x) for x in ["docker", "run", "--rm", "--network", "host",
-                                        "--entrypoint", "python3", "-v", vol, image, "-I",
-                                        *client]) + " 2>&1"
+        return verified(b) + "; " + " ".join(q(x) for x in [
+            "docker", "run", "--rm", "-i", "--network", "host", "--user", f"{NOBODY}:{NOBODY}",
+            "--security-opt", "no-new-privileges", "--cap-drop", "ALL", "--entrypoint",
+            "python3", "-v", vol, image, "-I", *client, *key]) + stdin + " 2>&1"
     if mode != "host":
         raise BenchError(f"bench mode {mode!r} does not run on the host")
     return ("command -v python3 >/dev/null || { echo 'specdec-bench: error: no python3 on the "
             "host (set specdec_bench_mode: image or control)'; exit 3; }; "
-            f"timeout -k 10 {deadline + 30} python3 -I "
-            + " ".join(q(x) for x in client) + " 2>&1")
+            + verified(b) + "; "
+            f"timeout -k 10 {deadline + 30} setpriv --reuid={NOBODY} --regid={NOBODY} "
+            "--clear-groups --no-new-privs python3 -I "
+            + " ".join(q(x) for x in [*client, *key]) + stdin + " 2>&1")
 
 
 def parse_output(ok: bool, lines: Sequence[str]) -> dict[str, Any]:
     """The client's JSON from its output, or `BenchError` with its one-line error."""
     for line in lines:
         if line.startswith(MARKER):
-            try:
-                doc = json.loads(line[len(MARKER):])
-            except ValueError:
-                raise BenchError("the on-host benchmark printed a broken result") from None
+            try:  # read back from the host: checked as input (no NaN, one-line strings, ...)
+                doc = check_tree(parse_json(line[len(MARKER):], "result"), "result")
+            except ValueError as exc:
+                raise BenchError(f"the on-host benchmark printed a result specdec refuses: "
+                                 f"{exc}") from None
             if isinstance(doc, dict):
-                return doc
+                try:
+                    return check_result(doc, "the on-host benchmark's result")
+                except GateError as exc:
+                    raise BenchError(str(exc)) from None
     err = [ln for ln in lines if ln.startswith("specdec-bench: error: ")]
     if err:
         raise BenchError(err[-1].removeprefix("specdec-bench: error: "))
@@ -187,7 +223,7 @@ def parse_output(ok: bool, lines: Sequence[str]) -> dict[str, Any]:
 
 def run_on_host(run: Run, b: Bundle, port: int, model: str, args: Sequence[str],
                 timeout_s: float, mode: str = DEFAULT_MODE,
-                image: str | None = None) -> dict[str, Any]:
+                image: str | None = None, key_file: str | None = KEY_FILE) -> dict[str, Any]:
     """Upload (when needed), run, collect. ``run(command, timeout)`` runs a shell command on
     the host as root and returns (success, stdout lines)."""
     uploaded = True
@@ -197,7 +233,8 @@ def run_on_host(run: Run, b: Bundle, port: int, model: str, args: Sequence[str],
             uploaded = False
         if not ok:
             raise BenchError(f"could not upload the benchmark client to {b.dir}")
-    ok, lines = run(run_command(b, port, model, args, timeout_s, mode, image), timeout_s + 60)
+    ok, lines = run(run_command(b, port, model, args, timeout_s, mode, image, key_file),
+                    timeout_s + 60)
     doc = parse_output(ok, lines)
     doc["runner"] = {"where": mode, "client": b.script_path, "uploaded": uploaded}
     return doc

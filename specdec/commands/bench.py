@@ -93,10 +93,12 @@ def _prompt_ids(items: list[str] | None) -> tuple[tuple[int, tuple[str, ...]], .
 
 
 def _bench(args: argparse.Namespace) -> int:
+    from specdec.apikey import read_key
     from specdec.bench.client import BenchConfig, run_bench, to_json
     from specdec.bench.prompts import load_prompts
 
     levels = _levels(args.concurrency)
+    key = read_key(args.api_key_file) if args.api_key_file else None
     cfg = BenchConfig(
         url=args.url, model=args.model, concurrency=levels,
         requests=_counts(args.requests, levels), max_tokens=args.max_tokens, warmup=args.warmup,
@@ -106,13 +108,13 @@ def _bench(args: argparse.Namespace) -> int:
         request_timeout_s=args.timeout, max_failed_fraction=args.max_failed,
         progress=False if args.no_progress else None, tokenizer=args.tokenizer,
         fill=not args.no_fill, ramp_tokens=args.ramp_tokens,
-        prompt_ids=_prompt_ids(args.prompt_ids),
+        prompt_ids=_prompt_ids(args.prompt_ids), api_key=key,
     ).validate()
     res: dict[str, Any] = run_bench(cfg)
     if not args.wall_time:
         from specdec.bench.device_time import apply
 
-        res = apply(cfg.url, res)  # the lab's engine emulator: what the device would show
+        res = apply(cfg.url, res, key)  # the lab's engine emulator: what the device would show
     text = to_json(res)
     if args.json:
         write_json_atomic(args.json, text)
@@ -172,4 +174,6 @@ def register(sub: Any) -> None:
     b.add_argument("--wall-time", action="store_true",
                    help="keep an engine emulator's wall-clock figures (default: device time)")
     b.add_argument("--json", help="write the result here (default: print it)")
+    b.add_argument("--api-key-file", default=None,
+                   help="a file holding the API key to send (specdec's hosts require one)")
     b.set_defaults(func=_bench)

@@ -119,7 +119,17 @@ def cmd_plan(args: argparse.Namespace) -> int:
         for note in p.notes:
             print(f"  {p.host}: {note}")
     _print_groups(plans)
+    _print_sockets(plans)
     return 0
+
+
+def _print_sockets(plans: list[Plan]) -> None:
+    """Every socket each host opens: its unit, where, what, and who may reach it."""
+    from specdec.sockets import table
+
+    rows = [["HOST", "UNIT", "LISTENS ON", "WHAT", "REACHED BY"], *map(list, table(plans))]
+    print("\nsockets (the release's firewall admits only the networks shown):")
+    print(_table(rows))
 
 
 def _print_groups(plans: list[Plan]) -> None:

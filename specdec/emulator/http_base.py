@@ -10,6 +10,7 @@ from typing import Any
 from specdec.emulator.engine import EngineService
 from specdec.emulator.openai import ApiError
 from specdec.emulator.runtime import RunContext, ServeConfig
+from specdec.engines.vllm.facts import api_key_rule
 
 __all__ = ["BaseHandler", "EmulatorHTTPServer"]
 
@@ -95,8 +96,12 @@ class BaseHandler(BaseHTTPRequestHandler):
         self.close_connection = True
 
     def authorized(self) -> bool:
+        """vLLM's --api-key / VLLM_API_KEY check at the emulated release: only its guarded
+        path prefixes (the others stay open, as in vLLM), its scheme comparison."""
         keys = self.cfg.api_keys
-        if not keys or not self.path.startswith(("/v1", "/v2", "/inference", "/cohere")):
+        guards, any_case = api_key_rule(self.cfg.engine_version)
+        if not keys or not self.path.startswith(guards):
             return True
-        auth = self.headers.get("authorization", "")
-        return auth.startswith("Bearer ") and auth[7:] in keys
+        scheme, _, token = self.headers.get("authorization", "").partition(" ")
+        ok_scheme = scheme.lower() == "bearer" if any_case else scheme == "Bearer"
+        return ok_scheme and token in keys

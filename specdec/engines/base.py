@@ -15,15 +15,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from specdec import layout
 from specdec.catalog import Model
 from specdec.engines.support import Support, Target, with_first_ok
 from specdec.engines.version import Version
 from specdec.hostkeys import KeyReader
-from specdec.plan_types import DynamoPlan, Group, Plan
+from specdec.plan_types import DynamoPlan, Group, Plan, Socket
 from specdec.settings import HostSettings
 
-__all__ = ["Endpoints", "Engine", "GroupSeat", "HostPackage", "ReleaseFile",
+__all__ = ["LOOPBACK", "Endpoints", "Engine", "GroupSeat", "HostPackage", "ReleaseFile",
            "describe_speculation"]
+
+LOOPBACK = "127.0.0.1"
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,9 @@ class HostPackage:
     package: str
     binary: str
     unit_off: str | None = None
+    # turn unit_off off only when specdec installed the package (the host's own use of an
+    # already installed package, e.g. its nginx, is left alone)
+    off_only_if_installed: bool = False
 
 
 def describe_speculation(plan: Plan) -> str:
@@ -188,6 +194,28 @@ class Engine(ABC):
     def host_packages(self, plan: Plan) -> list[HostPackage]:
         """Distribution packages the release's units need on the host."""
         return []
+
+    # -- the network (`specdec.sockets`) ---------------------------------------------------
+    def serves_api(self, plan: Plan) -> bool:
+        """Whether the host serves the OpenAI API (specdec's API proxy fronts it on
+        ``plan.port``; the engine itself listens on loopback only)."""
+        return True
+
+    def secret_env(self, plan: Plan) -> list[tuple[str, str]]:
+        """Secrets the engine reads from its environment: (variable, credential name of
+        `specdec.layout.CREDENTIALS`), e.g. its own API key check behind the proxy. Set at
+        start from the credential, never written into a unit."""
+        return []
+
+    def peers(self, plan: Plan) -> tuple[str, ...] | None:
+        """Networks the engine's processes talk to besides loopback (CIDRs; its unit's IP
+        filter); None: any (a container's, which the docker CLI's unit does not confine)."""
+        return ()
+
+    def sockets(self, plan: Plan) -> list[Socket]:
+        """Every socket the engine's units listen on; the API proxy's are `specdec.sockets`'."""
+        return [Socket(layout.SERVICE_NAME, f"{self.label} HTTP, behind the API proxy", LOOPBACK,
+                       plan.engine_port, (), "the API proxy and the benchmark on this host")]
 
     # -- host facts and verify ---------------------------------------------------------------
     @abstractmethod

@@ -5,7 +5,8 @@ to the group named by ``specdec_group`` (set it per host or in ``group_data``); 
 host is a group of its own. One member runs the group's frontend: ``specdec_group_frontend``
 (every member that sets it must name the same member), else the first member in inventory order.
 A member's address for the group's traffic is what its engine says (``specdec_dynamo_address``),
-else its ``ssh_hostname``, else its inventory name.
+else its ``ssh_hostname``, else its inventory name; it must be an IP address (the group's
+firewall admits its members by address).
 
 A group deploys, verifies and rolls back as one: a ``--limit`` or a rollout batch takes all of
 its members or none, and its members must plan the same model and speculation.
@@ -19,6 +20,7 @@ from specdec.engines.registry import engine
 from specdec.errors import ConfigError
 from specdec.plan_types import Group, Plan
 from specdec.settings import HostSettings
+from specdec.sockets import member_reach
 
 __all__ = ["Group", "check_limit", "check_plans", "groups_of", "plans_by_group", "units"]
 
@@ -52,6 +54,8 @@ def groups_of(hosts: Iterable[HostSettings]) -> dict[str, Group]:
         if frontend not in names:
             raise ConfigError(f"specdec_group_frontend={frontend!r}: not a member of group "
                               f"{group!r} (members: {', '.join(names)})", host=rows[0][0])
+        # the group's firewall lets its members in by address (`specdec.sockets.member_reach`)
+        member_reach([(n, a) for n, a, _ in rows])
         seen: dict[str, str] = {}
         for n, addr, _ in rows:
             if addr in seen:

@@ -131,7 +131,7 @@ class GroupOps:
                         or (n0 is not None and n is not None and n > n0)):
                     f = unit_failure(m.ctx, f"{label} on {m.name}", st)
                     raise GroupFailure(m.name, f.phase, f.reason)
-                status, _ = m.io.http_get(m.seat.member_url + "/health", 5.0)
+                status, _ = m.io.host_get(m.seat.member_url + "/health", 5.0)
                 if status == 200:
                     healthy.add(m.name)
                     m.ctx.measure(phase, f"time_to_healthy[{label}]",
@@ -178,7 +178,7 @@ class GroupOps:
     def _counters(self) -> Counters:
         total = Counters(per_pos=None)
         for m in self.members:
-            status, body = m.io.http_get(m.seat.member_url + self.metrics_path, 10.0)
+            status, body = m.io.host_get(m.seat.member_url + self.metrics_path, 10.0)
             if status == 200:
                 try:
                     total = add_counters(total, parse_vllm(body))

@@ -16,9 +16,9 @@ and the engine emulator as the groups' vLLM workers.
   ``dynamo/vllm/main.py`` bound over by a stand-in that runs `specdec.emulator.dynamo_worker`
   (Dynamo's argument parsing, vLLM's refusals at the release Dynamo pins, the emulator's timing
   model and speculation, registered as a real Dynamo worker).
-* **The group's network**: lab hosts only reach the control node; the members of a group also
-  reach each other (a route to each other member via the control node, and forwarding on their
-  links only: other hosts stay unreachable, as before).
+* **The group's network** is the lab's LAN (`specdec.lab.host.lan_routes`): every host of an
+  instance reaches every other, group member or not, as on a shop floor; the group's firewall
+  and certificates keep the others out.
 """
 
 from __future__ import annotations
@@ -36,14 +36,10 @@ from specdec import layout
 from specdec.catalog import load_catalog
 from specdec.errors import LabError
 from specdec.filelock import locked
-from specdec.groups.inventory import groups_of
-from specdec.hostdata import parse_hosts
-from specdec.inventory import load_inventory
 from specdec.lab.paths import CACHE_DIR
 from specdec.lab.spec import LabHost
-from specdec.lab.system import run
 
-__all__ = ["MAIN_STANDIN", "ensure_venv", "group_routes", "lab_groups", "nspawn_binds",
+__all__ = ["MAIN_STANDIN", "ensure_venv", "nspawn_binds",
            "requirements", "venv_path"]
 
 RUNTIME = "ai-dynamo-runtime"
@@ -191,21 +187,3 @@ def nspawn_binds(h: LabHost, host_dir: Path) -> list[str]:
             f"--bind-ro={standin}:{layout.DYNAMO_VENV}/{rel}/dynamo/vllm/main.py"]
 
 
-def lab_groups(inventory: str, limit: str | None = None) -> dict[str, list[str]]:
-    """Host -> the members of its serving group (Dynamo hosts of the inventory only)."""
-    groups = groups_of(parse_hosts(load_inventory(inventory, limit)))
-    return {h: list(g.members) for h, g in groups.items()}
-
-
-def group_routes(hosts: list[LabHost], groups: dict[str, list[str]]) -> None:
-    """Let the members of each group reach each other through the control node."""
-    by_name = {h.name: h for h in hosts}
-    for h in hosts:
-        peers = [by_name[m] for m in groups.get(h.name, []) if m != h.name and m in by_name]
-        if not peers:
-            continue
-        run(["sysctl", "-q", "-w", f"net.ipv4.conf.{h.veth}.forwarding=1"],
-             f"{h.name}: forwarding on {h.veth}")
-        for p in peers:
-            run(["ip", "-n", h.netns, "route", "replace", f"{p.address}/32", "via",
-                  h.gateway], f"{h.name}: route to group member {p.name}")

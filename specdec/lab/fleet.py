@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shlex
 import shutil
 import socket
 import string
@@ -22,8 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from specdec import apikey
 from specdec.engines.registry import engine
-from specdec.errors import LabError
+from specdec.errors import LabError, SpecdecError
 from specdec.groups.inventory import groups_of
 from specdec.hostdata import parse_hosts
 from specdec.inventory import load_inventory
@@ -83,6 +85,11 @@ def _ensure_key(inst: Instance) -> None:
         p.unlink(missing_ok=True)
     run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"specdec-lab-{inst.name}", "-f",
          str(key)], "generating the lab SSH key")
+
+
+def _ensure_api_key(inst: Instance) -> None:
+    """The instance's own API key (the inventory gives it as specdec_api_key_file)."""
+    apikey.ensure_key(inst.api_key_file, create=True)
 
 
 def _ensure_hf_token(inst: Instance) -> None:
@@ -218,9 +225,9 @@ def up(inventory: str, *, limit: str | None = None, log: Log = _noop,
         log(f"images: {len(built.images)} mirrors of the catalog images in the lab registry")
         if any(h.engine == "dynamo" for h in hosts):
             dynamo.ensure_venv(log=log)
-        groups = dynamo.lab_groups(inventory, limit)
         _ensure_key(inst)
         _ensure_hf_token(inst)
+        _ensure_api_key(inst)
         tokens = [os.environ.get("HF_TOKEN", "").strip(),
                   inst.hf_token_file.read_text().strip()]
 
@@ -237,7 +244,7 @@ def up(inventory: str, *, limit: str | None = None, log: Log = _noop,
         save_state(inst, state)
         log(f"instance {inst.name}: {inst.subnet}, state in {inst.dir}")
         try:
-            _bring_up(inst, state, hosts, host_root, built, log, groups)
+            _bring_up(inst, state, hosts, host_root, built, log)
             # The lab's Hub on the control side, and the site's routes to its mirror host.
             state["hub"] = hubsvc.start(inst, hosts, tokens)
             save_state(inst, state)
@@ -278,8 +285,7 @@ def _inotify_room(n: int, log: Log) -> None:
 
 
 def _bring_up(inst: Instance, state: dict[str, Any], hosts: list[LabHost], host_root: Path,
-              built: images.BuiltImages, log: Log,
-              groups: dict[str, list[str]] | None = None) -> None:
+              built: images.BuiltImages, log: Log) -> None:
     hostmod.ensure_nspawn_run()
     _inotify_room(len(hosts), log)
     deadline = time.monotonic() + 30
@@ -298,7 +304,7 @@ def _bring_up(inst: Instance, state: dict[str, Any], hosts: list[LabHost], host_
     deadline = time.monotonic() + 30 + len(hosts)
     _record(inst, state, site.name, "registry", hostmod.start_registry(site))
     state["registry_host"] = site.name
-    dynamo.group_routes(hosts, groups or {})
+    hostmod.lan_routes(hosts, str(inst.subnet))
     _wait_registry(site, deadline)
     for h in hosts[1:]:
         hostmod.pull_through(h, site)
@@ -364,9 +370,11 @@ def down(inventory: str | None = None, *, log: Log = _noop,
                        f"kept: {'; '.join(problems)}")
 
 
-def _http_ok(url: str, timeout: float = 3.0) -> bool:
+def _http_ok(url: str, key: str | None, timeout: float = 3.0) -> bool:
+    """GET ``url`` from here with the instance's API key (every lab host's API needs it)."""
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - lab address
+        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - lab address
             return 200 <= resp.status < 300
     except OSError:
         return False
@@ -374,25 +382,39 @@ def _http_ok(url: str, timeout: float = 3.0) -> bool:
         return False
 
 
-def host_status(h: LabHost, up_: bool, probe: str | None = None) -> dict[str, Any]:
-    """``probe``: the URL that says the host serves (default: its OpenAI ``/v1/models``; a
-    Dynamo worker-only member: its worker's system ``/health``)."""
+def _instance_key(inst: Instance) -> str | None:
+    try:
+        return apikey.read_key(inst.api_key_file)
+    except SpecdecError:
+        return None
+
+
+def host_status(h: LabHost, up_: bool, probe: str | None = None,
+                key: str | None = None) -> dict[str, Any]:
+    """``probe``: a URL the host itself asks (a Dynamo worker-only member: its worker's system
+    ``/health``, open to the group's members only); otherwise its OpenAI ``/v1/models`` from
+    here, with the instance's API key."""
     rec: dict[str, Any] = {"host": h.name, "device": h.device, "address": h.address,
                            "reachable": False, "service_active": False, "serving": False}
     if not up_:
         return rec
+    ask = (f"; curl -s -o /dev/null -m 3 -w ' %{{http_code}}' {shlex.quote(probe)}"
+           if probe else "")
     proc = subprocess.run(
-        ssh_argv(h, "systemctl is-active specdec-engine.service || true", timeout=4),
+        ssh_argv(h, f"systemctl is-active specdec-engine.service || true{ask}", timeout=4),
         capture_output=True, text=True, check=False, timeout=20,
     )
+    words = proc.stdout.split()
     rec["reachable"] = proc.returncode == 0
-    rec["service_active"] = rec["reachable"] and proc.stdout.strip() == "active"
-    rec["serving"] = _http_ok(probe or f"http://{h.address}:{h.port}/v1/models")
+    rec["service_active"] = rec["reachable"] and bool(words) and words[0] == "active"
+    rec["serving"] = (rec["reachable"] and words[-1:] == ["200"]) if probe else \
+        _http_ok(f"http://{h.address}:{h.port}/v1/models", key)
     return rec
 
 
 def _probes(inventory: str, limit: str | None) -> dict[str, str]:
-    """Dynamo worker-only members serve no OpenAI API: their worker's system /health."""
+    """Dynamo worker-only members serve no OpenAI API: their worker's system /health, asked by
+    the member itself."""
     settings = parse_hosts(load_inventory(inventory, limit))
     groups = groups_of(settings)
     out = {}
@@ -414,8 +436,10 @@ def status(inventory: str, limit: str | None = None,
     results: dict[str, dict[str, Any]] = {}
     probes = _probes(inventory, limit) if recorded else {}
 
+    key = _instance_key(inst)
+
     def one(h: LabHost) -> None:
-        results[h.name] = host_status(h, h.name in recorded, probes.get(h.name))
+        results[h.name] = host_status(h, h.name in recorded, probes.get(h.name), key)
 
     threads = [threading.Thread(target=one, args=(h,)) for h in hosts]
     for t in threads:

@@ -142,6 +142,9 @@ def fleet(table: Sequence[tuple[str, dict[str, Any]]],
             "ssh_known_hosts_file": "/dev/null",
             "ssh_strict_host_key_checking": "no",
             "specdec_memlock": LAB_MEMLOCK,
+            # the instance's own API key and serving groups' CAs (made by `lab up` / the deploy)
+            "specdec_api_key_file": str(inst.api_key_file),
+            "specdec_pki_dir": str(inst.pki_dir),
             **row,
         }
         device = data["lab_device"]

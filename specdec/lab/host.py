@@ -132,6 +132,18 @@ def create_netns(h: LabHost) -> None:
         run(argv, f"{h.name}: {' '.join(argv)}")
 
 
+def lan_routes(hosts: list[LabHost], subnet: str) -> None:
+    """The lab's LAN: every host reaches every other host of its instance through this
+    machine (a route to the instance's subnet via its gateway, and forwarding on its link), as
+    devices on one shop-floor network do; other instances' hosts stay unreachable (no route).
+    A serving group's firewall and certificates keep the hosts outside the group out."""
+    for h in hosts:
+        run(["sysctl", "-q", "-w", f"net.ipv4.conf.{h.veth}.forwarding=1"],
+            f"{h.name}: forwarding on {h.veth}")
+        run(["ip", "-n", h.netns, "route", "replace", subnet, "via", h.gateway],
+            f"{h.name}: route to the lab's hosts")
+
+
 def start_registry(h: LabHost) -> Proc:
     """``docker-registry`` on port 5000 inside the namespace of ``h``, the instance's site
     registry host (the host's Docker pulls ``localhost:5000/...`` over plain HTTP, as Docker

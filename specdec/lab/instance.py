@@ -78,6 +78,16 @@ class Instance:
         """A stand-in Hugging Face token for the emulated Hub (when $HF_TOKEN is not set)."""
         return self.dir / "hf_token"
 
+    @property
+    def api_key_file(self) -> Path:
+        """The instance's API key (every host's API requires it)."""
+        return self.dir / "api_key"
+
+    @property
+    def pki_dir(self) -> Path:
+        """The instance's serving groups' CAs and member certificates."""
+        return self.dir / "pki"
+
     def host_dir(self, host: str) -> Path:
         return self.hosts_dir / host
 

@@ -66,6 +66,9 @@ HOST_RECIPE = Recipe(
         # What roles/site_mirror.py installs on a site's mirror host (the lab has no network to
         # install from): nginx and docker-registry, their own units off until the role acts.
         "nginx", "docker-registry",
+        # The release's firewall (nft) and API proxy (nginx), as the deploy would install
+        # them (roles/host_packages.py); nginx.service stays off until a site mirror uses it.
+        "nftables",
     ),
     post=(
         # Units a lab host does not need (no hardware, no real network, no console login).
@@ -74,6 +77,7 @@ HOST_RECIPE = Recipe(
         "systemctl enable ssh.service docker.service >/dev/null",
         "systemctl disable etcd.service >/dev/null 2>&1 || true",
         "systemctl disable nginx.service docker-registry.service >/dev/null 2>&1 || true",
+        "systemctl disable nftables.service >/dev/null 2>&1 || true",
         "passwd -l root >/dev/null",
     ),
     remove=(*_SLIM, "etc/ssh/ssh_host_*", "etc/machine-id", "var/lib/dbus/machine-id",

@@ -43,6 +43,8 @@ class State:
     iter_no: int = 0
     bodies: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    key: str | None = None  # when set, every request must carry "Authorization: Bearer <key>"
+    unauthorized: int = 0
 
     def prom(self) -> str:
         lab = 'model_name="m",engine="0"'
@@ -75,8 +77,18 @@ def make_handler(st: State) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
+        def _denied(self) -> bool:
+            if st.key is None or self.headers.get("Authorization") == f"Bearer {st.key}":
+                return False
+            with st.lock:
+                st.unauthorized += 1
+            self._send(401, b'{"error": "Unauthorized"}')
+            return True
+
         def do_GET(self) -> None:
             mode = st.mode
+            if self._denied():
+                return
             if mode == "notopenai":
                 self._send(404, b"<html>not found</html>", "text/html")
             elif self.path == "/v1/models":
@@ -102,6 +114,8 @@ def make_handler(st: State) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:
             n = int(self.headers.get("Content-Length", "0"))
             req = json.loads(self.rfile.read(n))
+            if self._denied():
+                return
             mode = st.mode
             with st.lock:
                 st.bodies.append({"path": self.path, **req})
@@ -183,8 +197,8 @@ class _Server(ThreadingHTTPServer):
 
 
 @contextmanager
-def serve(mode: str) -> Iterator[tuple[str, State]]:
-    st = State(mode)
+def serve(mode: str, key: str | None = None) -> Iterator[tuple[str, State]]:
+    st = State(mode, key=key)
     srv = _Server(("127.0.0.1", 0), make_handler(st))
     srv.daemon_threads = True
     t = threading.Thread(target=srv.serve_forever, daemon=True)
@@ -196,21 +210,21 @@ def serve(mode: str) -> Iterator[tuple[str, State]]:
         srv.server_close()
 
 
-def _serve_forever(mode: str, q: Any) -> None:
-    srv = _Server(("127.0.0.1", 0), make_handler(State(mode)))
+def _serve_forever(mode: str, q: Any, key: str | None = None) -> None:
+    srv = _Server(("127.0.0.1", 0), make_handler(State(mode, key=key)))
     srv.daemon_threads = True
     q.put(srv.server_address[1])
     srv.serve_forever()
 
 
 @contextmanager
-def serve_process(mode: str) -> Iterator[str]:
+def serve_process(mode: str, key: str | None = None) -> Iterator[str]:
     """The same server in a child process (timing tests: no GIL shared with the client)."""
     import multiprocessing
 
     ctx = multiprocessing.get_context("fork")
     q = ctx.Queue()
-    proc = ctx.Process(target=_serve_forever, args=(mode, q), daemon=True)
+    proc = ctx.Process(target=_serve_forever, args=(mode, q, key), daemon=True)
     proc.start()
     try:
         yield f"http://127.0.0.1:{q.get(timeout=10)}"

@@ -13,9 +13,11 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import zipfile
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fakeserver import TTFT_S, serve, serve_process
@@ -27,6 +29,7 @@ from specdec.gate import decide
 from specdec.rounds import RoundBench
 
 RB = RoundBench((1, 8), (4, 8), (0, 0), 12, 1, 4)
+KEY = "sdk_" + "Test0key" * 5  # the fake server requires it, as a host's API proxy does
 
 
 def local_run(command: str, timeout: float | None) -> tuple[bool, list[str]]:
@@ -36,19 +39,36 @@ def local_run(command: str, timeout: float | None) -> tuple[bool, list[str]]:
     return p.returncode == 0, p.stdout.splitlines()
 
 
-def on_host(url: str, tmp_path: Path, rb: RoundBench = RB) -> dict:
+@pytest.fixture
+def bench_root(tmp_path: Path) -> Any:
+    """A root-owned 0755 directory the client (run as nobody) can read, as /var/lib/specdec;
+    the key file root 0600 (the shell opens it as root, into the client's stdin)."""
+    if os.geteuid() != 0:
+        pytest.fail("the on-host client drops to nobody: run the tests as root")
+    root = Path(tempfile.mkdtemp(prefix="sdbench", dir="/var/tmp"))
+    root.chmod(0o755)
+    key = tmp_path / "api_key"
+    key.write_text(KEY + "\n")
+    key.chmod(0o600)
+    yield root, str(key)
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def on_host(url: str, where: Any, rb: RoundBench = RB) -> dict:
+    root, key = where
     port = int(url.rsplit(":", 1)[1])
-    b = remote.bundle(base=str(tmp_path / "bench"))
-    return remote.run_on_host(local_run, b, port, "m", rb.argv(), 120, "host")
+    b = remote.bundle(base=str(root / "bench"))
+    return remote.run_on_host(local_run, b, port, "m", rb.argv(), 120, "host", key_file=key)
 
 
-def test_on_host_result_has_the_control_clients_shape(tmp_path: Path) -> None:
-    with serve("ok") as (url, _):
-        host = on_host(url, tmp_path)
-        again = on_host(url, tmp_path)
+def test_on_host_result_has_the_control_clients_shape(bench_root: Any) -> None:
+    with serve("ok", KEY) as (url, st):
+        host = on_host(url, bench_root)
+        again = on_host(url, bench_root)
         ctl = run_bench(BenchConfig(url=url, model="m", concurrency=RB.levels,
                                     requests=RB.requests, max_tokens=12, warmup=1,
-                                    ramp_tokens=4, progress=False))
+                                    ramp_tokens=4, progress=False, api_key=KEY))
+    assert st.unauthorized == 0  # both clients sent the key on every request
     assert host["runner"]["where"] == "host" and host["runner"]["uploaded"] is True
     assert again["runner"]["uploaded"] is False  # content-addressed: not uploaded again
     assert set(host) - {"runner"} == set(ctl)
@@ -63,9 +83,9 @@ def test_on_host_result_has_the_control_clients_shape(tmp_path: Path) -> None:
     assert host["tokens"]["tokenizer_found"] is False
 
 
-def test_on_host_without_usage_marks_tokens_estimated_and_the_gate_holds(tmp_path: Path) -> None:
-    with serve("nousage3") as (url, _):
-        res = on_host(url, tmp_path)
+def test_on_host_without_usage_marks_tokens_estimated_and_the_gate_holds(bench_root: Any) -> None:
+    with serve("nousage3", KEY) as (url, _):
+        res = on_host(url, bench_root)
     lvl = res["concurrency"]["1"]
     assert lvl["tokens_estimated"] == lvl["completed"] == 4 and lvl["tokens_counted"] == 0
     assert {r["tokens_source"] for r in lvl["requests"]} == {"estimated"}
@@ -74,36 +94,72 @@ def test_on_host_without_usage_marks_tokens_estimated_and_the_gate_holds(tmp_pat
     assert d.decision == "inconclusive" and d.held and d.code == "tokens_estimated"
 
 
-def test_on_host_ttft_is_from_the_request_on_the_wire(tmp_path: Path) -> None:
+def test_on_host_ttft_is_from_the_request_on_the_wire(bench_root: Any) -> None:
     """The server answers TTFT_S after reading the request; at c=8 the on-host client's TTFT
     p50 stays within a few ms of it (its own queueing is not counted)."""
-    with serve_process("ttft") as url:
-        res = on_host(url, tmp_path, RoundBench((8,), (32,), (0,), 2, 0))
+    with serve_process("ttft", KEY) as url:
+        res = on_host(url, bench_root, RoundBench((8,), (32,), (0,), 2, 0))
     lvl = res["concurrency"]["8"]
     p50 = statistics.median(r["ttft_ms"] for r in lvl["requests"])
     assert TTFT_S * 1000 <= p50 <= TTFT_S * 1000 + 8.0, p50
     assert all(r["client_queue_ms"] >= 0 for r in lvl["requests"])
 
 
-def test_on_host_failure_is_one_line(tmp_path: Path) -> None:
-    with serve("ok") as (url, _):
+def test_on_host_failure_is_one_line(bench_root: Any) -> None:
+    root, key = bench_root
+    with serve("ok", KEY) as (url, _):
         port = int(url.rsplit(":", 1)[1])
-        b = remote.bundle(base=str(tmp_path / "bench"))
+        b = remote.bundle(base=str(root / "bench"))
         with pytest.raises(BenchError, match="is not served"):
-            remote.run_on_host(local_run, b, port, "other-model", RB.argv(), 60, "host")
+            remote.run_on_host(local_run, b, port, "other-model", RB.argv(), 60, "host",
+                               key_file=key)
+        with pytest.raises(BenchError, match="401"):  # no key: the API refuses every request
+            remote.run_on_host(local_run, b, port, "m", RB.argv(), 60, "host", key_file=None)
+
+
+@pytest.mark.parametrize("tamper", ["group-writable", "other-owner", "content", "symlink"])
+def test_a_tampered_client_is_not_run(bench_root: Any, tamper: str) -> None:
+    """What runs as the benchmark is what was uploaded, in root's directories only: a client
+    changed, made writable or handed to another user after the upload is refused."""
+    root, key = bench_root
+    b = remote.bundle(base=str(root / "bench"))
+    for cmd in remote.upload_commands(b):
+        assert local_run(cmd, 60)[0]
+    script = Path(b.script_path)
+    if tamper == "group-writable":
+        Path(b.dir).chmod(0o775)
+    elif tamper == "other-owner":
+        os.chown(script, 65534, 65534)
+    elif tamper == "content":
+        script.write_bytes(script.read_bytes() + b"\n# evil\n")
+    else:
+        real = script.with_name("real.pyz")
+        script.rename(real)
+        script.symlink_to(real)
+    with serve("ok", KEY) as (url, st):
+        port = int(url.rsplit(":", 1)[1])
+        ok, lines = local_run(remote.run_command(b, port, "m", RB.argv(), 60, "host", None, key),
+                              90)
+    assert not ok and not st.bodies
+    with pytest.raises(BenchError, match="not running it"):
+        remote.parse_output(ok, lines)
 
 
 def test_run_command_modes() -> None:
     b = remote.bundle()
     cmd = remote.run_command(b, 8000, "m", ["--warmup", "0"], 30, "image", "img:1")
-    assert cmd.startswith("docker run --rm --network host --entrypoint python3 -v ")
+    assert "docker run --rm -i --network host --user 65534:65534 --security-opt " \
+           "no-new-privileges --cap-drop ALL --entrypoint python3 -v " in cmd
+    assert cmd.endswith("--api-key-file - < /etc/specdec/api_key 2>&1")
     assert "http://127.0.0.1:8000" in cmd and " img:1 " in cmd
     with pytest.raises(BenchError, match="no engine image"):
         remote.run_command(b, 8000, "m", [], 30, "image", None)
     with pytest.raises(BenchError, match="does not run on the host"):
         remote.run_command(b, 8000, "m", [], 30, "control")
     assert f"-I {b.script_path} http://" in cmd
-    assert f"python3 -I {b.script_path} http://" in remote.run_command(b, 8000, "m", [], 30, "host")
+    host = remote.run_command(b, 8000, "m", [], 30, "host")
+    assert "setpriv --reuid=65534 --regid=65534 --clear-groups --no-new-privs python3 -I " \
+           f"{b.script_path} http://" in host and "< /etc/specdec/api_key" in host
 
 
 def test_pyz_is_deterministic() -> None:
@@ -183,11 +239,29 @@ def test_pyz_runs_on_python38(tmp_path: Path) -> None:
 
 
 def test_parse_output() -> None:
-    assert remote.parse_output(True, ["noise", onhost.MARKER + '{"a": 1}']) == {"a": 1}
+    good = {"concurrency": {"1": {"throughput_tok_s": 10.0, "requests": []}}}
+    assert remote.parse_output(True, ["noise", onhost.MARKER + json.dumps(good)]) == good
     with pytest.raises(BenchError, match="^boom$"):
         remote.parse_output(False, ["specdec-bench: error: boom"])
     with pytest.raises(BenchError, match="printed no result: last"):
         remote.parse_output(False, ["last"])
+
+
+@pytest.mark.parametrize(("doc", "why"), [
+    ('{"a": 1}', "missing field 'concurrency'"),
+    ('{"concurrency": {"1": {"throughput_tok_s": NaN}}}', "NaN is not a finite number"),
+    ('{"concurrency": {"1": {"throughput_tok_s": Infinity}}}', "not a finite number"),
+    ('{"concurrency": {"1": {"throughput_tok_s": "fast"}}}', "must be a number"),
+    ('{"concurrency": {"1": {}}, "model": "m\\u001b[2J"}', "control character"),
+    ('{"concurrency": {"1": {}}, "note": "hf_' + "A" * 30 + '"}', "token-shaped"),
+    ('{"concurrency": {"1": {"requests": "all"}}}', "must be a list of objects"),
+    ('{"concurrency": ' + '[' * 40 + ']' * 40 + '}', "nested deeper"),
+])
+def test_a_hosts_result_is_input(doc: str, why: str) -> None:
+    """What a host prints as its benchmark result is checked as host data is: a host (or
+    whoever controls it) cannot feed the gate NaN, a string, a terminal escape or a token."""
+    with pytest.raises(BenchError, match=why):
+        remote.parse_output(True, [onhost.MARKER + doc])
 
 
 PROM = """# TYPE vllm:spec_decode_num_drafts counter

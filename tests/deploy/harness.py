@@ -39,7 +39,7 @@ from roles.docker_access import merged_daemon_json
 from roles.facts import DAEMON_JSON
 from roles.images import image_present  # noqa: F401  (import check)
 from roles.jetson_tuning import CLOCKS_MARKER
-from specdec import guard, layout, power, release
+from specdec import apikey, guard, layout, power, release
 from specdec.catalog import load_catalog
 from specdec.engines.trtllm.facts import TIKTOKEN_FILES
 from specdec.lab.identity import device_files
@@ -64,6 +64,9 @@ class World:
     enabled: dict[str, bool] = field(default_factory=dict)
     which: set[str] = field(default_factory=lambda: {"useradd", "usermod", "groupadd"})
     hf_cached: set[str] = field(default_factory=set)  # repo, or "repo@local_dir"
+    # distribution packages' binaries (PackageState): the API proxy's nginx, the firewall's nft
+    packages: dict[str, str] = field(default_factory=lambda: {
+        "nft": "/usr/sbin/nft", "nginx": "/usr/sbin/nginx"})
     engines: dict[str, str] = field(default_factory=dict)  # EngineVersions (native installs)
     hashes: dict[str, str] = field(default_factory=dict)  # path -> sha256 of real file bodies
     images: dict[str, str] = field(default_factory=dict)
@@ -168,13 +171,13 @@ class World:
             return self.power_state()
         if cls is rfacts.BootId:
             return self.boot_id
-        if cls is rfacts.PackageState:  # a binary in `which` is installed, under /usr/sbin
-            b, unit = kwargs["binary"], kwargs.get("unit") or ""
-            st = {"binary": f"/usr/sbin/{b}" if b in self.which else ""}
+        if cls is rfacts.PackageState:
+            unit = kwargs.get("unit") or ""
+            out = {"binary": self.packages.get(kwargs["binary"], "")}
             if unit:
-                st["enabled"] = "enabled" if self.enabled.get(unit) else "disabled"
-                st["active"] = "active" if self.running.get(unit) else "inactive"
-            return st
+                out["enabled"] = "enabled" if self.enabled.get(unit) else "disabled"
+                out["active"] = "active" if self.running.get(unit) else "inactive"
+            return out
         if cls is ffacts.File:
             if path in self.files:
                 f = self.files[path]
@@ -339,6 +342,12 @@ def converged(world: World, hp: HostPlan, token: str | None) -> World:
     w.running[f"{layout.SERVICE_NAME}.service"] = True
     w.enabled[f"{layout.SERVICE_NAME}.service"] = True
     w.put(layout.HF_TOKEN_FILE, (token + "\n") if token else "", "0600")
+    # the fleet's API key (generated in this test's control state) and the release's other
+    # units (firewall, API proxy), linked, running and enabled
+    w.put(layout.API_KEY_FILE, apikey.ensure_key() + "\n", "0600")
+    for u in hp.rendered.other_units:
+        w.links[f"/etc/systemd/system/{u}"] = f"{layout.CURRENT}/{u}"
+        w.running[u] = w.enabled[u] = True
     if plan.runtime == "docker":
         cur = json.loads(w.files[DAEMON_JSON]["content"]) if DAEMON_JSON in w.files else None
         w.put(DAEMON_JSON, json.dumps(merged_daemon_json(cur, plan.memlock, hp.is_jetson)))

@@ -13,12 +13,12 @@ subprocess.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,326 +28,16 @@ from pyinfra.api import State
 from roles.common import DeployError
 from specdec.cli import main
 from specdec.errors import TOKEN_SHAPED
+from tests.deploy import corpus_env, corpus_host, corpus_network
+from tests.deploy.corpus_base import HOST, HOST_RULE, NOT_SINGLE, TOK, VLLM, Case
+from tests.deploy.corpus_tune import AUTO, TUNE_CASES, _entry
 from tests.deploy.harness import World, run_deploy
 
 ROOT = Path(__file__).resolve().parents[2]
-HOST = "@fake/bad-1"
-VLLM = {"specdec_device": "agx-orin-64gb", "specdec_model": "Qwen/Qwen3-0.6B"}
-TRT = {"specdec_device": "dgx-spark", "specdec_engine": "trtllm", "specdec_model": "Qwen/Qwen3-8B"}
-TOK = "hf_" + "Abc123" * 5  # token-shaped: must never be echoed
-NO_FILE = "/nonexistent/specdec-hf-token"
+PARTS = (corpus_host.CASES, corpus_network.CASES, corpus_env.CASES)
+CASES: dict[str, Case] = {k: v for part in PARTS for k, v in part.items()}
+assert len(CASES) == sum(map(len, PARTS))  # no name twice
 
-# The fixed parts of the messages.
-HOST_RULE = ("not a valid inventory host name (1-63 letters, digits, '.', '_' or '-', starting "
-             "with a letter or digit; optional @connector/ prefix)")
-REPO_RULE = ("not a Hugging Face repo id ([namespace/]name: letters, digits, '-', '_', '.', "
-             "each part at most 96, no '--' or '..')")
-IMAGE_RULE = ("not a valid image reference ([registry[:port]/]path[:tag][@digest]; lowercase "
-              "path components starting with a letter or digit)")
-CTRL = "contains a line break or control character"
-SECRET = ("looks like a Hugging Face token; secrets do not belong in host data (the token goes "
-          "to specdec_hf_token_file or $HF_TOKEN)")
-RESERVED = ("is reserved (managed by specdec, or it changes where the engine loads code, weights "
-            "or the token from)")
-SECRET_FLAG = "takes a secret; secrets do not belong on the command line"
-MEMLOCK = 'must be "unlimited" or a number of bytes in 65536..1099511627776'
-NOT_SINGLE = ("does not hold a single token (whitespace, a line break or a control character "
-              "inside)")
-NOT_HF = "does not hold a Hugging Face token (hf_ followed by 20-200 letters and digits)"
-H = f"{HOST}: "
-
-
-@dataclass(frozen=True)
-class Case:
-    error: str  # exactly what follows "specdec: error: " ("{path}": the token file)
-    data: dict[str, Any] = field(default_factory=dict)  # over `base`
-    host: str = HOST
-    base: dict[str, Any] = field(default_factory=lambda: VLLM)
-    env_token: str | None = None  # $HF_TOKEN
-    file_token: bytes | None = None  # written to the file specdec_hf_token_file names
-    reads_token: bool = False  # found only by reading the token
-
-    @property
-    def offline(self) -> bool:
-        """`specdec plan` sees it (it reads no token)."""
-        return self.env_token is None and self.file_token is None and not self.reads_token
-
-
-def _host_case(name: str, shown: str) -> Case:
-    return Case(f"host name {shown}: {HOST_RULE}", host=name)
-
-
-def _managed(args: list[str], shown: str, why: str, base: dict[str, Any] = VLLM) -> Case:
-    return Case(f"{H}specdec_extra_args[0]={shown}: {why}", {"specdec_extra_args": args},
-                base=base)
-
-
-CASES: dict[str, Case] = {
-    # 1. Host names (they reach unit comments, engine.yaml, file names and reports).
-    "host-newline": _host_case("@fake/bad\nExecStartPre=+/bin/sh -c id",
-                               "'@fake/bad\\nExecStartPre=+/bin/sh -c id'"),
-    "host-u2028": _host_case("@fake/bad\u2028x", "'@fake/bad\\u2028x'"),
-    "host-nel": _host_case("@fake/bad\x85x", "'@fake/bad\\x85x'"),
-    "host-vt": _host_case("@fake/bad\x0bx", "'@fake/bad\\x0bx'"),
-    "host-fs": _host_case("@fake/bad\x1cx", "'@fake/bad\\x1cx'"),
-    "host-space": _host_case("@fake/bad host", "'@fake/bad host'"),
-    "host-dash": _host_case("@fake/-bad", "'@fake/-bad'"),
-    "host-long": _host_case("@fake/" + "a" * 64, "'@fake/" + "a" * 53 + "… (70 chars)"),
-    "host-unicode": _host_case("@fake/héllo", "'@fake/héllo'"),
-    "host-percent": _host_case("@fake/50%off", "'@fake/50%off'"),
-    "host-slash": _host_case("@fake/a/b", "'@fake/a/b'"),
-    "host-bidi": _host_case("@fake/bad\u202ename", "'@fake/bad\\u202ename'"),
-    "host-dot": _host_case("@fake/.hidden", "'@fake/.hidden'"),
-    "host-underscore": _host_case("@fake/_x", "'@fake/_x'"),
-    # 1. Every value reaching a unit or YAML: every str.splitlines() break, every control char.
-    "device-u2028": Case(f"{H}specdec_device='agx-orin-64gb\\u2028x: 1': {CTRL} (U+2028)",
-                         {"specdec_device": "agx-orin-64gb\u2028x: 1"}),
-    "tokenizer-nel": Case(f"{H}specdec_model_tokenizer='qwen3\\x85evil: 1': {CTRL} (U+0085)",
-                          {"specdec_model_tokenizer": "qwen3\x85evil: 1"}),
-    "user-newline": Case(
-        f"{H}specdec_service_user='specdec\\nExecStartPre=+/bin/sh': {CTRL} (U+000A)",
-        {"specdec_service_user": "specdec\nExecStartPre=+/bin/sh"}),
-    "method-vt": Case(f"{H}specdec_method='ngram\\x0b': {CTRL} (U+000B)",
-                      {"specdec_method": "ngram\x0b"}),
-    "engine-space": Case(f"{H}specdec_engine=' vllm': must not have surrounding whitespace",
-                         {"specdec_engine": " vllm"}),
-    "tokenfile-newline": Case(f"{H}specdec_hf_token_file='/tmp/t\\n': {CTRL} (U+000A)",
-                              {"specdec_hf_token_file": "/tmp/t\n"}),
-    # 2. Model and draft ids: the Hub's grammar.
-    "model-flag": Case(f"{H}specdec_model='--trust-remote-code': {REPO_RULE}",
-                       {"specdec_model": "--trust-remote-code"}),
-    "model-dotdot": Case(f"{H}specdec_model='../../etc': {REPO_RULE}",
-                         {"specdec_model": "../../etc"}),
-    "model-space": Case(f"{H}specdec_model='Qwen/Qwen3 0.6B': {REPO_RULE}",
-                        {"specdec_model": "Qwen/Qwen3 0.6B"}),
-    "model-bidi": Case(f"{H}specdec_model='Qwen/\\u202eQwen3': {CTRL} (U+202E)",
-                       {"specdec_model": "Qwen/\u202eQwen3"}),
-    "model-2mib": Case(f"{H}specdec_model='{'a' * 59}… (2097152 chars): is 2097152 characters "
-                       "long (at most 193)", {"specdec_model": "a" * 2_097_152}),
-    "model-git": Case(f"{H}specdec_model='Qwen/Qwen3.git': {REPO_RULE}",
-                      {"specdec_model": "Qwen/Qwen3.git"}),
-    "model-dashdash": Case(f"{H}specdec_model='Qwen--x/Qwen3': {REPO_RULE}",
-                           {"specdec_model": "Qwen--x/Qwen3"}),
-    "model-3parts": Case(f"{H}specdec_model='datasets/Qwen/Qwen3': {REPO_RULE}",
-                         {"specdec_model": "datasets/Qwen/Qwen3"}),
-    "model-empty": Case(f"{H}specdec_model='': must be a non-empty string", {"specdec_model": ""}),
-    "model-int": Case(f"{H}specdec_model=5: must be a string", {"specdec_model": 5}),
-    "model-newline": Case(f"{H}specdec_model='Qwen/Qwen3\\nExecStartPre=+/bin/sh': {CTRL} "
-                          "(U+000A)", {"specdec_model": "Qwen/Qwen3\nExecStartPre=+/bin/sh"}),
-    "model-token": Case(f"{H}specdec_model='<redacted>': {SECRET}", {"specdec_model": TOK}),
-    "draft-flag": Case(f"{H}specdec_draft='--trust-remote-code': {REPO_RULE}",
-                       {"specdec_draft": "--trust-remote-code"}),
-    "draft-path": Case(f"{H}specdec_draft='/etc/passwd': {REPO_RULE}",
-                       {"specdec_draft": "/etc/passwd"}),
-    "draft-u2029": Case(f"{H}specdec_draft='Qwen/Qwen3\\u2029x': {CTRL} (U+2029)",
-                        {"specdec_draft": "Qwen/Qwen3\u2029x"}),
-    # 3. vLLM's managed flags, in both spellings, with "=", dotted, abbreviated; secrets.
-    "vllm-port": _managed(["--port", "9000"], "'--port'",
-                          "--port is managed by specdec (use specdec_port)"),
-    "vllm-port-eq": _managed(["--port=9000"], "'--port=9000'",
-                             "--port is managed by specdec (use specdec_port)"),
-    "vllm-host": _managed(["--host", "127.0.0.1"], "'--host'",
-                          "--host is managed by specdec (specdec serves on 0.0.0.0)"),
-    "vllm-served": _managed(["--served-model-name", "x"], "'--served-model-name'",
-                            "--served-model-name is managed by specdec (specdec serves the "
-                            "model under its id)"),
-    "vllm-served-us-eq": _managed(["--served_model_name=x"], "'--served_model_name=x'",
-                                  "--served-model-name is managed by specdec (specdec serves "
-                                  "the model under its id)"),
-    "vllm-mml-us": _managed(["--max_model_len", "4"], "'--max_model_len'",
-                            "--max-model-len is managed by specdec (use specdec_max_model_len)"),
-    "vllm-mml-abbrev": _managed(["--max-model", "4"], "'--max-model'",
-                                "--max-model-len is managed by specdec (use "
-                                "specdec_max_model_len)"),
-    "vllm-gmu-eq": _managed(["--gpu-memory-utilization=0.99"], "'--gpu-memory-utilization=0.99'",
-                            "--gpu-memory-utilization is managed by specdec (use "
-                            "specdec_gpu_memory_utilization)"),
-    "vllm-seqs": _managed(["--max-num-seqs", "999"], "'--max-num-seqs'",
-                          "--max-num-seqs is managed by specdec (use specdec_max_num_seqs)"),
-    "vllm-spec": _managed(["--speculative-config", "{}"], "'--speculative-config'",
-                          "--speculative-config is managed by specdec (use specdec_method, "
-                          "specdec_draft, specdec_num_speculative_tokens)"),
-    "vllm-spec-dotted": _managed(["--speculative_config.method=ngram"],
-                                 "'--speculative_config.method=ngram'",
-                                 "--speculative-config is managed by specdec (use "
-                                 "specdec_method, specdec_draft, specdec_num_speculative_tokens)"),
-    "vllm-model": _managed(["--model", "x"], "'--model'",
-                           "--model is managed by specdec (use specdec_model)"),
-    "vllm-config": _managed(["--config", "/tmp/x.yaml"], "'--config'",
-                            "--config is managed by specdec (a config file could set managed "
-                            "flags)"),
-    "vllm-hf-token": _managed(["--hf-token", "x"], "'--hf-token'", f"--hf-token {SECRET_FLAG}"),
-    "vllm-hf_token-eq": _managed(["--hf_token=abc"], "'--hf_token=abc'",
-                                 f"--hf-token {SECRET_FLAG}"),
-    "vllm-hf_token-token": _managed([f"--hf_token={TOK}"], "'--hf_token=<redacted>'", SECRET),
-    "vllm-api-key": _managed(["--api_key=k"], "'--api_key=k'", f"--api-key {SECRET_FLAG}"),
-    "vllm-token": _managed(["--token", "t"], "'--token'", f"--token {SECRET_FLAG}"),
-    "vllm-hf-tok-abbrev": _managed(["--hf-tok=x"], "'--hf-tok=x'", f"--hf-token {SECRET_FLAG}"),
-    "arg-token-shaped": Case(f"{H}specdec_extra_args[1]='<redacted>': {SECRET}",
-                             {"specdec_extra_args": ["--enforce-eager", TOK]}),
-    "arg-newline": _managed(["--foo\nExecStartPre=+/bin/sh"],
-                            "'--foo\\nExecStartPre=+/bin/sh'", f"{CTRL} (U+000A)"),
-    "arg-u2028": _managed(["--foo\u2028bar"], "'--foo\\u2028bar'", f"{CTRL} (U+2028)"),
-    "arg-empty": _managed([""], "''", "must be a non-empty string"),
-    "arg-long": _managed(["x" * 1025], f"'{'x' * 59}… (1025 chars)",
-                         "is 1025 characters long (at most 1024)"),
-    "args-many": Case(f"{H}specdec_extra_args=['--enforce-eager', '--enforce-eager', "
-                      "'--enforce-eager', '-…: has 65 items (at most 64)",
-                      {"specdec_extra_args": ["--enforce-eager"] * 65}),
-    "args-str": Case(f"{H}specdec_extra_args='--enforce-eager': must be a list of strings",
-                     {"specdec_extra_args": "--enforce-eager"}),
-    "arg-int": _managed([3], "3", "must be a string"),
-    # 3. trtllm-serve's managed flags (click: exact names, --name=value; alias --config).
-    "trt-extra": _managed(["--extra_llm_api_options", "/tmp/x.yaml"], "'--extra_llm_api_options'",
-                          "--extra_llm_api_options is managed by specdec (specdec writes "
-                          "engine.yaml)", TRT),
-    "trt-config-eq": _managed(["--config=/tmp/x.yaml"], "'--config=/tmp/x.yaml'",
-                              "--config is managed by specdec (specdec writes engine.yaml)", TRT),
-    "trt-port": _managed(["--port", "1"], "'--port'",
-                         "--port is managed by specdec (use specdec_port)", TRT),
-    "trt-batch": _managed(["--max_batch_size", "4"], "'--max_batch_size'",
-                          "--max_batch_size is managed by specdec (use specdec_max_num_seqs)",
-                          TRT),
-    "trt-kv-eq": _managed(["--kv_cache_free_gpu_memory_fraction=0.9"],
-                          "'--kv_cache_free_gpu_memory_fraction=0.9'",
-                          "--kv_cache_free_gpu_memory_fraction is managed by specdec (use "
-                          "specdec_gpu_memory_utilization)", TRT),
-    "trt-free": _managed(["--free_gpu_memory_fraction", "0.5"], "'--free_gpu_memory_fraction'",
-                         "--free_gpu_memory_fraction is managed by specdec (use "
-                         "specdec_gpu_memory_utilization)", TRT),
-    "trt-backend": _managed(["--backend", "tensorrt"], "'--backend'",
-                            "--backend is managed by specdec (specdec runs the pytorch backend)",
-                            TRT),
-    "trt-seq-eq": _managed(["--max_seq_len=99"], "'--max_seq_len=99'",
-                           "--max_seq_len is managed by specdec (use specdec_max_model_len)", TRT),
-    # 3. Reserved environment names; values.
-    "env-offline": Case(f"{H}specdec_env.HF_HUB_OFFLINE='0': HF_HUB_OFFLINE {RESERVED}",
-                        {"specdec_env": {"HF_HUB_OFFLINE": "0"}}),
-    "env-endpoint": Case(f"{H}specdec_env.HF_ENDPOINT='https://evil.example': HF_ENDPOINT "
-                         f"{RESERVED}", {"specdec_env": {"HF_ENDPOINT": "https://evil.example"}}),
-    "env-hf-home": Case(f"{H}specdec_env.HF_HOME='/tmp': HF_HOME {RESERVED}",
-                        {"specdec_env": {"HF_HOME": "/tmp"}}),
-    "env-ld-preload": Case(f"{H}specdec_env.LD_PRELOAD='/tmp/x.so': LD_PRELOAD {RESERVED}",
-                           {"specdec_env": {"LD_PRELOAD": "/tmp/x.so"}}),
-    "env-path": Case(f"{H}specdec_env.PATH='/tmp': PATH {RESERVED}",
-                     {"specdec_env": {"PATH": "/tmp"}}),
-    "env-pythonpath": Case(f"{H}specdec_env.PYTHONPATH='/tmp': PYTHONPATH {RESERVED}",
-                           {"specdec_env": {"PYTHONPATH": "/tmp"}}),
-    "env-lowercase-hf": Case(f"{H}specdec_env.hf_endpoint='x': hf_endpoint {RESERVED}",
-                             {"specdec_env": {"hf_endpoint": "x"}}),
-    "env-hub-token": Case(f"{H}specdec_env.HUGGING_FACE_HUB_TOKEN: looks like a secret (contains "
-                          "TOKEN); secrets do not belong in host data (the HF token goes to "
-                          "specdec_hf_token_file)",
-                          {"specdec_env": {"HUGGING_FACE_HUB_TOKEN": TOK}}),
-    "env-value-newline": Case(f"{H}specdec_env.A='x\\nExecStartPre=+/bin/sh': {CTRL} (U+000A)",
-                              {"specdec_env": {"A": "x\nExecStartPre=+/bin/sh"}}),
-    "env-value-u2029": Case(f"{H}specdec_env.A='x\\u2029y': {CTRL} (U+2029)",
-                            {"specdec_env": {"A": "x\u2029y"}}),
-    "env-value-token": Case(f"{H}specdec_env.A='<redacted>': {SECRET}",
-                            {"specdec_env": {"A": TOK}}),
-    "env-name-bad": Case(f"{H}specdec_env: name 'A B' is not a valid environment variable name",
-                         {"specdec_env": {"A B": "x"}}),
-    "env-name-newline": Case(f"{H}specdec_env: name 'A\\nB' is not a valid environment variable "
-                             "name", {"specdec_env": {"A\nB": "x"}}),
-    "env-value-long": Case(f"{H}specdec_env.A='{'x' * 59}… (1025 chars): is 1025 characters long "
-                           "(at most 1024)", {"specdec_env": {"A": "x" * 1025}}),
-    "env-many": Case(f"{H}specdec_env={{'V0': 'x', 'V1': 'x', 'V2': 'x', 'V3': 'x', 'V4': 'x', "
-                     "'V5'…: has 65 items (at most 64)",
-                     {"specdec_env": {f"V{i}": "x" for i in range(65)}}),
-    # 4. Numbers: finite and in range; lengths capped.
-    "memlock-huge": Case(f"{H}specdec_memlock={10**30}: {MEMLOCK}", {"specdec_memlock": 10**30}),
-    "memlock-superscript": Case(f"{H}specdec_memlock='²': {MEMLOCK}", {"specdec_memlock": "²"}),
-    "memlock-negative": Case(f"{H}specdec_memlock=-1: {MEMLOCK}", {"specdec_memlock": -1}),
-    "memlock-tiny": Case(f"{H}specdec_memlock=1024: {MEMLOCK}", {"specdec_memlock": 1024}),
-    "memlock-float": Case(f"{H}specdec_memlock=1500000000.0: {MEMLOCK}",
-                          {"specdec_memlock": 1.5e9}),
-    "memlock-suffix": Case(f"{H}specdec_memlock='8M': {MEMLOCK}", {"specdec_memlock": "8M"}),
-    "params-inf": Case(f"{H}specdec_model_params_b=inf: must be a finite number in (0, 2000]",
-                       {"specdec_model_params_b": float("inf")}),
-    "params-nan": Case(f"{H}specdec_model_params_b=nan: must be a finite number in (0, 2000]",
-                       {"specdec_model_params_b": float("nan")}),
-    "params-huge": Case(f"{H}specdec_model_params_b=1000000000.0: must be a finite number in "
-                        "(0, 2000]", {"specdec_model_params_b": 1e9}),
-    "weight-inf": Case(f"{H}specdec_model_weight_gib=inf: must be a finite number in (0, 4096]",
-                       {"specdec_model_weight_gib": float("inf")}),
-    "util-nan": Case(f"{H}specdec_gpu_memory_utilization=nan: must be a finite number in (0, 1)",
-                     {"specdec_gpu_memory_utilization": float("nan")}),
-    "kv-huge": Case(f"{H}specdec_model_kv_bytes_per_token=33554432: must be an integer in "
-                    "1..16777216", {"specdec_model_kv_bytes_per_token": 2**25}),
-    "mml-huge": Case(f"{H}specdec_max_model_len=1073741824: must be an integer in 128..16777216",
-                     {"specdec_max_model_len": 2**30}),
-    "port-huge": Case(f"{H}specdec_port={2**70}: must be an integer in 1024..65535",
-                      {"specdec_port": 2**70}),
-    "gate-inf": Case(f"{H}specdec_gate.keep_min_throughput_gain=inf: must be a finite number in "
-                     "(-1, 10)", {"specdec_gate": {"keep_min_throughput_gain": float("inf")}}),
-    "bench-mode": Case(f"{H}specdec_bench_mode='remote': must be one of host, image, control",
-                       {"specdec_bench_mode": "remote"}),
-    "bench-mode-image-native": Case(f"{H}specdec_bench_mode='image': the native runtime has no "
-                                    "engine image; use host or control",
-                                    {"specdec_bench_mode": "image",
-                                     "specdec_runtime": "native"}),
-    "gate-rounds": Case(f"{H}specdec_gate.max_rounds=1000000000: must be an integer in 1..1024",
-                        {"specdec_gate": {"max_rounds": 10**9}}),
-    "gate-confidence-nan": Case(f"{H}specdec_gate.confidence=nan: must be a finite number in "
-                                "(0, 1)", {"specdec_gate": {"confidence": float("nan")}}),
-    "device-long": Case(f"{H}specdec_device='{'x' * 59}… (129 chars): is 129 characters long (at "
-                        "most 128)", {"specdec_device": "x" * 129}),
-    "tokenfile-long": Case(f"{H}specdec_hf_token_file='/{'a' * 58}… (4097 chars): is 4097 "
-                           "characters long (at most 4096)",
-                           {"specdec_hf_token_file": "/" + "a" * 4096}),
-    # 6. The token: one validator for $HF_TOKEN and the file; never echoed.
-    "token-env-inner-newline": Case(f"{H}$HF_TOKEN: {NOT_SINGLE}",
-                                    env_token="hf_" + "A" * 24 + "\nevil"),
-    "token-env-inner-space": Case(f"{H}$HF_TOKEN: {NOT_SINGLE}",
-                                  env_token="hf_" + "A" * 12 + " " + "B" * 12),
-    "token-env-u2028": Case(f"{H}$HF_TOKEN: {NOT_SINGLE}", env_token="hf_" + "A" * 24 + "\u2028B"),
-    "token-env-short": Case(f"{H}$HF_TOKEN: {NOT_HF}", env_token="hf_short"),
-    "token-env-not-hf": Case(f"{H}$HF_TOKEN: {NOT_HF}", env_token="ghp_" + "A" * 36),
-    "token-file-two-lines": Case(f"{H}specdec_hf_token_file='{{path}}': {NOT_SINGLE}",
-                                 file_token=f"{TOK}\n{TOK}\n".encode()),
-    "token-file-empty": Case(f"{H}specdec_hf_token_file='{{path}}': is empty (no token)",
-                             file_token=b"\n"),
-    "token-file-binary": Case(f"{H}specdec_hf_token_file='{{path}}': is not UTF-8 text",
-                              file_token=b"\xff\xfe" + b"A" * 30),
-    "token-file-big": Case(f"{H}specdec_hf_token_file='{{path}}': is larger than 4096 bytes (not "
-                           "a token file)", file_token=b"hf_" + b"A" * 5000),
-    "token-file-missing": Case(f"{H}specdec_hf_token_file='{NO_FILE}': cannot read (No such file "
-                               "or directory)", {"specdec_hf_token_file": NO_FILE},
-                               reads_token=True),
-    "token-file-is-token": Case(f"{H}specdec_hf_token_file=<redacted>: must be a path to a file "
-                                "holding the token (on the control node), not the token itself",
-                                {"specdec_hf_token_file": TOK}),
-    "unknown-secret-key": Case(f"{H}unknown key specdec_api_token=<redacted>",
-                               {"specdec_api_token": TOK}),
-    # 7. Image references: Docker's grammar, pinned.
-    "image-dash-registry": Case(f"{H}specdec_image='-eX/vllm:1': {IMAGE_RULE}",
-                                {"specdec_image": "-eX/vllm:1"}),
-    "image-dash-path": Case(f"{H}specdec_image='localhost:5000/-x/vllm:1': {IMAGE_RULE}",
-                            {"specdec_image": "localhost:5000/-x/vllm:1"}),
-    "image-latest": Case(f"{H}specdec_image='vllm/vllm-openai:latest': ':latest' is a moving tag, "
-                         "not pinned; use a version tag or @sha256 digest",
-                         {"specdec_image": "vllm/vllm-openai:latest"}),
-    "image-unpinned": Case(f"{H}specdec_image='nvcr.io/nvidia/vllm': image is not pinned; use "
-                           "repo:tag or repo@sha256:<digest>",
-                           {"specdec_image": "nvcr.io/nvidia/vllm"}),
-    "image-uppercase-path": Case(f"{H}specdec_image='nvidia/Vllm:1': {IMAGE_RULE}",
-                                 {"specdec_image": "nvidia/Vllm:1"}),
-    "image-option": Case(f"{H}specdec_image='vllm:1 --privileged': {IMAGE_RULE}",
-                         {"specdec_image": "vllm:1 --privileged"}),
-    "image-newline": Case(f"{H}specdec_image='vllm:1\\nExecStartPre=+/bin/sh': {CTRL} (U+000A)",
-                          {"specdec_image": "vllm:1\nExecStartPre=+/bin/sh"}),
-    "image-short-digest": Case(f"{H}specdec_image='reg.io/a/b@sha256:abc': {IMAGE_RULE}",
-                               {"specdec_image": "reg.io/a/b@sha256:abc"}),
-    "image-md5": Case(f"{H}specdec_image='reg.io/a/b@md5:{'0' * 32}': pin a sha256 digest "
-                      "(sha256: and 64 lowercase hex digits)",
-                      {"specdec_image": "reg.io/a/b@md5:" + "0" * 32}),
-    "image-tag-dash": Case(f"{H}specdec_image='vllm:-1': {IMAGE_RULE}",
-                           {"specdec_image": "vllm:-1"}),
-    "image-long-name": Case(f"{H}specdec_image='{'a' * 59}… (258 chars): image name is longer "
-                            "than 255", {"specdec_image": "a" * 256 + ":1"}),
-    "image-too-long": Case(f"{H}specdec_image='{'a/' * 29}a… (603 chars): is 603 characters long "
-                           "(at most 512)", {"specdec_image": "a/" * 300 + "b:1"}),
-}
 
 
 _CLEANUP: list[Path] = []
@@ -372,6 +62,14 @@ def _setup(case: Case, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Any],
         path.write_bytes(case.file_token)
         _CLEANUP.append(short)
         data["specdec_hf_token_file"] = str(path)
+        error = error.replace("{path}", str(path))
+    if case.key_file is not None:
+        short = Path(tempfile.mkdtemp(prefix="sdkey"))
+        path = short / "k"
+        path.write_bytes(case.key_file)
+        path.chmod(case.key_mode)
+        _CLEANUP.append(short)
+        data["specdec_api_key_file"] = str(path)
         error = error.replace("{path}", str(path))
     return data, error
 
@@ -433,10 +131,12 @@ def test_corpus_deploy(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 
 def test_corpus_size_and_coverage() -> None:
-    assert len(CASES) >= 80
+    assert len(CASES) + len(TUNE_CASES) >= 250
     keys = " ".join(CASES)
     for topic in ("host-", "model-", "draft-", "vllm-", "trt-", "env-", "memlock-", "params-",
-                  "token-env-", "token-file-", "image-", "arg"):
+                  "token-env-", "token-file-", "image-", "arg", "listen-", "allow-",
+                  "engine-port-", "keyfile-", "tls-", "pki-", "trust-", "user-", "ssh-",
+                  "dynaddr-", "dynenv-", "proxy-"):
         assert topic in keys
 
 
@@ -486,3 +186,43 @@ def test_real_cli_refuses_with_exit_2(tmp_path: Path, hosts: str, env: dict[str,
         assert out.stdout == "" and out.stderr == f"specdec: error: {expected}\n"
         assert not (tmp_path / "r" / "x").exists()
         assert TOKEN_SHAPED.search(out.stderr) is None
+
+
+
+
+
+@pytest.mark.parametrize("name", [*TUNE_CASES, "good"])
+def test_tune_cache_entry_is_input(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """An entry of the tune cache that fails its checks is ignored with one line in the plan's
+    notes, and the host searches again (k auto); a good one is used (k tuned)."""
+    from specdec.plan import make_plan
+    from specdec.tunecache import entry_id, entry_path
+
+    plan = make_plan(HOST, AUTO)
+    assert plan.k_auto and len(plan.tune_methods) == 2
+    path = entry_path(tmp_path / "reports", plan)
+    path.parent.mkdir(parents=True)
+    make, reason = TUNE_CASES.get(name, (lambda p: _entry(p), ""))
+    if make == "symlink":
+        path.symlink_to("/etc/passwd")
+    else:
+        got = make if isinstance(make, bytes) else make(plan)
+        path.write_bytes(got if isinstance(got, bytes) else json.dumps(got).encode())
+    monkeypatch.setenv("SPECDEC_REPORTS_DIR", str(tmp_path / "reports"))
+    inv = tmp_path / "inv.py"
+    inv.write_text("")
+    _patch_loader(monkeypatch, HOST, AUTO)
+    assert main(["plan", str(inv)]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and "Traceback" not in out
+    row = next(ln for ln in out.splitlines() if ln.startswith(HOST))
+    notes = [ln for ln in out.splitlines() if f"tune cache entry {entry_id(plan)}" in ln]
+    if name == "good":
+        assert " 4 (tuned) " in row and notes and "ignored" not in notes[0]
+        return
+    assert " (auto) " in row and "(tuned)" not in row, row
+    assert len(notes) == 1 and notes[0].endswith("; searching again"), notes
+    assert f"tune cache entry {entry_id(plan)} ignored: " in notes[0] and reason in notes[0], \
+        notes[0]
+    assert TOKEN_SHAPED.search(out) is None and "\x1b" not in out

@@ -59,11 +59,18 @@ def test_first_run_agx_docker(agx_world, monkeypatch):
     cmds = r.commands
     assert any(c.startswith("useradd") and "-G docker" in c and "-r" in c for c in cmds)
     assert f"docker pull {hp.plan.image}" in cmds
-    downloads = [c for c in cmds if c.startswith("docker run --rm --network host")]
+    downloads = [c for c in cmds if "docker run --rm --network host" in c]
     assert len(downloads) == 2  # target + EAGLE-3 head
-    assert all("--entrypoint sh" in c and "HF_TOKEN_PATH=/run/secrets/hf_token" in c
+    # as the service user (and its uid in the image), never root: root copies the token to a
+    # file the user may read, in a fresh directory of its own
+    assert all(c.startswith("d=$(mktemp -d /run/specdec-prefetch.XXXXXX) && ") and
+               "install -m 0400 -o specdec -g root /etc/specdec/hf_token" in c and
+               "runuser -u specdec -- sh -c " in c and '--user "$(id -u):$(id -g)"' in c and
+               "--security-opt no-new-privileges --cap-drop ALL" in c and
+               "--entrypoint sh" in c and "HF_TOKEN_PATH=/run/secrets/hf_token" in c
                and "command -v hf" in c and f"complete/{repo.replace('/', '--')}" in c
                for c, repo in zip(downloads, (hp.plan.model, hp.plan.draft), strict=True))
+    assert not any(c.startswith("chown -R") for c in cmds)
     assert release.activate(rid) in cmds
     assert "systemctl daemon-reload" in cmds
     # order: files of the release, then the link, then the switch, then the (re)start
@@ -86,7 +93,8 @@ def test_native_runtime_has_no_docker(agx_world, monkeypatch):
     assert not any("docker" in c for c in r.commands)
     assert DAEMON_JSON not in dict(r.uploads)
     downloads = [c for c in r.commands if "command -v hf" in c]
-    assert downloads and all("HF_TOKEN_PATH=/etc/specdec/hf_token" in c for c in downloads)
+    assert downloads and all('HF_TOKEN_PATH="$tok"' in c and "runuser -u specdec" in c
+                             for c in downloads)
 
 
 def test_daemon_json_merge_keeps_foreign_keys(agx_world, monkeypatch):
@@ -357,9 +365,8 @@ def test_cached_models_are_not_downloaded(agx_world, monkeypatch):
     assert hp.plan.draft
     world.hf_cached.discard(hp.plan.draft)
     r = run_deploy(monkeypatch, world, AGX)
-    assert len(r.commands) == 2
+    assert len(r.commands) == 1  # the download, as the service user; no chown by root
     assert f" sh {hp.plan.draft} >/dev/null" in r.commands[0]
-    assert r.commands[1] == f"chown -R specdec:specdec {layout.HF_HOME}"
 
 
 # -- bad plans ---------------------------------------------------------------------------------
@@ -457,3 +464,22 @@ def test_host_data_is_parsed_once_per_host_per_run(agx_world, monkeypatch):
     r = run_deploy(monkeypatch, agx_world, AGX, others=others)
     assert not r.failed
     assert sorted(parsed) == sorted([HOST, "@fake/orin-2", "@fake/orin-3"])
+
+
+@pytest.mark.parametrize(("uid", "refused"), [(0, True), (1000, True), (998, False)])
+def test_an_existing_login_account_is_not_made_the_service_user(agx_world, monkeypatch, uid,
+                                                                 refused):
+    """The deploy makes the service user a nologin account with specdec's home: an account
+    that is root or a person's on the host is refused before any change."""
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    agx_world.users["svc"] = {"home": "/home/svc", "shell": "/bin/bash", "group": "svc",
+                              "groups": [], "uid": uid}
+    data = {**AGX, "specdec_service_user": "svc"}
+    if not refused:
+        assert run_deploy(monkeypatch, agx_world, data).commands
+        return
+    with pytest.raises(DeployError) as err:
+        run_deploy(monkeypatch, agx_world, data)
+    assert str(err.value) == (f"{HOST}: specdec_service_user='svc': is an existing login "
+                              f"account on the host (uid {uid}); the service user must be a "
+                              "dedicated system account")

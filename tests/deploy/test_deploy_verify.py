@@ -145,7 +145,9 @@ def test_unchanged_rerun_changes_nothing(agx_world, monkeypatch, on):
     world = converged(agx_world, hp, TOKEN)
     world.releases = release.ReleaseState(current=c, last_good=c, releases=(c,))
     world = live(world)
-    monkeypatch.setattr("specdec.verify.http_get", lambda url, timeout: (200, ""))
+    # the API answers only with the fleet's key (its proxy's 401 otherwise)
+    monkeypatch.setattr("specdec.verify.http_get",
+                        lambda url, timeout, key=None: (200, "") if key else (401, ""))
 
     def no_io(conn, spec):
         raise AssertionError("an unchanged host must not be verified again")
@@ -170,7 +172,9 @@ def test_verified_then_unchanged_carries_figures(agx_world, monkeypatch, on):
     world = converged(agx_world, hp, TOKEN)
     world.releases = release.ReleaseState(current=c, last_good=c, releases=(c,))
     world = live(world)
-    monkeypatch.setattr("specdec.verify.http_get", lambda url, timeout: (200, ""))
+    # the API answers only with the fleet's key (its proxy's 401 otherwise)
+    monkeypatch.setattr("specdec.verify.http_get",
+                        lambda url, timeout, key=None: (200, "") if key else (401, ""))
     assert not deploy(monkeypatch, world, AGX).failed
     rep = report(on.parent / "t2")
     assert rep["outcome"] == "unchanged" and rep["previous_outcome"] == "kept"
@@ -193,14 +197,14 @@ def test_reverify_data_key_re_benchmarks(agx_world, monkeypatch, on):
 
 
 def test_held_lock_refuses_before_any_change(agx_world, monkeypatch, on):
-    held = ("@@specdec-lock held 1000\ncontrol=other-node\npid=1\nrun=r0\nsince=990\n"
-            "token=abc\n")
+    held = ("@@specdec-lock held b001 1000\ncontrol=other-node\npid=1\nrun=r0\n"
+            "token=abc\nboot=b001\nrenewed=990\nlease=900\nseen=\n")
     world = live(agx_world)
     use_host(monkeypatch, FakeHost(None, None, (), {}))
     r = deploy_failing(monkeypatch, world, AGX, {
         **FAILS, "deploy.lock 2>/dev/null": held.splitlines()})
     assert len(r.commands) == 2  # the lock attempt and the one-line failure; nothing else
-    assert "is held by run r0 (pid 1 on other-node, 10s ago)" in r.commands[1]
+    assert "is held by run r0 (pid 1 on other-node, renewed 10s ago)" in r.commands[1]
     rep = report(on)
     assert rep["outcome"] == "failed" and rep["phase"] == "lock"
 
@@ -283,7 +287,9 @@ def test_any_failed_operation_releases_the_lock(agx_world, monkeypatch, on):
     use_host(monkeypatch, FakeHost(None, None, (), {}))
     r = deploy_failing(monkeypatch, world, AGX, {
         **ACQUIRED, "docker pull": {"success": False, "stderr": "pull failed"}})
-    i_pull = next(i for i, c in enumerate(r.commands) if c.startswith("docker pull"))
+    # the pull renews the deploy lock's lease while it runs
+    i_pull = next(i for i, c in enumerate(r.commands) if "docker pull" in c)
+    assert " renewed " in r.commands[i_pull] and "& renewer=$!" in r.commands[i_pull]
     assert "rm -rf /var/lib/specdec/deploy.lock" in r.commands[i_pull + 1]
     assert len(r.commands) == i_pull + 2  # nothing else ran on the failed host
 

@@ -30,9 +30,12 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -130,6 +133,33 @@ class LabFleet:
         run = parse_pyinfra(argv, proc.returncode, proc.stdout, time.monotonic() - t0)
         self.runs.append(run)
         return run
+
+    @property
+    def api_key_file(self) -> Path:
+        """The instance's API key: every lab host's API requires it."""
+        return INSTANCE.api_key_file
+
+    def http(self, url: str, body: Any = None, *, key: bool = True,
+             timeout: float = 30) -> tuple[int, Any]:
+        """GET (or POST ``body`` as JSON) ``url`` from this machine, with the instance's API key
+        unless ``key`` is False: (status, decoded JSON or None); status 0 when nothing
+        answered."""
+        headers = {"Content-Type": "application/json"}
+        if key:
+            headers["Authorization"] = "Bearer " + self.api_key_file.read_text().strip()
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(url, data=data, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - lab address
+                raw = r.read()
+                try:
+                    return r.status, json.loads(raw or b"null")
+                except ValueError:
+                    return r.status, None
+        except urllib.error.HTTPError as exc:
+            return exc.code, None
+        except OSError:
+            return 0, None
 
     def host_path(self, name: str, path: str) -> Path:
         """A file of a lab host, seen from the control node (its root is a local mount): for

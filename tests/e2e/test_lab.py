@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -17,9 +16,9 @@ from tests.e2e.conftest import LabFleet, PyinfraRun, leftovers
 pytestmark = pytest.mark.e2e
 
 
-def _models(address: str, port: int) -> list[str]:
-    with urllib.request.urlopen(f"http://{address}:{port}/v1/models", timeout=10) as resp:
-        doc = json.load(resp)
+def _models(lab: LabFleet, address: str, port: int) -> list[str]:
+    status, doc = lab.http(f"http://{address}:{port}/v1/models")
+    assert status == 200, status
     return [m["id"] for m in doc["data"]]
 
 
@@ -70,7 +69,7 @@ def test_deploy_converges_every_host(lab: LabFleet, deployed: PyinfraRun) -> Non
         dyn = plan.get("dynamo") or {}
         # a serving group answers at its frontend (a worker-only member has no HTTP port)
         served_at = dyn.get("frontend_address") or h.address
-        assert _models(served_at, h.port) == [plan.get("served_model_name") or plan["model"]]
+        assert _models(lab, served_at, h.port) == [plan.get("served_model_name") or plan["model"]]
         containers = lab.ssh(h.name, "docker ps --format '{{.Names}} {{.Image}}'").stdout
         if plan["runtime"] == "docker":
             # A real pull from the lab registry (its mirror of the catalog image), pinned as
@@ -79,8 +78,7 @@ def test_deploy_converges_every_host(lab: LabFleet, deployed: PyinfraRun) -> Non
             assert f"{SERVICE_NAME} {plan['image'].split('@')[0]}" in containers, containers
             digest = lab.ssh(h.name, "cat /etc/specdec/image.digest").stdout.strip()
             assert digest.startswith("localhost:5000/") and "@sha256:" in digest
-            version = json.loads(urllib.request.urlopen(
-                f"http://{h.address}:{h.port}/version", timeout=10).read())["version"]
+            version = lab.http(f"http://{h.address}:{h.port}/version")[1]["version"]
             assert version == plan["engine_version"], (h.name, version)
         else:
             assert SERVICE_NAME not in containers
@@ -191,7 +189,7 @@ def test_gate_keeps_eagle3_on_agx_and_disables_the_nx_draft(lab: LabFleet,
         cand = found.stdout.strip().split("/")[-2]
         nx = _decision(lab, "lab-nx", cand)
         assert nx is not None and nx["outcome"] == "disabled" and nx["active"] == current, nx
-        assert _models(lab.host("lab-nx").address, lab.host("lab-nx").port)
+        assert _models(lab, lab.host("lab-nx").address, lab.host("lab-nx").port)
 
 
 def _tuned_k_per_host_with_its_curve(lab: LabFleet, deployed: PyinfraRun) -> None:

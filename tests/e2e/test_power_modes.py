@@ -5,7 +5,6 @@ emulator following the host's mode, and lab reports in device time (see conftest
 from __future__ import annotations
 
 import json
-import urllib.request
 
 import pytest
 
@@ -24,9 +23,9 @@ EXPECTED = {
 
 def _truth(lab: LabFleet, name: str) -> dict[str, object]:
     h = lab.host(name)
-    with urllib.request.urlopen(f"http://{h.address}:{h.port}/lab/truth", timeout=10) as resp:
-        doc: dict[str, object] = json.load(resp)
-    return doc
+    status, doc = lab.http(f"http://{h.address}:{h.port}/lab/truth")
+    assert status == 200, status
+    return dict(doc)
 
 
 def _hosts(lab: LabFleet) -> list[str]:
@@ -70,7 +69,8 @@ def test_a_host_left_in_15w_benchmarks_slower_and_the_next_deploy_restores_it(
 
     def tpot() -> float:
         proc = lab.specdec("bench", url, "--concurrency", "1", "--requests", "4",
-                           "--max-tokens", "48", "--warmup", "1", "--no-progress", timeout=600)
+                           "--max-tokens", "48", "--warmup", "1", "--no-progress",
+                           "--api-key-file", str(lab.api_key_file), timeout=600)
         assert proc.returncode == 0, proc.stderr
         doc = json.loads(proc.stdout)
         assert doc["device_time"]["emulated"] is True

@@ -14,7 +14,6 @@ import json
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,11 +37,8 @@ def _pointer(lab: LabFleet, host: str, path: str) -> str:
 
 def _serves(lab: LabFleet, host: str) -> bool:
     h = lab.host(host)
-    try:
-        with urllib.request.urlopen(f"http://{h.address}:{h.port}/v1/models", timeout=10) as r:
-            return r.status == 200 and bool(json.load(r)["data"])
-    except OSError:
-        return False
+    status, doc = lab.http(f"http://{h.address}:{h.port}/v1/models", timeout=10)
+    return status == 200 and bool(doc and doc.get("data"))
 
 
 def _rollout(lab: LabFleet, reports: Path, run_id: str, *args: str,

@@ -90,8 +90,11 @@ def test_groups_frontend_addresses_and_errors() -> None:
                  "specdec_group_frontend": "spark-02"}) for i, (n, d) in enumerate(PAIR, 1)]
     g2 = groups_of(parse_hosts(link))["spark-01"]
     assert g2.frontend == "spark-02" and g2.address("spark-01") == "192.168.100.1"
-    alone = groups_of(parse_hosts([("solo", {"specdec_engine": "dynamo"})]))["solo"]
+    alone = groups_of(parse_hosts([("solo", {"specdec_engine": "dynamo",
+                                             "ssh_hostname": "192.0.2.9"})]))["solo"]
     assert alone.name == "solo" and alone.members == ("solo",)
+    with pytest.raises(ConfigError, match="'solo': must be an IP address"):  # firewalled by IP
+        groups_of(parse_hosts([("solo", {"specdec_engine": "dynamo"})]))
     with pytest.raises(ConfigError, match="several frontends"):
         groups_of(parse_hosts([(n, {**d, "specdec_group_frontend": n}) for n, d in PAIR]))
     with pytest.raises(ConfigError, match="not a member"):
@@ -128,8 +131,19 @@ def test_members_plan_their_roles() -> None:
     assert p1.dynamo is not None and p1.dynamo.vllm_version == "0.31.0"
     assert p1.image == "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1"
     assert p1.dynamo and p2.dynamo and p1.dynamo.is_frontend and not p2.dynamo.is_frontend
-    assert p2.dynamo.etcd_endpoint == "http://192.0.2.41:2379" and p2.dynamo.address == \
+    assert p2.dynamo.etcd_endpoint == "https://192.0.2.41:2379" and p2.dynamo.address == \
         "192.0.2.42"
+    # every socket planned: the worker's on every member, etcd's and the frontend's on the
+    # frontend member; the group's reach only the members, the frontend's HTTP is loopback
+    members = ("192.0.2.41/32", "192.0.2.42/32")
+    assert {(s.unit, s.address, s.port, s.reach) for s in p2.sockets} == {
+        ("specdec-engine", "192.0.2.42", 8081, members),
+        ("specdec-engine", "192.0.2.42", 8082, members)}
+    assert {(s.unit, s.address, s.port) for s in p1.sockets} == {
+        ("specdec-proxy", "0.0.0.0", 8000), ("specdec-engine", "192.0.2.41", 8081),
+        ("specdec-engine", "192.0.2.41", 8082), ("specdec-etcd", "192.0.2.41", 2379),
+        ("specdec-etcd", "127.0.0.1", 2379), ("specdec-etcd", "127.0.0.1", 2380),
+        ("specdec-frontend", "192.0.2.41", 8083), ("specdec-frontend", "127.0.0.1", 8001)}
     assert p1.method == "eagle3" and p1.release_id() != p2.release_id()
     with pytest.raises(ConfigError, match="needs the whole inventory"):
         make_plan("spark-01", PAIR[0][1])
@@ -161,24 +175,35 @@ def _files(plan: Any) -> dict[str, str]:
 def test_worker_and_frontend_units() -> None:
     p1, p2 = plans()
     f1, f2 = _files(p1), _files(p2)
-    assert set(f1) == {"specdec-engine.service", "specdec-etcd.service",
-                       "specdec-frontend.service", "plan.json"}
-    assert set(f2) == {"specdec-engine.service", "plan.json"}
+    named = {n for n in f1 if n.startswith(("firewall-", "proxy-"))}
+    assert len(named) == 2 and set(f1) - named == {
+        "specdec-engine.service", "specdec-etcd.service", "specdec-frontend.service",
+        "specdec-firewall.service", "specdec-proxy.service", "plan.json"}
+    # a worker-only member serves no API: no proxy
+    assert {n for n in f2 if not n.startswith("firewall-")} == {
+        "specdec-engine.service", "specdec-firewall.service", "plan.json"}
     worker = f2["specdec-engine.service"]
     assert "python3 -m dynamo.vllm --model Qwen/Qwen3-8B" in worker
-    assert "-e ETCD_ENDPOINTS=http://192.0.2.41:2379" in worker
+    assert "-e ETCD_ENDPOINTS=https://192.0.2.41:2379" in worker
     assert "-e DYN_TCP_RPC_HOST=192.0.2.42" in worker and "-e DYN_SYSTEM_PORT=8081" in worker
+    assert "-e DYN_TCP_RPC_PORT=8082" in worker and "DYN_SYSTEM_ENABLED" not in worker
+    # the member certificate reaches the runtime as PEM contents, read inside the container
+    assert "-v /etc/specdec/tls/group/member.key:/run/secrets/group-member.key:ro" in worker
+    assert "ETCD_AUTH_CLIENT_KEY=$$(cat" in worker and "BEGIN" not in worker
     assert "--port" not in worker.split("dynamo.vllm", 1)[1]
     cfg = json.loads(re.search(r"--speculative-config '(\{.*?\})'", worker).group(1))
     from specdec.engines.vllm.facts import vllm_facts
 
     assert cfg["method"] == "eagle3" and set(cfg) <= vllm_facts("0.31.0").spec_keys
-    assert "After=network-online.target docker.service specdec-etcd.service" in \
-        f1["specdec-engine.service"]
-    assert "python3 -m dynamo.frontend --http-host 0.0.0.0 --http-port 8000 --router-mode " \
+    assert "After=network-online.target specdec-firewall.service docker.service " \
+           "specdec-etcd.service" in f1["specdec-engine.service"]
+    assert "python3 -m dynamo.frontend --http-host 127.0.0.1 --http-port 8001 --router-mode " \
            "round-robin --migration-limit 3" in f1["specdec-frontend.service"]
     etcd = f1["specdec-etcd.service"]
-    assert "--listen-client-urls http://192.0.2.41:2379,http://127.0.0.1:2379" in etcd
+    assert "--listen-client-urls https://192.0.2.41:2379,https://127.0.0.1:2379" in etcd
+    assert "--cert-file %d/group-member.crt --key-file %d/group-member.key " \
+           "--trusted-ca-file %d/group-ca.crt --client-cert-auth" in etcd
+    assert "LoadCredential=group-member.key:/etc/specdec/tls/group/member.key" in etcd
     assert "Type=notify" in etcd
 
 
@@ -193,11 +218,14 @@ def test_baseline_shares_the_etcd_and_frontend_units() -> None:
 def test_native_units_use_the_venv() -> None:
     hosts = [(n, {**d, "specdec_runtime": "native"}) for n, d in PAIR]
     f1 = _files(plans(hosts)[0])
-    assert "ExecStart=/opt/dynamo/venv/bin/python3 -m dynamo.vllm" in \
+    assert "exec \"$$@\"' sh /opt/dynamo/venv/bin/python3 -m dynamo.vllm" in \
         f1["specdec-engine.service"]
     assert "Environment=DYN_SYSTEM_HOST=192.0.2.41" in f1["specdec-engine.service"]
-    assert "ExecStart=/opt/dynamo/venv/bin/python3 -m dynamo.frontend" in \
+    assert "exec \"$$@\"' sh /opt/dynamo/venv/bin/python3 -m dynamo.frontend" in \
         f1["specdec-frontend.service"]
+    # natively each unit's IP filter admits loopback and the members only
+    for u in ("specdec-engine.service", "specdec-frontend.service", "specdec-etcd.service"):
+        assert "IPAddressDeny=any\nIPAddressAllow=localhost 192.0.2.41/32 192.0.2.42/32" in f1[u]
     assert "LoadCredential=hf_token:/etc/specdec/hf_token" in f1["specdec-engine.service"]
 
 
@@ -292,13 +320,29 @@ def test_bad_groups_are_one_line_exit_2(tmp_path: Path, rows: list[tuple[str, di
 
     base = {"specdec_device": "dgx-spark", "specdec_engine": "dynamo",
             "specdec_model": "Qwen/Qwen3-8B"}
-    hosts = [(n, {**base, **d}) for n, d in rows]
+    hosts = [(n, {**base, "ssh_hostname": f"192.0.2.{i}", **d})
+             for i, (n, d) in enumerate(rows, start=10)]
     inv = tmp_path / "inv.py"
     inv.write_text(f"hosts = {hosts!r}\n")
     out = subprocess.run([sys.executable, "-m", "specdec", "plan", str(inv)], capture_output=True,
                          text=True, check=False, cwd=Path(__file__).resolve().parents[2])
     assert out.returncode == 2, out.stderr
     assert out.stderr.count("\n") == 1 and expect in out.stderr, out.stderr
+
+
+def test_a_member_address_must_be_an_ip(tmp_path: Path) -> None:
+    import sys
+
+    base = {"specdec_device": "dgx-spark", "specdec_engine": "dynamo",
+            "specdec_model": "Qwen/Qwen3-8B", "specdec_group": "g"}
+    inv = tmp_path / "inv.py"
+    inv.write_text(f"hosts = {[('spark-a', base), ('spark-b', base)]!r}\n")
+    out = subprocess.run([sys.executable, "-m", "specdec", "plan", str(inv)], capture_output=True,
+                         text=True, check=False, cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 2 and out.stderr == (
+        "specdec: error: spark-a: specdec_dynamo_address='spark-a': must be an IP address (the "
+        "group's firewall lets its members in by address; set it, or ssh_hostname, to the "
+        "member's IP)\n")
 
 
 def test_worker_card_path_is_the_same_on_every_member(tmp_path: Path,

@@ -32,14 +32,21 @@ OLD = "0ld0ld0ld0ld"
 
 
 class Worker(FakeHost):
-    """One member: its worker's system /health instead of an OpenAI API."""
+    """One member: its worker's system /health instead of an OpenAI API, which only the group's
+    members reach (asked on the member itself); from the control node it is firewalled."""
 
-    def http_get(self, url: str, timeout: float) -> tuple[int, str]:
+    asked_from_control: int = 0
+
+    def host_get(self, url: str, timeout: float) -> tuple[int, str]:
         if url.endswith("/metrics"):
             return 200, ""
         if url.endswith("/health"):
             return (200, "{}") if not self.stopped and self.beh().health == "ok" else (0, "")
         return 404, ""
+
+    def http_get(self, url: str, timeout: float) -> tuple[int, str]:
+        self.asked_from_control += 1
+        return 0, ""  # the member's system port refuses the control node
 
 
 class Front(Worker):

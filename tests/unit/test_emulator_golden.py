@@ -56,7 +56,8 @@ def test_golden_command_line_is_accepted(golden: Path, tmp_path: Path,
         assert cfg.iter_perf_stats
     assert cfg.engine_version == version
     assert cfg.setup.target.id == plan["model"]
-    assert cfg.port == plan["port"]
+    # the engine listens on loopback, behind the API proxy on plan["port"]
+    assert cfg.port == plan["engine_port"] != plan["port"] and cfg.host == "127.0.0.1"
     assert cfg.setup.max_num_seqs == plan["max_num_seqs"]
     assert cfg.setup.model_len == plan["max_model_len"]
     if plan["speculative"]:

@@ -99,12 +99,16 @@ def test_arm_writes_the_marker_and_starts_the_deadline_timer(state: Path) -> Non
     assert _sh(state, cmd).returncode == 0
     assert (state / "pending").read_text() == "release=bbb deadline=90s\n"
     run = [c for c in _calls(state) if c.startswith("systemd-run")]
+    # the transient guard sandboxed as the boot unit (root, the state dir, systemd only)
+    props = " ".join(f"-p {p}" for p in guard._sandbox())
     assert run == [f"systemd-run --quiet --unit={guard.DEADLINE_UNIT} --on-active=90s "
-                   f"--timer-property=AccuracySec=1s {guard.SCRIPT_PATH} deadline"]
+                   f"--timer-property=AccuracySec=1s {props} {guard.SCRIPT_PATH} deadline"]
+    assert "-p ReadWritePaths=/var/lib/specdec" in run[0] and "-p IPAddressDeny=any" in run[0]
 
 
 def test_boot_unit_runs_before_the_engine_only_when_pending() -> None:
     unit = guard.boot_unit()
-    assert "Before=specdec-engine.service" in unit
+    assert "Before=specdec-engine.service specdec-etcd.service specdec-frontend.service " \
+           "specdec-proxy.service\n" in unit
     assert f"ConditionPathExists={guard.PENDING_FILE}" in unit
     assert f"ExecStart={guard.SCRIPT_PATH} boot" in unit

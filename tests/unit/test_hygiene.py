@@ -102,10 +102,10 @@ def _managed(arg: str, engine: str) -> tuple[str, str] | None:
 
 
 @pytest.mark.parametrize(("engine", "arg"), [
-    ("vllm", "--enforce-eager"), ("vllm", "--tokenizer=x"), ("vllm", "--trust-remote-code"),
+    ("vllm", "--enforce-eager"), ("vllm", "--tokenizer=x"),
     ("vllm", "--config-format=hf"), ("vllm", "--model-impl"), ("vllm", "-tp"), ("vllm", "2"),
     ("vllm", "--max-num-batched-tokens=512"), ("vllm", "--compilation-config.level=3"),
-    ("vllm", "--"), ("vllm", "-O3"), ("trtllm", "--tp_size"), ("trtllm", "--trust_remote_code"),
+    ("vllm", "--"), ("vllm", "-O3"), ("trtllm", "--tp_size"),
     ("trtllm", "--max_num_tokens=8192"), ("trtllm", "--log_level=info"),
 ])
 def test_ordinary_engine_args_pass(engine: str, arg: str) -> None:
@@ -120,6 +120,11 @@ def test_ordinary_engine_args_pass(engine: str, arg: str) -> None:
     ("trtllm", "--extra-llm-api-options=x", "--extra_llm_api_options"),
     ("trtllm", "--hf_token", "--hf-token"), ("trtllm", "--token=t", "--token"),
     ("trtllm", "--po", None),  # click takes no abbreviations
+    # running the repo's own code only through specdec_trust_remote_code
+    ("vllm", "--trust-remote-code", "--trust-remote-code"),
+    ("vllm", "--trust_remote_code", "--trust-remote-code"),
+    ("trtllm", "--trust_remote_code", "--trust_remote_code"),
+    ("dynamo", "--trust-remote-code", "--trust-remote-code"),
 ])
 def test_managed_and_secret_flags(engine: str, arg: str, flag: str | None) -> None:
     hit = _managed(arg, engine)

@@ -9,9 +9,12 @@ local directory get one.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,7 +45,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def sh(cmd: str, path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    base = {"PATH": f"{path}:/usr/bin:/bin", "SPECDEC_EMU_TIME_SCALE": "0", **env}
+    base = {"PATH": f"{path}:/usr/sbin:/usr/bin:/sbin:/bin", "SPECDEC_EMU_TIME_SCALE": "0", **env}
     return subprocess.run(["sh", "-c", cmd], capture_output=True, text=True, check=False,
                           env=base, timeout=120)
 
@@ -122,3 +125,78 @@ def test_tiktoken_command_checks_the_hash() -> None:
     assert "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d" in cmd
     assert "sha256sum -c" in cmd and "encodings/o200k_base.tiktoken" in cmd
     assert os.path.basename(cmd.split()[-1]) == "o200k_base.tiktoken"
+
+
+# -- root never writes into the service user's tree -------------------------------------------
+
+_FAKE_HF = """#!/bin/sh
+# `hf download REPO`: a one-file snapshot in the hub cache (what the real CLI leaves)
+d="$HF_HUB_CACHE/models--$(printf '%s' "$2" | sed 's|/|--|g')"
+mkdir -p "$d/refs" "$d/snapshots/abc123" && echo abc123 > "$d/refs/main" &&
+echo '{}' > "$d/snapshots/abc123/config.json"
+"""
+ATTACKER_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIattacker attacker@evil"
+
+
+@pytest.fixture
+def planted(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The issue's reproduction: a cache owned by the service user (here nobody), who planted
+    a file named like an SSH key in the snapshot and a link from the completion record's
+    temporary name to root's authorized_keys."""
+    if os.geteuid() != 0:
+        pytest.fail("the prefetch runs as root and switches to the service user: run as root")
+    root = Path(tempfile.mkdtemp(prefix="sdpf", dir="/var/tmp"))
+    root.chmod(0o755)
+    ssh = root / "root" / ".ssh"
+    ssh.mkdir(parents=True, mode=0o700)
+    (root / "root").chmod(0o700)
+    keys = ssh / "authorized_keys"
+    keys.write_text("ssh-ed25519 AAAAlegit admin@site\n")
+    keys.chmod(0o600)
+    token = root / "hf_token"
+    token.write_text("hf_" + "x" * 30 + "\n")
+    token.chmod(0o600)
+    hf = root / "hf"
+    snap = hf / "hub" / f"models--{QWEN.replace('/', '--')}" / "snapshots" / "abc123"
+    snap.mkdir(parents=True)
+    (snap / ATTACKER_KEY).write_text("")
+    done = hf / ".specdec" / "complete"
+    done.mkdir(parents=True)
+    for p in [hf, *hf.rglob("*")]:
+        os.lchown(p, 65534, 65534)
+    os.symlink(keys, done / f"{QWEN.replace('/', '--')}.tmp")
+    os.lchown(done / f"{QWEN.replace('/', '--')}.tmp", 65534, 65534)
+    bin_ = root / "bin"
+    bin_.mkdir()
+    (bin_ / "hf").write_text(_FAKE_HF)
+    (bin_ / "hf").chmod(0o755)
+    monkeypatch.setattr(layout, "HF_HOME", str(hf))
+    monkeypatch.setattr(layout, "HF_TOKEN_FILE", str(token))
+    yield keys, bin_
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_planted_link_redirected_roots_write_before(planted: Any) -> None:
+    """The reproduction, as the download ran before (root, in the user's tree): the attacker's
+    key lands in root's authorized_keys. (What the test below must prevent.)"""
+    keys, bin_ = planted
+    run = sh(prefetch.download_command(QWEN, None), bin_)
+    assert run.returncode == 0, run.stderr
+    assert ATTACKER_KEY in keys.read_text()
+
+
+def test_a_planted_link_redirects_nothing_as_the_service_user(planted: Any) -> None:
+    keys, bin_ = planted
+    run = sh(prefetch.download_command(QWEN, None, user="nobody"), bin_)
+    assert run.returncode != 0  # the user cannot write root's file: the download fails
+    assert keys.read_text() == "ssh-ed25519 AAAAlegit admin@site\n"
+    assert keys.stat().st_uid == 0 and oct(keys.stat().st_mode & 0o777) == "0o600"
+    # the token's copy for the user is gone, and it was the user's alone
+    assert not list(Path("/run").glob("specdec-prefetch.*"))
+    # the same download without the planted link works, as the user, and is cached
+    link = Path(prefetch.record_path(QWEN) + ".tmp")
+    link.unlink()
+    ok = sh(prefetch.download_command(QWEN, None, user="nobody"), bin_)
+    assert ok.returncode == 0, ok.stderr
+    assert Path(prefetch.record_path(QWEN)).stat().st_uid == 65534
+    assert sh(prefetch.cached_check(QWEN, None, "nobody"), bin_).stdout.split() == ["yes"]

@@ -115,13 +115,19 @@ def test_deterministic() -> None:
 def test_paths_modes_owners() -> None:
     r = render(plan_for("dgx-spark-trtllm-docker"))
     rdir = layout.release_dir(r.release_id)
+    named = {p.rsplit("/", 1)[1] for p in r.by_path if p.startswith(rdir)}
+    nft = next(n for n in named if n.startswith("firewall-"))
+    conf = next(n for n in named if n.startswith("proxy-"))
     assert set(r.by_path) == {
         f"{rdir}/specdec-engine.service", f"{rdir}/engine.yaml", f"{rdir}/plan.json",
-        "/etc/security/limits.d/90-specdec.conf",
+        f"{rdir}/specdec-firewall.service", f"{rdir}/{nft}", f"{rdir}/specdec-proxy.service",
+        f"{rdir}/{conf}", "/etc/security/limits.d/90-specdec.conf",
     }
     assert {f.path for f in r.host_files} == {"/etc/security/limits.d/90-specdec.conf"}
     assert r.unit.path == f"{rdir}/specdec-engine.service"
-    assert len(r.release_files) == 3
+    assert len(r.release_files) == 7
+    # the firewall first, the API proxy last (start order)
+    assert r.other_units == ("specdec-firewall.service", "specdec-proxy.service")
     for f in r.files:
         assert (f.mode, f.owner, f.group) == ("0644", "root", "root")
     assert json.loads(r.by_path[f"{rdir}/plan.json"].content)["host"] == "golden-host"
@@ -149,7 +155,7 @@ def test_vllm_docker_unit() -> None:
     u = _unit(render(plan))
     assert u["Type"] == ["simple"] and u["User"] == ["specdec"]
     assert u["Requires"] == ["docker.service"]
-    assert u["After"] == ["network-online.target docker.service"]
+    assert u["After"] == ["network-online.target specdec-firewall.service docker.service"]
     assert u["Restart"] == ["on-failure"] and u["RestartSec"] == ["10"]
     assert int(u["TimeoutStartSec"][0]) >= plan.health_timeout_s + 60
     assert u["LimitMEMLOCK"] == ["infinity"] and u["LimitSTACK"] == ["67108864"]
@@ -160,9 +166,15 @@ def test_vllm_docker_unit() -> None:
     i = argv.index(plan.image or "")
     docker, cmd = argv[:i], argv[i + 1:]
     assert docker[:5] == ["/usr/bin/docker", "run", "--rm", "--name", "specdec-engine"]
+    # no setuid gains, no capabilities in the container
+    assert docker[5:9] == ["--security-opt", "no-new-privileges", "--cap-drop", "ALL"]
     assert "--runtime" in docker and "--gpus" not in docker
     # jetson-containers run.sh on Tegra: --runtime nvidia --network host --shm-size=8g
-    assert docker[5:10] == ["--runtime", "nvidia", "--network", "host", "--shm-size=8g"]
+    assert docker[9:14] == ["--runtime", "nvidia", "--network", "host", "--shm-size=8g"]
+    assert "/etc/specdec/api_key:/run/secrets/api_key:ro" in docker
+    # the image's sh reads the key from the mounted file: not in argv, env or docker inspect
+    assert cmd[:2] == ["/bin/sh", "-c"] and "VLLM_API_KEY=$(cat" in cmd[2] and cmd[3] == "sh"
+    cmd = cmd[4:]
     assert "--ipc=host" not in docker
     assert "memlock=-1" in docker and "stack=67108864" in docker
     assert "/etc/specdec/hf_token:/run/secrets/hf_token:ro" in docker
@@ -180,14 +192,21 @@ def test_vllm_native_unit_and_memlock() -> None:
     plan = plan_for("agx-orin-64gb-vllm-native")
     r = render(plan)
     u = _unit(r)
-    assert u["LoadCredential"] == ["hf_token:/etc/specdec/hf_token"]
+    assert u["LoadCredential"] == ["hf_token:/etc/specdec/hf_token",
+                                   "api_key:/etc/specdec/api_key"]
     assert "HF_TOKEN_PATH=%d/hf_token" in u["Environment"]
     assert "HF_HOME=/var/lib/specdec/hf" in u["Environment"]
     assert "HF_HUB_OFFLINE=1" in u["Environment"]
     assert u["LimitMEMLOCK"] == ["8388608"]
     assert "Requires" not in u and "ExecStop" not in u
     argv = _exec_argv(u["ExecStart"][0])
+    assert argv[:2] == ["/bin/sh", "-c"] and argv[3] == "sh"
+    assert 'VLLM_API_KEY=$(cat "$CREDENTIALS_DIRECTORY/api_key")' in argv[2]
+    argv = argv[4:]
     assert argv[0] == "/usr/local/bin/vllm" and argv[1:] == engine_argv(plan)[1:]
+    # loopback only, behind the API proxy
+    assert argv[argv.index("--host") + 1] == "127.0.0.1"
+    assert argv[argv.index("--port") + 1] == str(plan.engine_port) != str(plan.port)
     limits = r.by_path["/etc/security/limits.d/90-specdec.conf"].content
     assert "specdec hard memlock 8192" in limits and "specdec soft stack 65536" in limits
 
@@ -196,7 +215,7 @@ def test_spark_docker_flags_and_ngram() -> None:
     u = _unit(render(make_plan("s", {"specdec_device": "dgx-spark", "specdec_model": L8,
                                      "specdec_method": "ngram"})))
     argv = _exec_argv(u["ExecStart"][0])
-    assert argv[5:10] == ["--gpus", "all", "--ipc=host", "--network", "host"]
+    assert argv[9:14] == ["--gpus", "all", "--ipc=host", "--network", "host"]
     assert "/etc/nv_tegra_release:/etc/nv_tegra_release:ro" not in argv
     spec = json.loads(argv[argv.index("--speculative-config") + 1])
     assert spec["method"] == "ngram" and "model" not in spec

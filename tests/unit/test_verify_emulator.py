@@ -168,7 +168,11 @@ def _plan_from_json(text: str) -> Plan:
 
 
 def _argv(plan: Plan) -> list[str]:
-    return ["127.0.0.1" if a == "0.0.0.0" else a for a in engine_argv(plan)]
+    """The engine's command line, on the API's port: this "host" has no API proxy in front
+    (the engine itself stands where the proxy listens)."""
+    argv = engine_argv(plan)
+    i = argv.index("--port") + 1
+    return argv[:i] + [str(plan.port)] + argv[i + 1:]
 
 
 def _fleet(tmp_path: Path, pin_k: bool) -> Iterator[Any]:

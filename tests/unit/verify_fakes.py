@@ -141,6 +141,9 @@ class FakeHost:
             return 200, ""
         return 200, json.dumps({"data": [{"id": PLAN.served_model_name}]})
 
+    def host_get(self, url: str, timeout: float) -> tuple[int, str]:
+        return self.http_get(url, timeout)
+
     def bench(self, url: str, model: str, out: Path, run: RoundBench) -> dict[str, Any]:
         assert self.current is not None
         self.offsets.append(run.offsets[0])

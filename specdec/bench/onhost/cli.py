@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 from urllib.parse import urlsplit
 
@@ -60,6 +61,8 @@ def parse_args(argv):
     ap.add_argument("--wall-time", action="store_true")
     ap.add_argument("--deadline", type=float, default=None, help="give up after this many s")
     ap.add_argument("--json", default="-", help="output file, - for stdout (default)")
+    ap.add_argument("--api-key-file", default=None,
+                    help="the API key: a file, or - for standard input (never an argument)")
     a = ap.parse_args(argv)
     parts = urlsplit(a.url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -88,7 +91,25 @@ def parse_args(argv):
     a.continuous_usage, a.unique_prefix, a.progress = not a.no_continuous_usage, True, False
     a.request_timeout_s, a.max_failed_fraction = a.timeout, a.max_failed
     a.connect_timeout_s, a.trtllm_poll_s, a.warmup_max_tokens = 10.0, 0.5, 16
+    a.api_key = read_key(a.api_key_file) if a.api_key_file else None
     return a
+
+
+def read_key(path):
+    """The API key: ``sdk_`` and 20-200 letters and digits (specdec.apikey), from a file or
+    from standard input (``-``: the caller opened the root-only file for us)."""
+    try:
+        if path == "-":
+            text = sys.stdin.read(4097)
+        else:
+            with open(path) as fh:
+                text = fh.read(4097)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--api-key-file: cannot read: {_one_line(exc)}") from None
+    key = text.strip()
+    if not re.fullmatch(r"sdk_[A-Za-z0-9]{20,200}", key):
+        raise ConfigError("--api-key-file: does not hold a specdec API key")
+    return key
 
 
 def load_prompts(path):
@@ -112,7 +133,7 @@ async def _main(a):
         res = await asyncio.wait_for(run_bench(a, load_prompts(a.prompts)), a.deadline)
     except asyncio.TimeoutError:
         raise BenchError(f"no result within {a.deadline:.0f}s (engine hung?)") from None
-    scale = None if a.wall_time else await time_scale(a.url)
+    scale = None if a.wall_time else await time_scale(a.url, a.api_key)
     return res if scale is None else to_device_time(res, scale)
 
 

@@ -17,8 +17,9 @@ class Http:
     would meet a small listen backlog); a reused connection the server closed meanwhile is
     replaced once, as httpx does."""
 
-    def __init__(self, base, connect_timeout):
+    def __init__(self, base, connect_timeout, api_key=None):
         parts = urlsplit(base)
+        self.auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
         self.host = parts.hostname or "127.0.0.1"
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
         self.ssl = parts.scheme == "https"
@@ -42,7 +43,7 @@ class Http:
         """Send the request, read the head: (reader, writer, status, headers, t_on_wire)."""
         data = json.dumps(body).encode() if body is not None else b""
         head = (f"{method} {path} HTTP/1.1\r\nHost: {self.netloc}\r\n"
-                "User-Agent: specdec-bench\r\nAccept: */*\r\n")
+                f"User-Agent: specdec-bench\r\nAccept: */*\r\n{self.auth}")
         if body is not None:
             head += f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n"
         for attempt in (0, 1):

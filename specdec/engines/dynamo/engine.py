@@ -14,14 +14,13 @@ so a worker lost mid-stream does not fail the request (the stream moves to anoth
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from specdec import layout
-from specdec.engines.base import Engine, GroupSeat, HostPackage, ReleaseFile
+from specdec import hygiene, layout
+from specdec.engines.base import LOOPBACK, Engine, GroupSeat, HostPackage, ReleaseFile
 from specdec.engines.dynamo import facts, units
 from specdec.engines.support import Support, Target
 from specdec.engines.version import Version
@@ -29,7 +28,7 @@ from specdec.engines.vllm.engine import MANAGED_FLAGS as VLLM_FLAGS
 from specdec.engines.vllm.engine import VllmEngine
 from specdec.errors import ConfigError, PlanError
 from specdec.hostkeys import KeyReader
-from specdec.plan_types import DynamoPlan, Group, Plan
+from specdec.plan_types import DynamoPlan, Group, Plan, Socket
 from specdec.plan_types import http_url as url
 from specdec.settings import HostSettings
 
@@ -48,7 +47,6 @@ MANAGED_FLAGS = {
     "--endpoint": "a group serves on dyn://dynamo.backend.generate",
     "--store-kv": "specdec runs etcd discovery on the group's frontend host",
 }
-_ADDRESS = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:-]{0,252}")
 
 
 @dataclass(frozen=True)
@@ -105,10 +103,9 @@ class DynamoEngine(Engine):
     # -- host data and plan ------------------------------------------------------------------
     def read_options(self, r: KeyReader) -> Mapping[str, Any]:
         out: dict[str, Any] = {}
-        addr = r.str_("specdec_dynamo_address")
-        if addr is not None and not _ADDRESS.fullmatch(addr):
-            raise r.fail("specdec_dynamo_address", addr, "must be an IP address or a host name")
-        out["dynamo_address"] = addr
+        addr = r.get("specdec_dynamo_address")
+        out["dynamo_address"] = None if addr is None else hygiene.check_address(
+            r.host, "specdec_dynamo_address", addr)
         out["dynamo_system_port"] = r.int_("specdec_dynamo_system_port", 1024,
                                            facts.SYSTEM_PORT_MAX)
         out["dynamo_router_mode"] = r.str_("specdec_dynamo_router_mode", facts.ROUTER_MODES)
@@ -133,9 +130,12 @@ class DynamoEngine(Engine):
         assert pinned is not None  # release_notes refused a release the table does not know
         vllm = str(pinned.vllm)
         is_frontend = s.host == group.frontend
-        if is_frontend and opts.system_port in (port, 2379, 2380):
-            raise ConfigError(f"specdec_dynamo_system_port={opts.system_port}: collides with the "
-                              "frontend or etcd on this host", host=s.host)
+        ours = {opts.system_port, opts.system_port + 1} | (
+            {opts.system_port + 2, 2379, 2380} if is_frontend else set())
+        if port in ours or (is_frontend and opts.system_port in (2377, 2378, 2379, 2380)):
+            raise ConfigError(f"specdec_dynamo_system_port={opts.system_port}: its ports "
+                              f"{opts.system_port}-{opts.system_port + 2} collide with the API "
+                              "or etcd on this host", host=s.host)
         if method not in ("none", "eagle3"):
             notes.append(facts.EAGLE3_ONLY.format(vllm=vllm))
         if s.num_speculative_tokens is None and method != "none":
@@ -147,7 +147,7 @@ class DynamoEngine(Engine):
                           frontend_address=group.frontend_address,
                           address=group.address(s.host), is_frontend=is_frontend,
                           system_port=opts.system_port, router_mode=opts.router_mode,
-                          migration_limit=opts.migration_limit)
+                          migration_limit=opts.migration_limit, members=group.addresses)
 
     def group_seat(self, plan: Plan) -> GroupSeat:
         d = units.dynamo_part(plan)
@@ -201,6 +201,43 @@ class DynamoEngine(Engine):
         if not units.dynamo_part(plan).is_frontend:
             return []
         return [HostPackage("etcd-server", "etcd", "etcd.service")]
+
+    # -- the network -------------------------------------------------------------------------
+    def serves_api(self, plan: Plan) -> bool:
+        return units.dynamo_part(plan).is_frontend  # the frontend member only
+
+    def secret_env(self, plan: Plan) -> list[tuple[str, str]]:
+        return list(units.ETCD_SECRETS)
+
+    def peers(self, plan: Plan) -> tuple[str, ...] | None:
+        return None if plan.runtime == "docker" else units.peers(units.dynamo_part(plan))
+
+    def sockets(self, plan: Plan) -> list[Socket]:
+        """The worker's system server and request plane on every member; on the frontend
+        member also etcd (group address and loopback; its peer URL on loopback), the
+        frontend's response stream and its HTTP (loopback, behind the API proxy)."""
+        d = units.dynamo_part(plan)
+        members = units.peers(d)
+        names = ", ".join(m for m, _ in d.members)
+        who = f"group {d.group}'s members ({names})"
+        out = [Socket(layout.SERVICE_NAME, "Dynamo worker system server (health, metrics, "
+                      "model card)", d.address, d.system_port, members, who),
+               Socket(layout.SERVICE_NAME, "Dynamo worker TCP request plane", d.address,
+                      d.rpc_port, members, who)]
+        if d.is_frontend:
+            out += [
+                Socket(layout.ETCD_SERVICE, "etcd clients (TLS, member certificate)", d.address,
+                       d.etcd_port, members, who),
+                Socket(layout.ETCD_SERVICE, "etcd clients (TLS, member certificate)", LOOPBACK,
+                       d.etcd_port, (), "this host"),
+                Socket(layout.ETCD_SERVICE, "etcd peers (single member)", LOOPBACK,
+                       d.etcd_peer_port, (), "this host"),
+                Socket(layout.FRONTEND_SERVICE, "Dynamo frontend TCP response stream",
+                       d.address, d.stream_port, members, who),
+                Socket(layout.FRONTEND_SERVICE, "Dynamo frontend HTTP, behind the API proxy",
+                       LOOPBACK, plan.engine_port, (), "the API proxy on this host"),
+            ]
+        return out
 
     def version_probe(self) -> str:
         dyn = shlex.quote("import importlib.metadata as m; print(m.version('ai-dynamo'))")

@@ -71,10 +71,17 @@ DEFAULT_MIGRATION_LIMIT = 3
 READY_PATH = "/v1/models/{model}/ready"
 # Environment the runtime reads (names found in ai-dynamo-runtime 1.6.1's _core.abi3.so; the
 # frontend and mocker --help name DYN_DISCOVERY_BACKEND, DYN_REQUEST_PLANE, DYN_HTTP_PORT).
-ENV_NAMES = ("DYN_DISCOVERY_BACKEND", "DYN_REQUEST_PLANE", "DYN_EVENT_PLANE",
-             "DYN_TCP_RPC_HOST", "DYN_TCP_RESPONSE_STREAM_HOST", "DYN_EVENT_PLANE_HOST",
-             "DYN_SYSTEM_ENABLED", "DYN_SYSTEM_HOST", "DYN_SYSTEM_PORT", "ETCD_ENDPOINTS",
-             "DYN_NAMESPACE")
+# Reserved (a name ending in "_" reserves the prefix): what specdec sets, and what would move
+# a plane, its address or its TLS, etcd's endpoints or credentials (ETCD_AUTH_* take the
+# PEM contents: lib/runtime/src/transports/etcd.rs ClientOptions::default), the frontend's
+# HTTP and TLS (frontend_args.py: DYN_HTTP_HOST, DYN_TLS_CERT_PATH, ...) or its admin API.
+ENV_NAMES = ("DYN_DISCOVERY_BACKEND", "DYN_REQUEST_PLANE", "DYN_RESPONSE_PLANE",
+             "DYN_EVENT_PLANE", "DYN_EVENT_PLANE_HOST", "DYN_NAMESPACE", "DYN_TCP_",
+             "DYN_SYSTEM_", "DYN_HTTP_", "DYN_TLS_", "DYN_ZMQ_", "DYN_DISABLE_FRONTEND_",
+             "ETCD_")
+# DYN_SYSTEM_ENABLED is deprecated in 1.6.1 (the runtime logs "DYN_SYSTEM_ENABLED is
+# deprecated. System metrics server is now controlled solely by DYN_SYSTEM_PORT",
+# lib/runtime/src/config.rs): the system server is on when DYN_SYSTEM_PORT is positive.
 
 
 def known_releases() -> list[str]:

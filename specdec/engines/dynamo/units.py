@@ -8,25 +8,49 @@ Every member's ``specdec-engine.service`` runs Dynamo's vLLM worker (``python3 -
 units carry no release id, so a baseline and its candidate share them byte for byte and a switch
 between the two restarts only the worker.
 
-Environment (names as ai-dynamo-runtime 1.6.1 reads them, `specdec.engines.dynamo.facts.ENV_NAMES`):
-etcd discovery at the frontend member (``ETCD_ENDPOINTS``), the TCP request plane, and every
-address a process binds or advertises set to the member's group address (``DYN_TCP_RPC_HOST``,
-``DYN_TCP_RESPONSE_STREAM_HOST``, ``DYN_EVENT_PLANE_HOST``, ``DYN_SYSTEM_HOST``); otherwise
-Dynamo advertises the primary NIC's address. The worker's system server
-(``DYN_SYSTEM_PORT``) is required: the frontend downloads the model card's tokenizer and config
-from it, so no member needs another's files.
+Closed to everyone but the group (Dynamo's secure-deployment guidelines: "Do not expose the
+Dynamo frontend, ... NATS, etcd, or ZMQ endpoints directly to an untrusted network"):
+
+* etcd serves TLS only and requires a client certificate of the group's CA (etcd 3.4
+  ``--cert-file``, ``--key-file``, ``--trusted-ca-file``, ``--client-cert-auth``; etcd
+  op-guide/security.md: "requests that don't supply a valid client certificate will fail"), on
+  the group address and loopback; its peer URL is loopback (a single member). Every member's
+  worker and the frontend present their member certificate through ``ETCD_AUTH_CA``,
+  ``ETCD_AUTH_CLIENT_CERT``, ``ETCD_AUTH_CLIENT_KEY``, which ai-dynamo-runtime 1.6.1 reads as PEM
+  *contents*, not paths (lib/runtime/src/transports/etcd.rs ``ClientOptions::default``:
+  ``Certificate::from_pem``; with paths the runtime times out, security.md Q3, tested), so the
+  unit's shell reads them from systemd credentials at start (`specdec.unitfile.secret_env_argv`).
+  ``ETCD_AUTH_USERNAME``/``PASSWORD`` are never set: when set they win over the certificate.
+* Every address a process binds or advertises is the member's group address
+  (``DYN_TCP_RPC_HOST``, ``DYN_TCP_RESPONSE_STREAM_HOST``, ``DYN_EVENT_PLANE_HOST``,
+  ``DYN_SYSTEM_HOST``; otherwise Dynamo binds the primary NIC's, or 0.0.0.0 for the system
+  server), on planned ports (``DYN_TCP_RPC_PORT``, ``DYN_TCP_RESPONSE_STREAM_PORT``,
+  ``DYN_SYSTEM_PORT``; otherwise ephemeral), which the firewall opens to the members only; each
+  unit's IP filter admits loopback and the members only (a listener Dynamo opens on its own, on
+  an ephemeral port, is confined too).
+* The frontend's HTTP is on loopback, behind the API proxy (it implements no client
+  authentication); its admin API is off (``DYN_DISABLE_FRONTEND_ADMIN_API=1``).
+
+The worker's system server (``DYN_SYSTEM_PORT``) is required: the frontend downloads the model
+card's tokenizer and config from it, so no member needs another's files.
 """
 
 from __future__ import annotations
 
-from specdec import layout
+from specdec import layout, sandbox
+from specdec.engines.base import LOOPBACK
 from specdec.plan_types import DynamoPlan, Plan
-from specdec.unitfile import env_assignment, exec_line, template
+from specdec.sockets import member_reach
+from specdec.unitfile import Specified, env_assignment, exec_line, secret_env_argv, template
 
-__all__ = ["aux_units", "dynamo_part", "etcd_argv", "frontend_argv", "python", "transport",
-           "worker_env"]
+__all__ = ["ETCD_SECRETS", "aux_units", "dynamo_part", "etcd_argv", "frontend_argv", "python",
+           "transport", "worker_env"]
 
 ETCD_BINARY = "/usr/bin/etcd"  # Debian / Ubuntu package etcd-server
+# Dynamo's etcd client, from the member's certificate (credential names of layout.CREDENTIALS)
+ETCD_SECRETS = [("ETCD_AUTH_CA", "group-ca.crt"), ("ETCD_AUTH_CLIENT_CERT", "group-member.crt"),
+                ("ETCD_AUTH_CLIENT_KEY", "group-member.key")]
+_CONTAINER_GROUP_TLS = "/run/secrets"
 
 
 def dynamo_part(plan: Plan) -> DynamoPlan:
@@ -34,11 +58,16 @@ def dynamo_part(plan: Plan) -> DynamoPlan:
     return plan.dynamo
 
 
+def peers(d: DynamoPlan) -> tuple[str, ...]:
+    """The members' addresses as networks (the units' IP filters, the firewall's reach)."""
+    return member_reach(d.members)
+
+
 def transport(d: DynamoPlan) -> list[tuple[str, str]]:
     # Names in ai-dynamo-runtime 1.6.1 dynamo/_core.abi3.so (strings); DYN_DISCOVERY_BACKEND and
     # DYN_REQUEST_PLANE are also the env names `python -m dynamo.frontend --help` gives for
     # --discovery-backend and --request-plane; ETCD_ENDPOINTS: Dynamo's docs/backends/vllm/
-    # multi-node.md.
+    # multi-node.md (https: tested with 1.6.1 against etcd 3.4 with --client-cert-auth).
     return [
         ("DYN_DISCOVERY_BACKEND", "etcd"),
         ("ETCD_ENDPOINTS", d.etcd_endpoint),
@@ -50,11 +79,12 @@ def transport(d: DynamoPlan) -> list[tuple[str, str]]:
 
 
 def worker_env(plan: Plan) -> list[tuple[str, str]]:
-    # the system server: DYN_SYSTEM_ENABLED/DYN_SYSTEM_PORT as in the ai-dynamo/dynamo repo's
-    # examples/backends/vllm/launch/agg_spec_decoding.sh; DYN_SYSTEM_HOST in _core.abi3.so
+    # the system server on DYN_SYSTEM_PORT (examples/backends/vllm/launch/agg_spec_decoding.sh;
+    # DYN_SYSTEM_ENABLED is deprecated in 1.6.1: the port alone turns it on), on the group
+    # address (DYN_SYSTEM_HOST, default 0.0.0.0); the request plane on its planned port
     d = dynamo_part(plan)
-    return [*transport(d), ("DYN_SYSTEM_ENABLED", "true"), ("DYN_SYSTEM_HOST", d.address),
-            ("DYN_SYSTEM_PORT", str(d.system_port))]
+    return [*transport(d), ("DYN_TCP_RPC_PORT", str(d.rpc_port)),
+            ("DYN_SYSTEM_HOST", d.address), ("DYN_SYSTEM_PORT", str(d.system_port))]
 
 
 def python(plan: Plan) -> str:
@@ -63,26 +93,36 @@ def python(plan: Plan) -> str:
 
 
 def frontend_argv(plan: Plan) -> list[str]:
-    # ai-dynamo 1.6.1 `python -m dynamo.frontend --help`: --http-host, --http-port,
-    # --router-mode {round-robin,...}, --migration-limit
+    # ai-dynamo 1.6.1 `python -m dynamo.frontend --help`: --http-host (default 0.0.0.0,
+    # frontend_args.py:270), --http-port, --router-mode {round-robin,...}, --migration-limit
     d = dynamo_part(plan)
-    return [python(plan), "-m", "dynamo.frontend", "--http-host", "0.0.0.0",
-            "--http-port", str(plan.port), "--router-mode", d.router_mode,
+    return [python(plan), "-m", "dynamo.frontend", "--http-host", LOOPBACK,
+            "--http-port", str(plan.engine_port), "--router-mode", d.router_mode,
             "--migration-limit", str(d.migration_limit)]
 
 
 def etcd_argv(plan: Plan) -> list[str]:
     # etcd 3.4 (Debian 12 etcd-server) flags as `etcd --help` lists them; a single-member
-    # cluster on the frontend member, its peer URL on loopback only
+    # cluster on the frontend member, its peer URL on loopback only; client TLS with client
+    # certificates of the group's CA (security.md Q4: the same flags, tested)
     d = dynamo_part(plan)
-    peer = f"http://127.0.0.1:{d.etcd_peer_port}"
-    clients = [f"http://127.0.0.1:{d.etcd_port}"]
-    if d.address not in ("127.0.0.1", "localhost"):
+    peer = f"http://{LOOPBACK}:{d.etcd_peer_port}"
+    clients = [f"https://{LOOPBACK}:{d.etcd_port}"]
+    if d.address not in (LOOPBACK, "localhost"):
         clients.insert(0, d.etcd_endpoint)
+    def creds(name: str) -> str:  # in systemd's credentials directory (systemd.exec(5))
+        return Specified("%d", f"/{name}")
+
     return [ETCD_BINARY, "--name", d.group, "--data-dir", f"/var/lib/{layout.ETCD_SERVICE}/data",
             "--listen-client-urls", ",".join(clients), "--advertise-client-urls", clients[0],
             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", f"{d.group}={peer}"]
+            "--initial-cluster", f"{d.group}={peer}",
+            "--cert-file", creds("group-member.crt"), "--key-file", creds("group-member.key"),
+            "--trusted-ca-file", creds("group-ca.crt"), "--client-cert-auth"]
+
+
+def _credentials(names: list[str]) -> list[str]:
+    return [f"{n}:{layout.CREDENTIALS[n]}" for n in names]
 
 
 def aux_units(plan: Plan) -> list[tuple[str, str]]:
@@ -93,20 +133,32 @@ def aux_units(plan: Plan) -> list[tuple[str, str]]:
         return []
     docker = plan.runtime == "docker"
     home = f"/var/lib/{layout.FRONTEND_SERVICE}"
-    env = [*transport(d), ("HOME", home), ("HF_HUB_OFFLINE", "1")]
-    argv = frontend_argv(plan)
+    env = [*transport(d), ("DYN_TCP_RESPONSE_STREAM_PORT", str(d.stream_port)),
+           ("DYN_DISABLE_FRONTEND_ADMIN_API", "1"), ("HOME", home), ("HF_HUB_OFFLINE", "1")]
+    secrets = [n for _, n in ETCD_SECRETS]
     if docker:
         assert plan.image is not None
+        mounts = [a for n in secrets for a in
+                  ("-v", f"{layout.CREDENTIALS[n]}:{_CONTAINER_GROUP_TLS}/{n}:ro")]
         argv = ["/usr/bin/docker", "run", "--rm", "--name", layout.FRONTEND_SERVICE,
-                "--network", "host", "-v", f"{home}:{home}",
-                *[a for k, v in env for a in ("-e", f"{k}={v}")], plan.image, *argv]
-    ctx = dict(plan=plan, dyn=d, docker=docker, user=plan.service_user)
+                "--security-opt", "no-new-privileges", "--cap-drop", "ALL",
+                "--network", "host", "-v", f"{home}:{home}", *mounts,
+                *[a for k, v in env for a in ("-e", f"{k}={v}")], plan.image,
+                *secret_env_argv(ETCD_SECRETS, _CONTAINER_GROUP_TLS, frontend_argv(plan))]
+        box = sandbox.docker_cli()
+    else:
+        argv = secret_env_argv(ETCD_SECRETS, "$CREDENTIALS_DIRECTORY", frontend_argv(plan))
+        box = sandbox.service([home], peers(d), jit=True)
+    ctx = dict(plan=plan, dyn=d, docker=docker, user=plan.service_user,
+               firewall=layout.FIREWALL_SERVICE)
     frontend = template(
         "dynamo-frontend.service.j2", **ctx, state_dir=layout.FRONTEND_SERVICE,
         environment=[] if docker else [env_assignment(k, v) for k, v in env],
+        credentials=[] if docker else _credentials(secrets),
         container=layout.FRONTEND_SERVICE, exec_start=exec_line(argv),
-        etcd=layout.ETCD_SERVICE)
+        etcd=layout.ETCD_SERVICE, sandbox=box)
     etcd = template("dynamo-etcd.service.j2", **ctx, state_dir=layout.ETCD_SERVICE,
-                    exec_start=exec_line(etcd_argv(plan)))
+                    credentials=_credentials(secrets), exec_start=exec_line(etcd_argv(plan)),
+                    sandbox=sandbox.service([f"/var/lib/{layout.ETCD_SERVICE}"], peers(d)))
     return [(f"{layout.ETCD_SERVICE}.service", etcd),
             (f"{layout.FRONTEND_SERVICE}.service", frontend)]

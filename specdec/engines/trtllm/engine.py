@@ -9,7 +9,7 @@ import yaml
 
 from specdec import layout
 from specdec.catalog import Model
-from specdec.engines.base import Endpoints, Engine, ReleaseFile, describe_speculation
+from specdec.engines.base import LOOPBACK, Endpoints, Engine, ReleaseFile, describe_speculation
 from specdec.engines.support import Support, Target
 from specdec.engines.trtllm import facts
 from specdec.engines.version import Version
@@ -25,7 +25,7 @@ CONFIG_NAME = "engine.yaml"
 # "--config" is an alias of "--extra_llm_api_options" there (newer than some pinned releases),
 # "--free_gpu_memory_fraction" of "--kv_cache_free_gpu_memory_fraction".
 MANAGED_FLAGS = {
-    "--host": "specdec serves on 0.0.0.0",
+    "--host": "the engine listens on 127.0.0.1, behind specdec's API proxy; use specdec_listen",
     "--port": "use specdec_port",
     "--backend": "specdec runs the pytorch backend",
     "--max_batch_size": "use specdec_max_num_seqs",
@@ -34,6 +34,7 @@ MANAGED_FLAGS = {
     "--free_gpu_memory_fraction": "use specdec_gpu_memory_utilization",
     "--extra_llm_api_options": "specdec writes engine.yaml",
     "--config": "specdec writes engine.yaml",
+    "--trust_remote_code": "use specdec_trust_remote_code",
 }
 
 
@@ -79,6 +80,7 @@ class TrtllmEngine(Engine):
     name = "trtllm"
     label = "TensorRT-LLM"
     managed_flags: ClassVar = MANAGED_FLAGS
+    reserved_env = ("TIKTOKEN_ENCODINGS_BASE",)
 
     def check(self, version: Version, method: str, target: Target) -> Support:
         return facts.check(version, method, target)
@@ -103,12 +105,15 @@ class TrtllmEngine(Engine):
         return [
             "trtllm-serve", plan.model,
             "--backend", "pytorch",
-            "--host", "0.0.0.0",
-            "--port", str(plan.port),
+            # loopback only, behind specdec's API proxy: trtllm-serve has no key or TLS option
+            # (tensorrt_llm/commands/serve.py; `specdec.proxy`)
+            "--host", LOOPBACK,
+            "--port", str(plan.engine_port),
             "--max_batch_size", str(plan.max_num_seqs),
             "--max_seq_len", str(plan.max_model_len),
             "--kv_cache_free_gpu_memory_fraction", f"{plan.gpu_memory_utilization:g}",
             "--extra_llm_api_options", config_path,
+            *(["--trust_remote_code"] if plan.trust_remote_code else []),
         ]
 
     def environment(self, plan: Plan) -> list[tuple[str, str]]:

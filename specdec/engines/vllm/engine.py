@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import ClassVar
 
-from specdec.engines.base import Engine
+from specdec.engines.base import LOOPBACK, Engine
 from specdec.engines.support import Support, Target
 from specdec.engines.version import Version
 from specdec.engines.vllm import facts
@@ -18,7 +18,7 @@ __all__ = ["MANAGED_FLAGS", "NGRAM_PROMPT_LOOKUP", "VllmEngine", "speculative_co
 NGRAM_PROMPT_LOOKUP = (2, 5)
 # Flags specdec sets (`VllmEngine.argv`) and the config-file flag that could set them again.
 MANAGED_FLAGS = {
-    "--host": "specdec serves on 0.0.0.0",
+    "--host": "the engine listens on 127.0.0.1, behind specdec's API proxy; use specdec_listen",
     "--port": "use specdec_port",
     "--served-model-name": "specdec serves the model under its id",
     "--gpu-memory-utilization": "use specdec_gpu_memory_utilization",
@@ -27,6 +27,10 @@ MANAGED_FLAGS = {
     "--speculative-config": "use specdec_method, specdec_draft, specdec_num_speculative_tokens",
     "--model": "use specdec_model",
     "--config": "a config file could set managed flags",
+    "--trust-remote-code": "use specdec_trust_remote_code",
+    "--uds": "the engine listens on 127.0.0.1, behind specdec's API proxy",
+    "--ssl-keyfile": "use specdec_tls (the API proxy serves HTTPS)",
+    "--ssl-certfile": "use specdec_tls (the API proxy serves HTTPS)",
 }
 
 
@@ -62,6 +66,7 @@ class VllmEngine(Engine):
     # FlexibleArgumentParser (vllm v0.9.2 vllm/utils/__init__.py parse_args; the same in v0.11)
     # reads --a_b as --a-b and --k.x=v as --k; argparse's allow_abbrev takes a unique prefix
     abbreviated_flags = True
+    reserved_env = ("VLLM_API_KEY",)
 
     def check(self, version: Version, method: str, target: Target) -> Support:
         return facts.check(version, method, target)
@@ -87,11 +92,21 @@ class VllmEngine(Engine):
         cfg = speculative_config(plan, version)
         if cfg is not None:
             argv += ["--speculative-config", json.dumps(cfg, separators=(",", ":"))]
+        if plan.trust_remote_code:
+            argv.append("--trust-remote-code")
         return argv
 
     def argv(self, plan: Plan, config_path: str | None) -> list[str]:
-        return ["vllm", "serve", plan.model, "--host", "0.0.0.0", "--port", str(plan.port),
-                *self.model_flags(plan, plan.engine_version)]
+        # loopback only, behind specdec's API proxy (`specdec.proxy` says why); --host takes an
+        # address in every pinned release (0.9.2 cli_args.py:86; 0.31.0 launchers/cli_args.py:280)
+        return ["vllm", "serve", plan.model, "--host", LOOPBACK, "--port",
+                str(plan.engine_port), *self.model_flags(plan, plan.engine_version)]
+
+    def secret_env(self, plan: Plan) -> list[tuple[str, str]]:
+        # the fleet's key checked by vLLM too (local clients on the host): VLLM_API_KEY in every
+        # pinned release (0.9.2 api_server.py:1180; 0.31.0 serve/middleware/register.py:32);
+        # the environment, not --api-key, which ps shows
+        return [("VLLM_API_KEY", "api_key")]
 
     def version_probe(self) -> str:
         return ("if command -v vllm >/dev/null 2>&1; then "

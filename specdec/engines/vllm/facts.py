@@ -274,6 +274,32 @@ PER_BATCH_SIZE_K: FactTable[bool] = FactTable("num_speculative_tokens_per_batch_
       "vllm/v1/spec_decode/dynamic/utils.py:7-74; PR #32374", since="0.24.0"),
 ))
 
+# What --api-key / VLLM_API_KEY guards (security.md Q1, each release's wheel): only paths under
+# /v1 up to 0.19.0 (0.9.2 vllm/entrypoints/openai/api_server.py:1094; 0.11.0 :1300; 0.14.0 :692;
+# 0.19.0 vllm/entrypoints/openai/server_utils.py:80); /v1, /v2, /inference and /cohere in 0.31.0
+# (vllm/entrypoints/serve/middleware/authenticate.py:11, GUARDED_PREFIX; the first release
+# verified to carry it). /invocations, /metrics, /health, /tokenize stay open in every one:
+# why specdec serves the API through its own proxy (`specdec.proxy`). The scheme compares
+# exactly ("Bearer ") in 0.9.2 (api_server.py:1094), case-insensitively from 0.11.0 (:1285).
+API_KEY_GUARDS: FactTable[tuple[str, ...]] = FactTable("api_key_guarded_prefixes", (
+    F(("/v1",), "0.9.2-0.19.0: url_path.startswith('/v1')", until="0.31.0"),
+    F(("/v1", "/v2", "/inference", "/cohere"), "0.31.0 serve/middleware/authenticate.py:11",
+      since="0.31.0"),
+))
+API_KEY_SCHEME_ANY_CASE: FactTable[bool] = FactTable("api_key_scheme_case_insensitive", (
+    F(False, "0.9.2 api_server.py:1094: != f'Bearer {token}'", until="0.11.0"),
+    F(True, "0.11.0 api_server.py:1285: scheme.lower() != 'bearer'", since="0.11.0"),
+))
+
+
+def api_key_rule(version: Version | str) -> tuple[tuple[str, ...], bool]:
+    """(the path prefixes vLLM ``version``'s API key guards, whether "bearer" may be any case)."""
+    v = version if isinstance(version, Version) else Version.parse(version)
+    guards, any_case = API_KEY_GUARDS.at(v), API_KEY_SCHEME_ANY_CASE.at(v)
+    assert guards is not None and any_case is not None
+    return guards.value, any_case.value
+
+
 # num_speculative_tokens: > 0 in every release and no upper bound (0.9.2 vllm/config.py:2862-2870
 # "Expected num_speculative_tokens to be greater than zero ({k})."; 0.11.1+ Field(gt=0)).
 K_MIN = 1
