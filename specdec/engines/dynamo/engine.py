@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from specdec import layout
-from specdec.engines.base import Engine, GroupSeat, HostPackage, ReleaseFile
-from specdec.engines.dynamo import facts, units
+from specdec.engines.base import Engine, GroupSeat, HostPackage, MetricsSource, ReleaseFile
+from specdec.engines.dynamo import facts, metrics, units
 from specdec.engines.support import Support, Target
 from specdec.engines.version import Version
 from specdec.engines.vllm.engine import MANAGED_FLAGS as VLLM_FLAGS
@@ -201,6 +201,9 @@ class DynamoEngine(Engine):
         if not units.dynamo_part(plan).is_frontend:
             return []
         return [HostPackage("etcd-server", "etcd", "etcd.service")]
+
+    def metrics_sources(self, plan: Plan) -> list[MetricsSource]:
+        return metrics.sources(plan, units.dynamo_part(plan))
 
     def version_probe(self) -> str:
         dyn = shlex.quote("import importlib.metadata as m; print(m.version('ai-dynamo'))")

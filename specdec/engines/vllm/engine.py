@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from typing import ClassVar
 
-from specdec.engines.base import Engine
+from specdec.engines.base import Engine, MetricsSource
 from specdec.engines.support import Support, Target
 from specdec.engines.version import Version
-from specdec.engines.vllm import facts
+from specdec.engines.vllm import facts, metrics
 from specdec.errors import RenderError
 from specdec.plan_types import Plan
 
@@ -92,6 +92,11 @@ class VllmEngine(Engine):
     def argv(self, plan: Plan, config_path: str | None) -> list[str]:
         return ["vllm", "serve", plan.model, "--host", "0.0.0.0", "--port", str(plan.port),
                 *self.model_flags(plan, plan.engine_version)]
+
+    def metrics_sources(self, plan: Plan) -> list[MetricsSource]:
+        # vllm serve binds 0.0.0.0 (argv): its port answers on the host's loopback
+        return [metrics.engine_source(plan, "engine", "127.0.0.1", plan.port,
+                                      plan.engine_version, truth=True)]
 
     def version_probe(self) -> str:
         return ("if command -v vllm >/dev/null 2>&1; then "
