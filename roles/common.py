@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from io import BytesIO
 from typing import Any
@@ -24,6 +25,7 @@ from specdec.render import Rendered, render
 from specdec.report import reports_root
 from specdec.settings import HostSettings
 from specdec.tunecache import apply_cached
+from specdec.watch import marks as watch_marks
 
 __all__ = [
     "GATED_PREFIXES",
@@ -150,10 +152,15 @@ _Prepared = dict[str, "tuple[HostPlan, HiddenValue | None] | DeployError"]
 
 
 def _settings(h: Any) -> HostSettings:
+    """The host's data; a host `specdec watch` marked (``specdec_watch: {action: reverify}``)
+    verifies again as with ``specdec_reverify: true``."""
     try:
-        return parse_host_settings(h.name, h.data)
+        s = parse_host_settings(h.name, h.data)
     except SpecdecError as exc:
         raise DeployError(one_line(exc)) from None
+    if not s.reverify and watch_marks.get(reports_root(), h.name) is not None:
+        s = dataclasses.replace(s, reverify=True)
+    return s
 
 
 def _prepare_all(state: Any) -> _Prepared:

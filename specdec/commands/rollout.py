@@ -22,6 +22,8 @@ def register(subparsers: Any) -> None:
     r.add_argument("--max-fail-percent", default="0", metavar="N",
                    help="stop when a batch's failed hosts exceed N%% (default 0)")
     r.add_argument("--limit", metavar="HOST", help="host names, globs or groups (comma-separated)")
+    r.add_argument("--marked", action="store_true",
+                   help="only the hosts `specdec watch` marked for re-verification")
     r.add_argument("--run-id", metavar="ID", help="report directory name (default: timestamp)")
     r.add_argument("--reports", metavar="DIR", help="reports root (default: ./reports)")
     r.add_argument("--data", action="append", default=[], metavar="KEY=VALUE",
@@ -55,6 +57,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     from specdec.groups.inventory import check_limit, groups_of, units
     from specdec.inventory import load_inventory
 
+    if args.marked:
+        args.limit = _marked(str(inventory), root, args.limit)
     loaded = load_inventory(str(inventory), args.limit)
     settings = ro.check_hosts(loaded, args.data)
     every = ro.parse_with_data(load_inventory(str(inventory)), args.data) if args.limit \
@@ -81,6 +85,22 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         print(f"specdec: rollout stopped after batch {result.stopped_after}", file=sys.stderr)
         return 2
     return result.exit_code
+
+
+def _marked(inventory: str, root: Path, limit: str | None) -> str:
+    """``--marked``: the inventory's hosts with a `specdec watch` reverify mark, as a limit."""
+    from specdec.inventory import load_inventory
+    from specdec.watch.marks import marked
+
+    if limit:
+        raise RolloutError("--marked and --limit: give one of them")
+    hosts = marked(root, [name for name, _ in load_inventory(inventory)])
+    if not hosts:
+        raise RolloutError(f"--marked: no host of {inventory} is marked for re-verification "
+                           f"under {root} (specdec watch marks hosts whose data says "
+                           "specdec_watch: {action: reverify})")
+    print(f"specdec rollout: marked by specdec watch: {', '.join(hosts)}")
+    return ",".join(hosts)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
