@@ -7,7 +7,7 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 APT_PACKAGES = systemd-container debootstrap docker-registry skopeo iproute2 procps curl \
-	etcd-server python3-venv
+	etcd-server python3-venv prometheus
 STAMP = .make
 
 .PHONY: setup dynamo-venv test lint unit contract e2e demo demo-down clean
@@ -32,7 +32,7 @@ dynamo-venv: $(STAMP)/apt $(STAMP)/pip
 setup: $(STAMP)/apt $(STAMP)/pip dynamo-venv
 
 lint: setup
-	ruff check specdec roles deploys inventories group_data tests benchmarks
+	ruff check specdec roles deploys inventories group_data tests benchmarks monitoring
 	mypy
 
 unit: setup
