@@ -22,9 +22,10 @@ estimate and verdict:
 Lab (``--lab``): boots its own lab instance (``--instance``, default ``wbench``) with lab-nano
 (vLLM, native) and lab-spark (trtllm-serve, docker; its /metrics drains), deploys it without the
 gate (``specdec_verify=false``: the reading costs the same), sends each host traffic and runs
-``specdec watch`` on both for ``--seconds``: CPU seconds per host per hour on the control node
-(the watch and its SSH clients) and on the host (the reader's own CPU and its sshd session's),
-bytes per look; then ``lab down``.
+``specdec watch`` on both; after its start-up, for ``--seconds``: CPU seconds per host per hour
+on the control node (the watch process and its ssh clients, from /proc) and on the host (the
+reader and its sshd session, from the host's /proc), and the bytes the session sent per look;
+then ``lab down``.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ import argparse
 import json
 import math
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -126,21 +126,50 @@ def _sh(cmd: list[str], env: dict[str, str], timeout: float = 3600) -> str:
     return proc.stdout
 
 
-def _sshd_cpu(env: dict[str, str], host: str) -> float:
-    """CPU seconds (user + system) of the host's sshd sessions without a terminal, the
-    reader's among them, from /proc (clock ticks of 1/100 s)."""
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _tree_cpu(root: int) -> float:
+    """CPU seconds (user + system) of process ``root`` and its descendants, now."""
+    procs: dict[int, tuple[int, float]] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            f = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        procs[int(d.name)] = (int(f[1]), (int(f[11]) + int(f[12])) / _TICK)
+    mine, grew = {root}, True
+    while grew:
+        more = {p for p, (pp, _) in procs.items() if pp in mine} - mine
+        grew, mine = bool(more), mine | more
+    return sum(procs[p][1] for p in mine if p in procs)
+
+
+# the reader's command line is its code: its docstring's first words find it
+_ON_HOST = ("for r in $(pgrep -f 'specdec watc[h]. on the host: reads'); do "
+            "s=$(cut -d' ' -f4 /proc/$r/stat); echo $(cut -d' ' -f14,15 /proc/$r/stat) "
+            "$(cut -d' ' -f14,15 /proc/$s/stat) $(grep wchar /proc/$s/io | cut -d' ' -f2); "
+            "done")
+
+
+def _on_host(env: dict[str, str], host: str) -> tuple[float, float, float]:
+    """(reader CPU s, its sshd session's CPU s, bytes the session wrote) on the host, now."""
     from specdec.lab.fleet import ssh_argv
     from specdec.lab.spec import lab_hosts
 
     h = next(x for x in lab_hosts("inventories/lab.py") if x.name == host)
-    cmd = "for p in $(pgrep -f 'sshd: root@notty'); do cut -d' ' -f14,15 /proc/$p/stat; done"
-    out = subprocess.run(ssh_argv(h, cmd), capture_output=True, text=True, timeout=30,
-                         check=False, env=env).stdout
-    return sum(int(a) + int(b) for a, b in (ln.split() for ln in out.splitlines()
-                                            if len(ln.split()) == 2)) / 100.0
+    out = subprocess.run(ssh_argv(h, _ON_HOST), capture_output=True, text=True, timeout=30,
+                         check=False, env=env).stdout.splitlines()
+    rows = [[float(x) for x in ln.split()] for ln in out if len(ln.split()) == 5]
+    if not rows:
+        return math.nan, math.nan, math.nan
+    v = [sum(col) for col in zip(*rows, strict=True)]
+    return (v[0] + v[1]) / 100.0, (v[2] + v[3]) / 100.0, v[4]
 
 
-def lab(instance: str, seconds: float, interval: float) -> None:
+def lab(instance: str, seconds: float, interval: float, warm: float = 20.0) -> None:
     env = {**os.environ, "SPECDEC_LAB_INSTANCE": instance, "SPECDEC_LAB_HOSTS": "3",
            "SPECDEC_LAB_DYNAMO": "0", "PYTHONPATH": str(ROOT)}
     os.environ.update({k: env[k] for k in ("SPECDEC_LAB_INSTANCE", "SPECDEC_LAB_HOSTS",
@@ -156,44 +185,44 @@ def lab(instance: str, seconds: float, interval: float) -> None:
              "deploys/specdec.py", "--data", "specdec_verify=false"], env)
         traffic = [threading.Thread(target=_sh, args=(
             [*spec, "lab", "traffic", h, "--mix", "code=0.5,chat=0.5", "--rate", "0.3",
-             "--duration", str(seconds / 0.1), "--json"], env), daemon=True)
+             "--duration", str((seconds + 30) / 0.1), "--json"], env), daemon=True)
             for h in LAB_HOSTS]
         for t in traffic:
             t.start()
-        sshd: dict[str, float] = {}
-
-        def sample() -> None:  # the reader's sshd session, near the end of the watch
-            time.sleep(max(1.0, seconds - 5))
-            sshd.update({h: _sshd_cpu(env, h) for h in LAB_HOSTS})
-
-        sampler = threading.Thread(target=sample, daemon=True)
-        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        t0 = time.monotonic()
-        sampler.start()
-        out = _sh([*spec, "watch", "inventories/lab.py", "--limit", limit, "--json",
-                   "--interval", str(interval), "--duration", str(seconds), "--reports",
-                   str(reports)], env, timeout=seconds + 300)
-        wall = time.monotonic() - t0
-        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-        sampler.join(timeout=60)
+        watch = subprocess.Popen([*spec, "watch", "inventories/lab.py", "--limit", limit,
+                                  "--json", "--interval", str(interval), "--duration",
+                                  str(seconds + warm + 10), "--reports", str(reports)],
+                                 cwd=ROOT, env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, text=True)
+        lines: list[str] = []
+        threading.Thread(target=lambda: lines.extend(watch.stdout or []), daemon=True).start()
+        time.sleep(warm)  # started: inventory, imports, SSH sessions (not what a look costs)
+        t1, c1 = time.monotonic(), _tree_cpu(watch.pid)
+        h1 = {h: _on_host(env, h) for h in LAB_HOSTS}
+        time.sleep(seconds)
+        t2, c2 = time.monotonic(), _tree_cpu(watch.pid)
+        h2 = {h: _on_host(env, h) for h in LAB_HOSTS}
+        watch.wait(timeout=120)
         for t in traffic:
             t.join(timeout=seconds + 300)
-        looks = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
-        rows = {r["host"]: r for r in looks[-1]["hosts"]}
-        control = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)
-        per_h = 3600.0 / wall
-        print(f"\nwatch of {len(LAB_HOSTS)} lab hosts for {wall:.0f} s wall, a look every "
-              f"{interval:g} s (lab time scale 0.1; CPU is wall CPU)\n")
-        print("| host | engine | control node CPU s/h (share) | reader CPU s/h | sshd CPU s/h "
-              "| bytes per look | status |")
+        rows = {r["host"]: r for r in json.loads(
+            next(x for x in reversed(lines) if x.startswith("{")))["hosts"]}
+        span = t2 - t1
+        per_h = 3600.0 / span
+        looks = span / interval
+        print(f"\nwatch of {len(LAB_HOSTS)} lab hosts, {span:.0f} s wall after {warm:.0f} s "
+              f"of start-up, a look every {interval:g} s (4 reads a look; lab time scale 0.1, "
+              "CPU is wall CPU)\n")
+        print("| host | engine | control node CPU s/h (its share of the watch and its ssh "
+              "clients) | reader CPU s/h | sshd session CPU s/h | SSH bytes per look | "
+              "status |")
         print("|---|---|---|---|---|---|---|")
         for h in LAB_HOSTS:
             r = rows[h]
-            size = statistics.fmean(len(json.dumps(x["hosts"][0])) for x in looks)
+            d = [b - a for a, b in zip(h1[h], h2[h], strict=True)]
             print(f"| {h} | {r.get('method')} on {'trtllm' if h == 'lab-spark' else 'vllm'} | "
-                  f"{control / len(LAB_HOSTS) * per_h:.0f} | "
-                  f"{r['reader_cpu_s'] * per_h:.0f} | {sshd.get(h, math.nan) * per_h:.0f} | "
-                  f"{size:.0f} | {r['status']} |")
+                  f"{(c2 - c1) / len(LAB_HOSTS) * per_h:.0f} | {d[0] * per_h:.1f} | "
+                  f"{d[1] * per_h:.1f} | {d[2] / looks:.0f} | {r['status']} |")
     finally:
         subprocess.run([*spec, "lab", "down", "inventories/lab.py"], cwd=ROOT, env=env,
                        check=False, timeout=600)

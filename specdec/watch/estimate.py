@@ -117,8 +117,8 @@ def estimate(win: Window, cost: Cost | None, run_noise: float, speculative: bool
         batch_mix=mix, busy_share=tot_active / tot if tot > 0 else None, mean_batch=mean_b,
         waiting=sum(waits) / len(waits) if waits else None, samples=len(samples))
     e_used = e if speculative else gate_tokens_per_step
-    if cost is None or e_used is None or not mix:
-        return Estimate(**out)
+    if cost is None or e_used is None or not mix or gen <= 0:
+        return Estimate(**out)  # nothing served: nothing to estimate
     inv, beyond = 0.0, 0.0
     for b, w in mix.items():
         c, extra = cost.at(b)

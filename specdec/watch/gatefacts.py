@@ -62,6 +62,7 @@ class GateFacts:
     tokens_per_step: float | None  # the candidate's tokens per sequence-step (bonus included)
     cost: Cost | None
     path: str
+    answered: str | None = None  # the release re-verified for a watch mark (its report's)
 
 
 def _num(x: Any) -> float | None:
@@ -168,4 +169,11 @@ def gate_facts(rep: Mapping[str, Any], path: Path, levels: Sequence[int]) -> Gat
         candidate_release=rep.get("candidate_release"), method=str(rep.get("method") or "none"),
         k=int(rep.get("num_speculative_tokens") or 0), al=_num((acc or {}).get("length")),
         gain_c1=c1 / b1 - 1 if c1 and b1 else None, gain_c8=c8 / b8 - 1 if c8 and b8 else None,
-        tokens_per_step=_tokens_per_step(cands), cost=cost, path=str(path))
+        tokens_per_step=_tokens_per_step(cands), cost=cost, path=str(path),
+        answered=_answered(rep))
+
+
+def _answered(rep: Mapping[str, Any]) -> str | None:
+    """The release this report re-verified because `specdec watch` marked the host."""
+    mark = rep.get("watch_mark")
+    return str(rep.get("active_release")) if isinstance(mark, Mapping) else None

@@ -109,7 +109,7 @@ class Monitor:
                                       readable=readable, full=full,
                                       se_noise=est.se_noise or 0.0)
         wants = (verdict == NOT_PAYING and spec) or (verdict == FAVOURABLE and not spec)
-        if self.action == "reverify" and wants and root is not None:
+        if self.action == "reverify" and wants and root is not None and not self.answered():
             since = datetime.fromtimestamp(self.tracker.since, UTC).isoformat(timespec="seconds")
             for m in self.members:
                 marks.mark(root, m, {"by": "specdec watch", "verdict": verdict, "since": since,
@@ -117,6 +117,12 @@ class Monitor:
         if root is not None:
             self.marked = bool(marks.marked(root, self.members))
         return verdict
+
+    def answered(self) -> bool:
+        """The release that runs was already re-verified for a mark of this watch (the gate,
+        on its prompt set, kept its decision): not marked again, or every rollout would."""
+        return self.gate is not None and self.gate.answered is not None and \
+            self.gate.answered == self._release(self.members[0])
 
     def _release(self, member: str) -> str | None:
         r = self.running.get(member)
@@ -143,6 +149,9 @@ class Monitor:
             notes.append("no step cost: neither a tune curve nor the gate's benchmark files")
         if est is not None and est.extrapolated > 0.05:
             notes.append(f"{est.extrapolated:.0%} of busy time beyond the batch sizes measured")
+        if self.action == "reverify" and self.answered():
+            notes.append("re-verified after this watch's mark; the gate decided again: not "
+                         "marked again for this release")
         if self.tracker.verdict == CANNOT_TELL and spec is False:
             notes.append("speculation is off: live acceptance is not observable")
         row: dict[str, Any] = {

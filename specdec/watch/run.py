@@ -99,6 +99,7 @@ class Watch:
         self.stop = threading.Event()
         self.monitors: dict[str, Monitor] = {}
         self.sessions: dict[str, Any] = {}
+        self.stamps: dict[str, float | None] = {}  # the deciding reports' mtimes
         self.scales: dict[str, float | None] = {}
         for t in targets:
             lv = Levels.of(t.policy, opts.confirm, opts.min_draft_tokens)
@@ -180,6 +181,22 @@ class Watch:
             out.append(self.monitors[f"group:{t.group.name}"])
         return out
 
+    def _gate(self, host: str) -> None:
+        """The host's deciding report, read again when the deploy wrote a new one."""
+        found = load_gate_report(self.opts.reports, host)
+        stamp = None
+        if found is not None:
+            with contextlib.suppress(OSError):
+                stamp = found[1].stat().st_mtime
+        if found is None or self.stamps.get(host) == stamp:
+            return
+        self.stamps[host] = stamp
+        pol = self.targets[host].policy
+        gate = gate_facts(found[0], found[1], (pol.keep_concurrency, pol.guard_concurrency))
+        for mon in self._monitors_of(host):
+            if mon.gate is None or host == mon.members[0]:
+                mon.gate = gate
+
     def _on_hello(self, host: str, hello: Mapping[str, Any]) -> None:
         try:
             plan = plan_from_json(hello.get("plan"), host) if hello.get("plan") else None
@@ -194,14 +211,10 @@ class Watch:
         release = current if isinstance(current, str) and _RELEASE.fullmatch(current) else None
         run = Running(release, plan.method, plan.num_speculative_tokens,
                       plan.engine, scale, caveats)
-        pol = self.targets[host].policy
-        levels = (pol.keep_concurrency, pol.guard_concurrency)
-        found = load_gate_report(self.opts.reports, host)
-        gate = gate_facts(found[0], found[1], levels) if found else None
         for mon in self._monitors_of(host):
             mon.set_running(host, run)
-            if gate is not None and (mon.gate is None or host == mon.members[0]):
-                mon.gate = gate
+        self.stamps.pop(host, None)
+        self._gate(host)
 
     def _on_sample(self, host: str, w: Mapping[str, Any], t: float) -> None:
         truth = w.get("time_scale")
@@ -230,6 +243,9 @@ class Watch:
     def look(self) -> list[dict[str, Any]]:
         now = time.time()
         rows = []
+        for host in self.targets:
+            if host in self.stamps:
+                self._gate(host)
         with store.locked(self.opts.reports):
             for mon in self.monitors.values():
                 mon.look(now, self.opts.reports)

@@ -59,9 +59,9 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
         yield Host(url, state, plan)
 
 
-def _report(root: Path, cost_c1: float, cost_c8: float) -> None:
+def _report(root: Path, cost_c1: float, cost_c8: float, **extra: Any) -> None:
     """A deciding report as the deploy leaves it, with the tune's step cost at k=6."""
-    rep = {"schema": 1, "host": "lab-nano", "outcome": "kept", "phase": "done", "message": "",
+    rep = {**extra, "schema": 1, "host": "lab-nano", "outcome": "kept", "phase": "done", "message": "",
            "run_id": "r-1", "finished_at": "2026-11-26T10:00:00+00:00", "method": "ngram",
            "draft": None, "num_speculative_tokens": 6, "active_release": "r1",
            "candidate_release": "r1", "acceptance": {"length": 2.3}, "measurements": [],
@@ -131,6 +131,19 @@ def test_not_paying_marks_the_host_when_its_data_says_reverify(host: Host,
     assert mark is not None and mark["verdict"] == "not paying" and mark["release"] == "r1"
     assert marks.marked(tmp_path, ["lab-nano", "other"]) == ["lab-nano"]
     assert marks.clear(tmp_path, "lab-nano") and marks.get(tmp_path, "lab-nano") is None
+
+
+def test_a_release_re_verified_for_a_mark_is_not_marked_again(host: Host,
+                                                              tmp_path: Path) -> None:
+    """The deploy re-verified r1 because of this watch's mark and the gate (on its prompt set)
+    kept it: marking again would re-gate it at every rollout."""
+    _report(tmp_path, 2.2, 2.5, watch_mark={"verdict": "not paying", "release": "r1"})
+    th = _traffic(host, {"chat": 1.0}, 100)
+    rows = _watch(host, tmp_path, action="reverify").run(duration_s=7.0)
+    th.join(timeout=60)
+    assert rows[0]["verdict"] == "not paying" and not rows[0]["marked"], rows[0]
+    assert any("not marked again" in n for n in rows[0]["notes"])
+    assert marks.get(tmp_path, "lab-nano") is None
 
 
 def test_report_only_never_marks(host: Host, tmp_path: Path) -> None:
