@@ -7,7 +7,7 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 APT_PACKAGES = systemd-container debootstrap docker-registry skopeo iproute2 procps curl iptables openssl \
-	etcd-server python3-venv nftables nginx util-linux
+	etcd-server python3-venv nftables nginx util-linux prometheus
 STAMP = .make
 
 .PHONY: setup dynamo-venv hub-clients test lint unit contract e2e demo demo-down clean
@@ -40,7 +40,7 @@ hub-clients: $(STAMP)/apt $(STAMP)/pip
 setup: $(STAMP)/apt $(STAMP)/pip dynamo-venv hub-clients
 
 lint: setup
-	ruff check specdec roles deploys inventories group_data tests benchmarks
+	ruff check specdec roles deploys inventories group_data tests benchmarks monitoring
 	mypy
 
 unit: setup

@@ -27,10 +27,12 @@ from specdec.hostdata import parse_host_settings
 from specdec.plan import baseline, plan_host_settings
 from specdec.plan_types import Group, Plan
 from specdec.render import Rendered, render
+from specdec.report import reports_root
 from specdec.settings import HostSettings
 from specdec.site import resolve as resolve_sites
 from specdec.tunecache import apply_cached
 from specdec.tunestore import TuneStore, location, open_store
+from specdec.watch import marks as watch_marks
 
 __all__ = [
     "GATED_PREFIXES",
@@ -258,10 +260,15 @@ _Prepared = dict[str, "tuple[HostPlan, HiddenValue | None] | DeployError"]
 
 
 def _settings(h: Any) -> HostSettings:
+    """The host's data; a host `specdec watch` marked (``specdec_watch: {action: reverify}``)
+    verifies again as with ``specdec_reverify: true``."""
     try:
-        return parse_host_settings(h.name, h.data)
+        s = parse_host_settings(h.name, h.data)
     except SpecdecError as exc:
         raise DeployError(one_line(exc)) from None
+    if not s.reverify and watch_marks.get(reports_root(), h.name) is not None:
+        s = dataclasses.replace(s, reverify=True)
+    return s
 
 
 def _prepare_all(state: Any) -> _Prepared:

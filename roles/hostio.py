@@ -18,9 +18,10 @@ from specdec import apikey
 from specdec import verify as sv
 from specdec.bench import remote
 from specdec.readback import check_tree, parse_json
-from specdec.report import write_host_report
+from specdec.report import reports_root, write_host_report
 from specdec.rounds import RoundBench
 from specdec.verify_spec import VerifySpec
+from specdec.watch import marks as watch_marks
 
 __all__ = ["MemberIO", "PyinfraIO", "previous_report", "write_report"]
 
@@ -96,8 +97,15 @@ def last_verified(spec: VerifySpec) -> Path | None:
 
 
 def write_report(rep: dict[str, Any], secret: str | None, spec: VerifySpec | None = None) -> None:
+    # a verified outcome answers a `specdec watch` reverify mark: recorded here, then cleared
+    mark = (watch_marks.get(reports_root(), str(rep.get("host")))
+            if rep.get("outcome") in sv.VERIFIED else None)
+    if mark is not None:
+        rep = {**rep, "watch_mark": mark}
     try:
         path = write_host_report(run_dir(), rep, secret)
+        if mark is not None:
+            watch_marks.clear(reports_root(), str(rep.get("host")))
         last = last_verified(spec) if spec is not None else None
         if last is not None and rep.get("outcome") in sv.VERIFIED:
             last.parent.mkdir(parents=True, exist_ok=True)

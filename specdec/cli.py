@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "specdec.commands.lab",  # lab up|down|status|engine
     "specdec.commands.bench",  # bench, gate
     "specdec.commands.rollout",  # rollout, report
+    "specdec.commands.watch",  # watch
 )
 
 

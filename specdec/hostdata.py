@@ -173,6 +173,32 @@ def _gate(r: KeyReader) -> GatePolicy:
     return GatePolicy(**kwargs)
 
 
+WATCH_ACTIONS = ("report", "reverify")
+
+
+def _watch(r: KeyReader) -> str:
+    """``specdec_watch: {action: report | reverify}``: what `specdec watch` does when
+    speculation stops paying (or would pay where it is off): report only (default), or mark the
+    host so the next deploy re-verifies it."""
+    key = "specdec_watch"
+    value = r.get(key)
+    if value is None:
+        return "report"
+    if not isinstance(value, Mapping):
+        raise r.fail(key, value, "must be a mapping like {action: report}")
+    for name in value:
+        if name != "action":
+            close = difflib.get_close_matches(str(name), ["action"], n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise ConfigError(f"{key}.{key_text(name)}={hygiene.show(value[name])}: unknown "
+                              f"field{hint}", host=r.host)
+    action = value.get("action", "report")
+    if action not in WATCH_ACTIONS:
+        raise ConfigError(f"{key}.action={hygiene.show(action)}: must be one of "
+                          f"{', '.join(WATCH_ACTIONS)}", host=r.host)
+    return str(action)
+
+
 def _bench_mode(r: KeyReader) -> str:
     """host (the host's python3), image (the engine's image) or control (the control node)."""
     mode = r.str_("specdec_bench_mode", BENCH_MODES) or DEFAULT_BENCH_MODE
@@ -406,6 +432,7 @@ def parse_host_settings(host: str, data: Any) -> HostSettings:
         reverify=r.bool_("specdec_reverify", False),
         verify=r.bool_("specdec_verify", True),
         bench_mode=_bench_mode(r),
+        watch_action=_watch(r),
         service_user=service_user,
         **_engine_keys(r, engine),
         **_site(r),
@@ -435,7 +462,7 @@ KNOWN_KEYS = tuple(
         "engine_version", "memlock",
         "env", "extra_args", "jetson_tuning", "health_timeout", "gate", "model_params_b",
         "model_weight_gib", "model_kv_bytes_per_token", "model_tokenizer", "hf_token_file",
-        "reverify", "verify", "bench_mode", "service_user", *GROUP_KEYS, *SITE_KEYS,
+        "reverify", "verify", "bench_mode", "watch", "service_user", *GROUP_KEYS, *SITE_KEYS,
         "listen", "allow_from", "engine_port", "api_key_file", "tls", "pki_dir",
         "trust_remote_code",
         *(k for e in ENGINE_IMPLS.values() for k in e.option_keys),

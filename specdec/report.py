@@ -39,6 +39,7 @@ from specdec.report_format import OUTCOME_COLORS, figures, md_cell, pct, roof
 from specdec.report_groups import group_lines, groups_html
 from specdec.roofline import HOW
 from specdec.tunechart import tune_chart, tune_line
+from specdec.watch import livecols
 
 __all__ = [
     "OUTCOMES",
@@ -286,7 +287,9 @@ def _method(r: Mapping[str, Any]) -> str:
     return m + (" [tuned]" if r.get("tune") or r.get("tuned") else "")
 
 
-def index_html(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
+def index_html(reports: Sequence[Mapping[str, Any]], run_id: str,
+               live: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+    """``live``: `specdec watch`'s rows by host (its watch file); they add live columns."""
     e = html.escape
     rows = []
     tpot, thr1, thr8, acc = [], [], [], []
@@ -309,11 +312,12 @@ def index_html(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
                 f"{al:.2f}" if isinstance(al, int | float) else "-",
                 roof(f["roofline_base_pct"]), roof(f["roofline_spec_pct"]),
                 e(str(r.get("phase") or "-")), e(str(r.get("message") or "")),
+                *(livecols.cells(live.get(host)) if live else ()),
             )) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in (
         "host", "device", "power mode", "method", "outcome", "c1 throughput gain",
         "TPOT change", "c8 gain", "acceptance length", "decode % of bw limit",
-        "spec % of AL x limit", "phase", "reason"))
+        "spec % of AL x limit", "phase", "reason", *(livecols.HEADERS if live else ())))
     counts: dict[str, int] = {}
     for r in reports:
         counts[str(r.get("outcome"))] = counts.get(str(r.get("outcome")), 0) + 1
@@ -356,7 +360,8 @@ def write_fleet(run_dir: Path, secret: str | None = None) -> None:
     reports = load_reports(run_dir)
     run_id = run_dir.name
     _write_atomic(run_dir / "summary.md", _scrub(summary_markdown(reports, run_id), secret))
-    _write_atomic(run_dir / "index.html", _scrub(index_html(reports, run_id), secret))
+    live = livecols.live_rows(run_dir.parent)  # `specdec watch`'s file, when present
+    _write_atomic(run_dir / "index.html", _scrub(index_html(reports, run_id, live), secret))
 
 
 # -- runs ----------------------------------------------------------------------------------------

@@ -53,6 +53,7 @@ class HostSettings:
     reverify: bool = False
     verify: bool = True  # False: provision and release only (no benchmark/gate)
     bench_mode: str = DEFAULT_BENCH_MODE  # where the benchmark client runs (BENCH_MODES)
+    watch_action: str = "report"  # specdec_watch.action: report | reverify (specdec watch)
     service_user: str = SERVICE_USER
     # A serving group (engines that serve one model from several hosts): its name and the
     # member that runs the group's frontend.

@@ -12,7 +12,9 @@ fits each method's response curve, k → throughput at c=1 and c=8, from them:
   through the measured points, its slope never below 0 (with one point: anchored at the
   baseline's step time); chunk sizes of every point at or above k are pooled for ``L_h(k)``;
 * a request of category h then takes ``ttft_h + (n − 1)·t(k)/L_h(k)``; the level's rate is the
-  gate's stratified rate (`specdec.gatestats`) over the prompt set's categories.
+  gate's stratified rate (`specdec.gatestats`) over the prompt set's categories. Each curve
+  row also carries the step cost ``t(k)`` over the baseline's step per level (``cost_c1``,
+  ``cost_c8``), which `specdec watch` reads.
 
 The search (`Search.next`), per method: the running configuration (free: no restart), then
 ``K_MAX`` (its chunk sizes give ``L_h(k)`` for every k), then the curve's predicted best when it
@@ -374,7 +376,11 @@ class Search:
             rows = []
             for k in range(1, self.k_max + 1):
                 p = self.predict(mm, k)
-                rows.append({"k": k, **{key: round(v, 4) for key, v in p.items()},
+                # the fitted step cost relative to the baseline's step, per level (read by
+                # `specdec watch` to estimate the speed-up at the batch sizes served)
+                cost = {f"cost_c{c}": round(self._step(mm, c, k) / self.base[c].step_s, 4)
+                        for c in self.levels}
+                rows.append({"k": k, **{key: round(v, 4) for key, v in p.items()}, **cost,
                              "measured": k in mm.points})
             curves.append({"method": mm.method, "draft": mm.draft, "points": rows})
         return TuneResult(cfg, curves, list(self.order), objective, self.bench_seconds)

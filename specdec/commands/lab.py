@@ -76,6 +76,24 @@ def register(subparsers: Any) -> None:
     _add_instance(h)
     h.set_defaults(func=cmd_hub)
 
+    t = sub.add_parser("traffic", help="user traffic with a prompt-category mix for a lab host "
+                                        "(bounded in time and count)")
+    t.add_argument("host", metavar="HOST", help="lab host (a serving group member: its frontend)")
+    t.add_argument("--inventory", default="inventories/lab.py", metavar="INVENTORY",
+                   help="lab inventory (default inventories/lab.py)")
+    t.add_argument("--mix", required=True, metavar="CAT=W,…",
+                   help="prompt categories and weights, e.g. code=0.8,chat=0.2")
+    t.add_argument("--rate", required=True, type=float, metavar="R",
+                   help="requests per device second (Poisson arrivals)")
+    t.add_argument("--duration", type=float, metavar="S", help="device seconds")
+    t.add_argument("--requests", type=int, metavar="N", help="at most N requests")
+    t.add_argument("--max-tokens", type=int, default=128, metavar="N")
+    t.add_argument("--max-inflight", type=int, default=64, metavar="N")
+    t.add_argument("--seed", type=int, default=0, metavar="N")
+    t.add_argument("--json", action="store_true", help="machine-readable output")
+    _add_instance(t)
+    t.set_defaults(func=cmd_traffic)
+
     e = sub.add_parser(
         "engine", help="run the engine emulator here: lab engine --device ID -- vllm serve MODEL …"
     )
@@ -193,6 +211,46 @@ def cmd_reboot(args: argparse.Namespace) -> int:
 
     reboot(args.host, wait=not args.no_wait, log=_say, instance=_instance(args))
     return 0
+
+
+def traffic_url(inventory: str, host: str, inst: Instance) -> tuple[str, str | None]:
+    """Where a lab host's users send requests (its API, or its serving group's frontend's), and
+    the key its API proxy wants (the fleet's, `specdec.apikey`)."""
+    from specdec.apikey import ensure_key
+    from specdec.groups.inventory import groups_of
+    from specdec.hostdata import parse_hosts
+    from specdec.inventory import load_inventory
+    from specdec.lab.spec import parse_lab_hosts
+
+    loaded = load_inventory(inventory)
+    hosts = {h.name: h for h in parse_lab_hosts(loaded, inst)}
+    if host not in hosts:
+        raise ConfigError(f"{host!r}: not a host of {inventory} (hosts: {', '.join(hosts)})")
+    settings = {s.host: s for s in parse_hosts(loaded)}
+    group = groups_of(list(settings.values())).get(host)
+    h = hosts[group.frontend] if group is not None else hosts[host]
+    key = ensure_key(settings[h.name].api_key_file, h.name)
+    return f"http://{h.address}:{h.port}", key
+
+
+def cmd_traffic(args: argparse.Namespace) -> int:
+    from specdec.lab.traffic import Traffic, parse_mix, run_traffic
+
+    mix = parse_mix(args.mix)
+    inst = _instance(args)
+    url, key = traffic_url(args.inventory, args.host, inst)
+    t = Traffic(url, mix, args.rate, args.duration, args.requests, args.max_tokens,
+                args.max_inflight, args.seed, api_key=key)
+    t.check()
+    res = run_traffic(t)
+    if args.json:
+        print(json.dumps({"host": args.host, "mix": mix, **res.to_dict()}, sort_keys=True))
+    else:
+        cats = ", ".join(f"{c} {n}" for c, n in sorted(res.by_category.items()))
+        print(f"{args.host}: {res.sent} sent ({cats}), {res.completed} completed, "
+              f"{res.failed} failed, {res.shed} shed, {res.tokens} tokens in "
+              f"{res.device_s:.0f} device s (time scale {res.time_scale:g})")
+    return 1 if res.failed else 0
 
 
 def cmd_engine(args: argparse.Namespace) -> int:

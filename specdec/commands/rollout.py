@@ -27,6 +27,8 @@ def register(subparsers: Any) -> None:
                    help="stop when a batch's unreachable hosts exceed N%% (default 100; a "
                         "batch with no host reached always stops)")
     r.add_argument("--limit", metavar="HOST", help="host names, globs or groups (comma-separated)")
+    r.add_argument("--marked", action="store_true",
+                   help="only the hosts `specdec watch` marked for re-verification")
     r.add_argument("--run-id", metavar="ID", help="report directory name (default: timestamp)")
     r.add_argument("--resume", metavar="RUN",
                    help="finish run RUN: deploy its hosts that did not converge, same run id")
@@ -105,6 +107,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     from specdec.inventory import load_inventory
     from specdec.site import site_mirror_hosts
 
+    if args.marked:
+        limit = _marked(str(inventory), root, limit)
     loaded = load_inventory(str(inventory), limit)
     settings = ro.check_hosts(loaded, data)
     every = ro.parse_with_data(load_inventory(str(inventory)), data) if limit else settings
@@ -196,6 +200,22 @@ def _sharding(args: argparse.Namespace, root: Path, run_id: str, order: list[lis
           f"{sum(len(b) for b in mine)} host(s) in {len(mine)} batch(es)"
           f"{', the canary' if runs_canary else ''}; fleet store {store.describe()}")
     return mine, coord
+
+
+def _marked(inventory: str, root: Path, limit: str | None) -> str:
+    """``--marked``: the inventory's hosts with a `specdec watch` reverify mark, as a limit."""
+    from specdec.inventory import load_inventory
+    from specdec.watch.marks import marked
+
+    if limit:
+        raise RolloutError("--marked and --limit: give one of them")
+    hosts = marked(root, [name for name, _ in load_inventory(inventory)])
+    if not hosts:
+        raise RolloutError(f"--marked: no host of {inventory} is marked for re-verification "
+                           f"under {root} (specdec watch marks hosts whose data says "
+                           "specdec_watch: {action: reverify})")
+    print(f"specdec rollout: marked by specdec watch: {', '.join(hosts)}")
+    return ",".join(hosts)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

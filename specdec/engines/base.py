@@ -23,7 +23,8 @@ from specdec.hostkeys import KeyReader
 from specdec.plan_types import DynamoPlan, Group, Plan, Socket
 from specdec.settings import HostSettings
 
-__all__ = ["LOOPBACK", "Endpoints", "Engine", "GroupSeat", "HostPackage", "ReleaseFile",
+__all__ = ["LOOPBACK", "Endpoints", "Engine", "GroupSeat", "HostPackage", "MetricsSource",
+           "ReleaseFile",
            "describe_speculation"]
 
 LOOPBACK = "127.0.0.1"
@@ -50,6 +51,28 @@ class GroupSeat:
     frontend_url: str  # the group's one endpoint (the OpenAI API clients use)
     member_url: str  # the member's own server: /health and metrics
     ready_path: str  # the frontend's route that counts the workers of {model} (200 when known)
+
+
+@dataclass(frozen=True)
+class MetricsSource:
+    """Where `specdec watch` reads a running engine's own counters, on the host itself (never
+    across the network), and which ones. ``format``: ``prometheus`` (``counters`` and ``gauges``
+    map specdec's keys to sample names, summed over label sets) or ``json-iterations`` (a JSON
+    list of per-iteration stats that drains on read; ``counters`` map keys to dotted paths
+    summed per iteration, ``a*b`` a product, and ``gauges`` to per-iteration values weighted
+    by the ``weight`` path). Keys: ``drafts``, ``draft_tokens``, ``accepted``, ``generated``,
+    ``steps`` (sequence-steps), ``requests``; gauges ``running``, ``waiting``."""
+
+    role: str  # engine | worker | frontend
+    address: str  # as the host reaches it: 127.0.0.1, or the address the server binds
+    port: int
+    path: str
+    format: str  # prometheus | json-iterations
+    counters: tuple[tuple[str, str], ...]
+    gauges: tuple[tuple[str, str], ...] = ()
+    weight: str | None = None  # json-iterations: the path of an iteration's duration (ms)
+    truth: bool = False  # the engine's own HTTP port (the lab's emulator answers /lab/truth)
+    caveat: str | None = None  # why its acceptance counters cannot be read (None: they can)
 
 
 @dataclass(frozen=True)
@@ -224,3 +247,9 @@ class Engine(ABC):
 
     def endpoints(self, plan: Plan) -> Endpoints:
         return Endpoints()
+
+    # -- watch -------------------------------------------------------------------------------
+    def metrics_sources(self, plan: Plan) -> list[MetricsSource]:
+        """Where the running release's counters are read on the host (`specdec watch`);
+        empty: the engine exposes none the watch knows."""
+        return []

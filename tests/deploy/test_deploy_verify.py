@@ -332,3 +332,37 @@ def test_unchanged_release_state_passes_the_recheck():
         is None
     assert moved(st, release.ReleaseState("a", "b", ("a", "b", "c"), st.decisions)) == (
         "the releases or their recorded decisions changed")
+
+
+def test_a_watch_mark_re_verifies_once_and_is_cleared(agx_world, monkeypatch, on):
+    """`specdec watch` marked the host (specdec_watch: {action: reverify}): the next deploy of
+    the converged, verified host benchmarks and gates it again (as specdec_reverify would),
+    records the mark in the report and clears it; the deploy after that has nothing to do."""
+    from specdec.watch import marks
+
+    hp = _hp(agx_world, AGX)
+    c, b = hp.rendered.release_id, hp.baseline.release_id  # type: ignore[union-attr]
+    monkeypatch.setattr("specdec.verify.http_get", lambda url, timeout: (200, ""))
+    root = on.parent
+
+    def converged_world() -> LiveWorld:
+        w = converged(agx_world, hp, TOKEN)
+        w.releases = release.ReleaseState(current=c, last_good=c, releases=(c,))
+        return live(w)
+
+    marks.mark(root, "@fake/orin-1", {"by": "specdec watch", "verdict": "not paying"})
+    fake = FakeHost(c, c, (c,), {c: Behaviour(bench=FAST), b: Behaviour(bench=PLAIN)})
+    use_host(monkeypatch, fake)
+    assert not deploy(monkeypatch, converged_world(), AGX).failed
+    assert fake.benched == [c, b]
+    rep = report(on)
+    assert rep["outcome"] == "kept" and rep["watch_mark"]["verdict"] == "not paying"
+    assert marks.get(root, "@fake/orin-1") is None
+
+    def no_io(conn, spec):
+        raise AssertionError("an unchanged, unmarked host must not be verified again")
+
+    monkeypatch.setattr(VERIFY_MOD, "make_io", no_io)
+    monkeypatch.setenv("SPECDEC_RUN_ID", "t2")
+    assert not deploy(monkeypatch, converged_world(), AGX).failed
+    assert report(on.parent / "t2")["outcome"] == "unchanged"

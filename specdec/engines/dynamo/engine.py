@@ -20,8 +20,15 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from specdec import hygiene, layout
-from specdec.engines.base import LOOPBACK, Engine, GroupSeat, HostPackage, ReleaseFile
-from specdec.engines.dynamo import facts, units
+from specdec.engines.base import (
+    LOOPBACK,
+    Engine,
+    GroupSeat,
+    HostPackage,
+    MetricsSource,
+    ReleaseFile,
+)
+from specdec.engines.dynamo import facts, metrics, units
 from specdec.engines.support import Support, Target
 from specdec.engines.version import Version
 from specdec.engines.vllm.engine import MANAGED_FLAGS as VLLM_FLAGS
@@ -238,6 +245,9 @@ class DynamoEngine(Engine):
                        LOOPBACK, plan.engine_port, (), "the API proxy on this host"),
             ]
         return out
+
+    def metrics_sources(self, plan: Plan) -> list[MetricsSource]:
+        return metrics.sources(plan, units.dynamo_part(plan))
 
     def version_probe(self) -> str:
         dyn = shlex.quote("import importlib.metadata as m; print(m.version('ai-dynamo'))")

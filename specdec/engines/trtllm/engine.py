@@ -9,9 +9,16 @@ import yaml
 
 from specdec import layout
 from specdec.catalog import Model
-from specdec.engines.base import LOOPBACK, Endpoints, Engine, ReleaseFile, describe_speculation
+from specdec.engines.base import (
+    LOOPBACK,
+    Endpoints,
+    Engine,
+    MetricsSource,
+    ReleaseFile,
+    describe_speculation,
+)
 from specdec.engines.support import Support, Target
-from specdec.engines.trtllm import facts
+from specdec.engines.trtllm import facts, metrics
 from specdec.engines.version import Version
 from specdec.engines.vllm.engine import NGRAM_PROMPT_LOOKUP
 from specdec.errors import RenderError
@@ -138,3 +145,6 @@ class TrtllmEngine(Engine):
 
     def endpoints(self, plan: Plan) -> Endpoints:
         return Endpoints(metrics_format="trtllm-json")
+
+    def metrics_sources(self, plan: Plan) -> list[MetricsSource]:
+        return [metrics.engine_source(plan)]

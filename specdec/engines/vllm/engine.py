@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 from typing import ClassVar
 
-from specdec.engines.base import LOOPBACK, Engine
+from specdec.engines.base import LOOPBACK, Engine, MetricsSource
 from specdec.engines.support import Support, Target
 from specdec.engines.version import Version
-from specdec.engines.vllm import facts
+from specdec.engines.vllm import facts, metrics
 from specdec.errors import RenderError
 from specdec.plan_types import Plan
 
@@ -107,6 +107,12 @@ class VllmEngine(Engine):
         # pinned release (0.9.2 api_server.py:1180; 0.31.0 serve/middleware/register.py:32);
         # the environment, not --api-key, which ps shows
         return [("VLLM_API_KEY", "api_key")]
+
+    def metrics_sources(self, plan: Plan) -> list[MetricsSource]:
+        # the engine itself on loopback (argv), not the API proxy: vLLM's API key guards only
+        # /v1 routes (0.9.2 api_server.py:1180; 0.31.0 serve/middleware), so /metrics answers
+        return [metrics.engine_source(plan, "engine", LOOPBACK, plan.engine_port,
+                                      plan.engine_version, truth=True)]
 
     def version_probe(self) -> str:
         return ("if command -v vllm >/dev/null 2>&1; then "
