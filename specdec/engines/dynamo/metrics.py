@@ -7,9 +7,9 @@ frontend's own request counters on its HTTP port.
   ``vllm:`` metrics there (ai-dynamo 1.6.1 ``dynamo/vllm/main.py:308-365``,
   ``register_engine_metrics_callback(..., metric_prefix_filters=["vllm:", "lmcache:"])``);
 * frontend: ``/metrics`` on its HTTP port (loopback, behind the API proxy); names from
-  ai-dynamo 1.6.1 ``dynamo/prometheus_names.py``: prefix ``dynamo_frontend`` (:419; ``DYN_METRICS_PREFIX``
-  overrides it, :93), ``requests_total`` (:97), ``queued_requests`` (:103),
-  ``inflight_requests`` (:106), ``output_tokens_total`` (:143).
+  ai-dynamo 1.6.1 ``dynamo/prometheus_names.py``: prefix ``dynamo_frontend`` (:419;
+  ``DYN_METRICS_PREFIX`` overrides it, :93), ``requests_total`` (:97), ``queued_requests``
+  (:103), ``inflight_requests`` (:106), ``output_tokens_total`` (:143).
 """
 
 from __future__ import annotations
