@@ -2,9 +2,10 @@
 
 Each rule's boundaries (`bounds`): a wrong pass within ``1 − confidence``, a c=1 rule's wrong
 fail (a wrong disable) within ``1 − disable_confidence``, each over all ``max_rounds`` looks
-(Pocock's constant group-sequential boundary, `pocock_z`). A rule *closes* once its interval is narrow enough that
-one of its boundaries must hold: ``(z_up + z_down)·SE ≤ 2m`` for a keep rule (its zone is ±m),
-``≤ m`` for the c=8 guard (its zone is [−m, 0)). Then no rule is left open at a look, so every
+(group-sequential: Pocock's constant boundary for a pass, Wang & Tsiatis' shape `FAIL_SHAPE` for
+a c=1 fail, `boundary_z`). A rule *closes* once its interval is narrow enough that one of its
+boundaries must hold: ``(z_up + z_down)·SE ≤ 2m`` for a keep rule (its zone is ±m), ``≤ m`` for
+the c=8 guard (its zone is [−m, 0)). Then no rule is left open at the last look, so every
 decision, the last look's too, is a boundary crossing within its budget.
 
 After a look the gate projects each open rule's SE forward: the data so far (variance ``V``)
