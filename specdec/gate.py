@@ -15,13 +15,13 @@ indifference zone:
 * after each round (a *look*) a rule still open **passes** when its lower bound
   ``θ̂ − z·SE ≥ −m`` (it is not below the zone), **fails** when its upper bound is at most the
   zone's top (``θ̂ + z·SE ≤ m``; the c=8 rule ``≤ 0``: a regression beyond δ shown), and when
-  both hold (the interval sits inside the zone) goes by where θ̂ lies in it. Each boundary's
-  ``z`` is a one-sided normal quantile of the rule's error budget ``1 − confidence`` split over
-  every look the gate may take (``max_rounds``, the last look included: Pocock's constant
-  group-sequential boundary, `specdec.gateplan.pocock_z`); a truth
-  outside the zone can err one way only, so each boundary has its own budget: a pass
-  ``1 − confidence`` (5%), a c=1 rule's fail — a gain wrongly disabled — ``1 −
-  disable_confidence`` (1%) (`specdec.gateplan.bounds`). A verdict, once reached, stays.
+  both hold (the interval sits inside the zone) goes by where θ̂ lies in it. A truth outside
+  the zone can err one way only, so each boundary has its own budget over every look the gate
+  may take (``max_rounds``, the last look included): a pass ``1 − confidence`` (5%) on Pocock's
+  constant group-sequential boundary, a c=1 rule's fail — a gain wrongly disabled — ``1 −
+  disable_confidence`` (0.5%) on a Wang-Tsiatis boundary that asks most of the first looks,
+  whose noise is least known; the c=8 rule 5% both ways (`specdec.gateplan.bounds`). A verdict,
+  once reached, stays.
 * **keep** when every rule passed; **disable** as soon as a rule failed (the c=1 gain shown
   below 10%, a c=8 regression shown, or a keep threshold shown out of reach); otherwise
   **measure another round** of the levels whose rules are still open (``Decision.pending``),
