@@ -1,4 +1,4 @@
-"""Gate power: how often does the gate decide wrong, and how long does it benchmark?
+"""Gate power: how often does the gate decide wrong in the field's noise, and how long does it take?
 
 Not a test: it prints figures. Run: ``python3 benchmarks/gate_power.py [--scenarios 200]``.
 
@@ -16,15 +16,24 @@ when the c=1 gain ≥ 30%, the c=1 TPOT p50 reduction ≥ 20% and the c=8 ratio 
 A scenario whose truth is within the policy's indifference zone (``indifference`` m, on the log
 of the ratio to a threshold that decides its truth: within ±m of a c=1 keep threshold, or a c=8
 ratio from (1 − δ)·e^−m up to 1 − δ; the zone the gate's guarantee leaves out, `specdec.gate`)
-is drawn, decided and reported, but not counted in the wrong-decision rate (their count and how
-often the gate differs from the truth there are printed).
+is drawn, decided and reported in its own columns (how often the gate differs from the truth
+there), not in the wrong-decision rate.
 
-Each scenario is decided the way the deploy's verify step decides it: rounds of both arms, each
-arm benchmarked with the deploy's own `specdec.rounds.BenchSettings` for the levels the gate
-still needs (`specdec.rounds.round_bench`), a fresh seed per round, `specdec.gate.decide` after
-each round until it answers. Twice: without timing noise, and with lognormal noise per request
-(``--noise-req``) and per run and level (``--noise-run``). Printed: wrong decisions and device
-seconds of benchmarking per decision (warmup and every level of both arms, every round).
+Each scenario is decided the way the deploy's verify step decides it (`specdec.phases.gate`):
+rounds of both arms, the arm that runs first measured first (the candidate in round 1: it was
+just released), then one switch, so the order alternates round after round; each arm with the
+deploy's `specdec.rounds.BenchSettings` for the levels, requests and categories the gate asks
+for (`specdec.rounds.round_bench`); `specdec.gate.decide` after each round until it answers.
+Once per **noise case** (`simlab.Noise`): the policy's own noise (1×: 5% per request, 3% per
+run and level), 1.5× and 2× of it, heavy tails (3% of requests 3× slower), drift (the host
+slowing linearly over each round by up to 10%, each round its own) and a fixed bias (the
+candidate's runs 5% slower than the baseline's).
+
+Printed per case: wrong decisions outside the zone (wrong keeps, wrong disables, wrong disables
+of a true gain ≥ +40%), how often the gate differs from the truth inside the zone, the regret
+(c=1 throughput lost against the seed's rule applied to the truth, over every drawn scenario),
+device seconds of benchmarking per decision (warmup, every level of both arms, every round) and
+the same with the engine restarts the switches cost (`simlab.restart_s`, cited there).
 """
 
 from __future__ import annotations
@@ -39,13 +48,28 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
-from simlab import ROWS, Setup, Truth, World
+from simlab import ROWS, Noise, Setup, Truth, World, restart_s
 
 from specdec.catalog import load_catalog
 from specdec.emulator.textgen import stable_int
 from specdec.gate import decide
 from specdec.plan_types import GatePolicy
 from specdec.rounds import BenchSettings, round_bench
+
+BASE_NOISE = Noise(req=0.05, run=0.03)
+CASES: dict[str, Noise] = {
+    "none": Noise(),
+    "1x": BASE_NOISE,
+    "1.5x": BASE_NOISE.scaled(1.5),
+    "2x": BASE_NOISE.scaled(2.0),
+    "tails": replace(BASE_NOISE, tail_p=0.03, tail_f=3.0),
+    "drift": replace(BASE_NOISE, drift=0.10),
+    "bias": replace(BASE_NOISE, bias=0.05),
+}
+TITLES = {"none": "none", "1x": "1× (req 5%, run 3%)", "1.5x": "1.5×", "2x": "2×",
+          "tails": "1× + 3% of requests 3× slow", "drift": "1× + drift ≤10% per round",
+          "bias": "1× + candidate runs 5% slower"}
+BIG_GAIN = 0.40  # never a wrong disable of a true gain this large
 
 
 @dataclass
@@ -77,6 +101,14 @@ class Scenario:
             return self.setup.method
         return "c8 neutral/slight" if f >= 0.95 else "c8 regressing"
 
+    def regret(self, decision: str, delta: float) -> float:
+        """c=1 throughput lost against the truth's decision (a share of the truth's)."""
+        t = self.truth
+        assert t is not None
+        ref = 1.0 + t.gain if self.verdict(delta) == "keep" else 1.0
+        got = 1.0 + t.gain if decision == "keep" else 1.0
+        return (ref - got) / ref
+
 
 def draw(rng: random.Random) -> Scenario:
     cat = load_catalog()
@@ -99,35 +131,58 @@ def draw(rng: random.Random) -> Scenario:
     return Scenario(name, Setup(row, method, draft, k, temp, c8))
 
 
+@dataclass(frozen=True)
+class Outcome:
+    decision: str
+    seconds: float  # benchmark device seconds
+    rounds: int
+    restarts: int
+    code: str
+    scaled: int = 0  # rounds measured with more than the default requests
+
+
 def decide_one(world: World, sc: Scenario, pol: GatePolicy, bs: BenchSettings,
-               rng: random.Random, noise_req: float, noise_run: float
-               ) -> tuple[str, float, int]:
-    """The gate's rounds on a scenario: (decision, benchmark device seconds, rounds)."""
+               rng: random.Random, noise: Noise) -> Outcome:
+    """The gate's rounds on a scenario, in the deploy's order of arms."""
     seconds = 0.0
-    bases: list[dict[str, Any]] = []
-    cands: list[dict[str, Any]] = []
+    res: dict[str, list[dict[str, Any]]] = {"baseline": [], "candidate": []}
+    setups = {"candidate": sc.setup, "baseline": sc.setup.baseline}
     levels: tuple[int, ...] | None = None
     alloc: dict[str, float] = {}
+    scale: dict[int, float] = {}
+    running, restarts, scaled = "candidate", 0, 0
+    dec = None
     for rnd in range(pol.max_rounds):
         seed = rng.randrange(1 << 30)
-        used = [r["prompt_id"] for c in cands
+        used = [r["prompt_id"] for c in res["candidate"]
                 for r in (c["concurrency"].get(str(pol.keep_concurrency)) or {}).get(
                     "requests", [])]
-        for arm, out, setup in (("candidate", cands, sc.setup),
-                                ("baseline", bases, sc.setup.baseline)):
-            rb = round_bench(bs, pol, arm, rnd, levels, alloc, used)
-            res, secs = world.bench(setup, rb, seed, rng, noise_req, noise_run)
-            seconds += secs
-            out.append(res)
-        dec = decide(bases, cands, pol)
+        order = (running, "baseline" if running == "candidate" else "candidate")
+        rbs = {arm: round_bench(bs, pol, arm, rnd, levels, alloc, used, scale) for arm in order}
+        raws = {arm: world.bench_raw(setups[arm], rbs[arm], seed) for arm in order}
+        round_s = sum(r.seconds for r in raws.values())
+        drift = rng.uniform(0.0, noise.drift) if noise.drift else 0.0
+        clock = 0.0
+        for arm in order:
+            res[arm].append(world.noisy(raws[arm], rbs[arm], rng, noise, clock, drift, round_s,
+                                        arm == "candidate"))
+            clock += raws[arm].seconds
+        seconds += round_s
+        restarts += 1
+        scaled += any(v > 1.0 for v in scale.values())
+        running = order[1]
+        dec = decide(res["baseline"], res["candidate"], pol)
         if dec.decision != "inconclusive":
-            return dec.decision, seconds, rnd + 1
-        levels, alloc = dec.pending, dec.allocation
-    return "inconclusive", seconds, pol.max_rounds
+            break
+        levels, alloc, scale = dec.pending, dec.allocation, dec.scale
+    assert dec is not None
+    wanted = "candidate" if dec.decision == "keep" else "baseline"
+    restarts += running != wanted
+    return Outcome(dec.decision, seconds, dec.rounds, restarts, dec.code, scaled)
 
 
 def evaluate(args: tuple[int, argparse.Namespace]) -> dict[str, Any]:
-    """One scenario: truth and the gate's decision without and with noise (worker process)."""
+    """One scenario: its truth and the gate's decision in every noise case (worker process)."""
     i, a = args
     rng = random.Random(stable_int("gate-power", a.seed, i))
     world = World()
@@ -135,8 +190,9 @@ def evaluate(args: tuple[int, argparse.Namespace]) -> dict[str, Any]:
     sc = draw(rng)
     sc.truth = world.truth(sc.setup, a.truth_seeds, bs.max_tokens)
     out: dict[str, Any] = {"sc": sc}
-    for label, nq, nr in (("none", 0.0, 0.0), ("noisy", a.noise_req, a.noise_run)):
-        out[label] = decide_one(world, sc, pol, bs, rng, nq, nr)
+    for label in a.cases:
+        out[label] = decide_one(world, sc, pol, bs, random.Random(stable_int(
+            "gate-power", a.seed, i, label)), CASES[label])
     return out
 
 
@@ -150,23 +206,8 @@ def quantile(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--scenarios", type=int, default=200, help="counted scenarios (outside "
-                    "the indifference zone)")
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--noise-req", type=float, default=0.05, help="lognormal sigma per request")
-    ap.add_argument("--noise-run", type=float, default=0.03, help="lognormal sigma per run")
-    ap.add_argument("--truth-seeds", type=int, default=4)
-    ap.add_argument("--jobs", type=int, default=1)
-    ap.add_argument("--indifference", type=float, default=None,
-                    help="override the policy's indifference zone (a sensitivity run; the "
-                         "deploy uses the policy's)")
-    ap.add_argument("--verbose", action="store_true")
-    a = ap.parse_args()
-    t0 = time.monotonic()
-    pol, bs = policy(a), BenchSettings()
-    delta, zone_m = pol.max_regression_c8, pol.indifference
+def run(a: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    delta, zone_m = policy(a).max_regression_c8, policy(a).indifference
     counted: list[dict[str, Any]] = []
     zone: list[dict[str, Any]] = []
     i = 0
@@ -175,74 +216,158 @@ def main() -> int:
             batch = list(range(i, i + max(a.jobs, a.scenarios - len(counted))))
             i += len(batch)
             for res in ex.map(evaluate, [(j, a) for j in batch]):
-                (counted if res["sc"].margin(delta) >= zone_m else zone).append(res)
                 if len(counted) >= a.scenarios:
-                    break
-    counted = counted[:a.scenarios]
+                    break  # drawn beyond the count: not reported
+                (counted if res["sc"].margin(delta) >= zone_m else zone).append(res)
+    return counted, zone
+
+
+def case_row(label: str, counted: list[dict[str, Any]], zone: list[dict[str, Any]],
+             delta: float, restart: dict[int, float]) -> tuple[str, dict[str, float]]:
+    def wrong(r: dict[str, Any]) -> bool:
+        return bool(r[label].decision != r["sc"].verdict(delta))
+
+    bad = [r for r in counted if wrong(r)]
+    wk = sum(1 for r in bad if r[label].decision == "keep")
+    big = sum(1 for r in bad if r[label].decision != "keep"
+              and r["sc"].truth.gain >= BIG_GAIN and r["sc"].verdict(delta) == "keep")
+    zd = sum(1 for r in zone if wrong(r))
     drawn = counted + zone
+    reg = [r["sc"].regret(r[label].decision, delta) for r in drawn]
+    secs = [r[label].seconds for r in counted]
+    full = [r[label].seconds + r[label].restarts * restart[r["sc"].setup.row] for r in counted]
+    limit = sum(1 for r in drawn if r[label].code == "round_limit")
+    fig = {"wrong": len(bad) / len(counted), "big": big, "median": statistics.median(secs),
+           "p90": quantile(secs, 0.9)}
+    return (f"| {TITLES[label]} | {len(bad)}/{len(counted)} = {len(bad) / len(counted):.1%} | "
+            f"{wk} | {len(bad) - wk} | {big} | {zd}/{len(zone)} = {zd / max(1, len(zone)):.0%} "
+            f"| {statistics.fmean(reg):.2%} / {max(reg):.1%} | {fig['median']:.1f} | "
+            f"{fig['p90']:.1f} | {max(secs):.1f} | {statistics.median(full):.0f} / "
+            f"{quantile(full, 0.9):.0f} | {statistics.fmean(r[label].rounds for r in drawn):.2f}"
+            f" | {limit} |"), fig
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--scenarios", type=int, default=200, help="counted scenarios (outside "
+                    "the indifference zone)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--cases", default=",".join(CASES), help="noise cases, comma-separated "
+                    f"(of {', '.join(CASES)})")
+    ap.add_argument("--truth-seeds", type=int, default=4)
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--indifference", type=float, default=None,
+                    help="override the policy's indifference zone (a sensitivity run; the "
+                         "deploy uses the policy's)")
+    ap.add_argument("--verbose", action="store_true")
+    a = ap.parse_args()
+    a.cases = [c for c in a.cases.split(",") if c]
+    unknown = [c for c in a.cases if c not in CASES]
+    if unknown:
+        ap.error(f"--cases: unknown {', '.join(unknown)} (known: {', '.join(CASES)})")
+    t0 = time.monotonic()
+    pol, bs = policy(a), BenchSettings()
+    delta, zone_m = pol.max_regression_c8, pol.indifference
+    counted, zone = run(a)
+    restart = {row: restart_s(row) for row in range(len(ROWS))}
     print(f"gate power: {len(counted)} scenarios on the lab's {len(ROWS)} hosts (emulator "
-          f"core, seed {a.seed}, {len(drawn)} drawn, {len(zone)} in the ±{zone_m:.0%} "
-          "indifference zone)")
+          f"core, seed {a.seed}, {len(counted) + len(zone)} drawn, {len(zone)} in the "
+          f"±{zone_m:.0%} indifference zone)")
     print(f"deploy settings per round: warmup {bs.warmup}; c=1 {bs.requests} candidate / "
           f"{bs.baseline_requests} baseline requests; c=8 {bs.guard_requests} per arm; "
-          f"{bs.max_tokens} tokens each. Policy: confidence {pol.confidence}, up to "
-          f"{pol.max_rounds} rounds, c=8 tolerance {delta:.0%}, run noise {pol.run_noise}, "
-          f"request noise {pol.request_noise}")
+          f"{bs.max_tokens} tokens each (up to {pol.max_scale:g}x when the gate asks). Policy: "
+          f"confidence {pol.confidence} (a wrong disable {pol.disable_confidence}), up to "
+          f"{pol.max_rounds} rounds, c=8 tolerance {delta:.0%}, noise floors: run "
+          f"{pol.run_noise}, request {pol.request_noise}")
     truths = {t: sum(1 for r in counted if r["sc"].verdict(delta) == t) for t in ("keep",
                                                                                 "disable")}
     kinds: dict[str, int] = {}
     for r in counted:
         kinds[r["sc"].kind()] = kinds.get(r["sc"].kind(), 0) + 1
     print(f"counted: truth keep {truths['keep']}, disable {truths['disable']}; {kinds}")
+    print("engine restart per switch (device s): " + ", ".join(
+        f"{ROWS[r][0]} {s:.0f}" for r, s in restart.items()))
     print()
-    print("| timing noise | wrong (outside zone) | wrong keep | wrong disable | in zone: "
-          "differ from truth | s/decision median | p90 | max | p90 incl. zone | rounds mean |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for label, title in (("none", "none"),
-                         ("noisy", f"req {a.noise_req:g}, run {a.noise_run:g}")):
-        wrong = [r for r in counted if r[label][0] != r["sc"].verdict(delta)]
-        wk = sum(1 for r in wrong if r[label][0] == "keep")
-        zd = sum(1 for r in zone if r[label][0] != r["sc"].verdict(delta))
-        secs = [r[label][1] for r in counted]
-        print(f"| {title} | {len(wrong)}/{len(counted)} = {len(wrong) / len(counted):.1%} | "
-              f"{wk} | {len(wrong) - wk} | {zd}/{len(zone)} | {statistics.median(secs):.1f} | "
-              f"{quantile(secs, 0.9):.1f} | {max(secs):.1f} | "
-              f"{quantile([r[label][1] for r in drawn], 0.9):.1f} | "
-              f"{statistics.fmean(r[label][2] for r in counted):.2f} |")
-        if a.verbose:
-            for r in wrong:
-                sc, t = r["sc"], r["sc"].truth
-                print(f"    wrong ({label}): {sc.name}: truth {sc.verdict(delta)} (gain "
-                      f"{t.gain:+.3f}, TPOT {t.tpot_red:+.3f}, c8 {t.c8_ratio:.3f}, margin "
-                      f"{sc.margin(delta):.3f}), gate {r[label][0]} after {r[label][2]} rounds")
+    print("| timing noise | wrong (outside zone) | wrong keep | wrong disable | of them a true "
+          f"gain ≥ +{BIG_GAIN:.0%} | in zone: differ from truth | regret c=1 mean / worst | "
+          "bench s/decision median | p90 | max | with restarts median / p90 | rounds mean | "
+          "round limit |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    figs = {}
+    for label in a.cases:
+        line, figs[label] = case_row(label, counted, zone, delta, restart)
+        print(line, flush=True)
+    if a.verbose:
+        for label in a.cases:
+            for r in counted + zone:
+                sc, t, o = r["sc"], r["sc"].truth, r[label]
+                if o.decision != sc.verdict(delta):
+                    where = "zone" if sc.margin(delta) < zone_m else "WRONG"
+                    print(f"    {where} ({label}): {sc.name}: truth {sc.verdict(delta)} (gain "
+                          f"{t.gain:+.3f}, TPOT {t.tpot_red:+.3f}, c8 {t.c8_ratio:.3f}, margin "
+                          f"{sc.margin(delta):.3f}), gate {o.decision} ({o.code}) after "
+                          f"{o.rounds} rounds")
     print()
-    print("| host (device, engine, model) | scenarios | s/decision median (none / noisy) | "
-          "p90 (none / noisy) | wrong (none / noisy) |")
+    per_host(counted, [c for c in ("1x", "2x") if c in a.cases], delta)
+    per_kind(counted, zone, [c for c in ("1x", "2x") if c in a.cases], delta)
+    targets(figs)
+    print(f"(computed in {time.monotonic() - t0:.0f} s)")
+    return 0
+
+
+def per_host(counted: list[dict[str, Any]], labels: list[str], delta: float) -> None:
+    if not labels:
+        return
+    both = " / ".join(labels)
+    print(f"| host (device, engine, model) | scenarios | bench s/decision median ({both}) | "
+          f"p90 ({both}) | wrong ({both}) |")
     print("|---|---|---|---|---|")
     for row, (host, device, engine, model) in enumerate(ROWS):
         rs = [r for r in counted if r["sc"].setup.row == row]
         if not rs:
             continue
-        cells = [" / ".join(f"{quantile([r[lb][1] for r in rs], q):.0f}"
-                            for lb in ("none", "noisy")) for q in (0.5, 0.9)]
-        wrong = " / ".join(str(sum(1 for r in rs if r[lb][0] != r["sc"].verdict(delta)))
-                           for lb in ("none", "noisy"))
+        cells = [" / ".join(f"{quantile([r[lb].seconds for r in rs], q):.0f}"
+                            for lb in labels) for q in (0.5, 0.9)]
+        wrong = " / ".join(str(sum(1 for r in rs if r[lb].decision != r["sc"].verdict(delta)))
+                           for lb in labels)
         print(f"| {host} ({device}, {engine}, {model.split('/')[-1]}) | {len(rs)} | {cells[0]} "
               f"| {cells[1]} | {wrong} |")
     print()
-    print("| scenario kind | counted | wrong (none / noisy) | in zone | in zone differ "
-          "(none / noisy) |")
+
+
+def per_kind(counted: list[dict[str, Any]], zone: list[dict[str, Any]], labels: list[str],
+             delta: float) -> None:
+    if not labels:
+        return
+    both = " / ".join(labels)
+    print(f"| scenario kind | counted | wrong ({both}) | in zone | in zone differ ({both}) |")
     print("|---|---|---|---|---|")
-    for kind in sorted({r["sc"].kind() for r in drawn}):
-        rs = [r for r in counted if r["sc"].kind() == kind]
-        zs = [r for r in zone if r["sc"].kind() == kind]
-        w = " / ".join(str(sum(1 for r in rs if r[lb][0] != r["sc"].verdict(delta)))
-                       for lb in ("none", "noisy"))
-        zd = " / ".join(str(sum(1 for r in zs if r[lb][0] != r["sc"].verdict(delta)))
-                        for lb in ("none", "noisy"))
-        print(f"| {kind} | {len(rs)} | {w} | {len(zs)} | {zd} |")
-    print(f"\n(computed in {time.monotonic() - t0:.0f} s)")
-    return 0
+    for kind in sorted({r["sc"].kind() for r in counted + zone}):
+        c = [r for r in counted if r["sc"].kind() == kind]
+        z = [r for r in zone if r["sc"].kind() == kind]
+        w = " / ".join(str(sum(1 for r in c if r[lb].decision != r["sc"].verdict(delta)))
+                       for lb in labels)
+        zd = " / ".join(str(sum(1 for r in z if r[lb].decision != r["sc"].verdict(delta)))
+                        for lb in labels)
+        print(f"| {kind} | {len(c)} | {w} | {len(z)} | {zd} |")
+    print()
+
+
+def targets(figs: dict[str, dict[str, float]]) -> None:
+    """The issue's targets, each met or not."""
+    checks = []
+    for label in ("1x", "2x", "tails", "drift"):
+        if label in figs:
+            checks.append((f"out-of-zone wrong ≤ 1% ({label})", figs[label]["wrong"] <= 0.01))
+    checks.append(("no wrong disable of a true gain ≥ +40% (every case)",
+                   all(f["big"] == 0 for f in figs.values())))
+    if "1x" in figs:
+        checks.append(("bench s/decision median ≤ 60, p90 ≤ 90 (1x)",
+                       figs["1x"]["median"] <= 60 and figs["1x"]["p90"] <= 90))
+    if "2x" in figs:
+        checks.append(("bench s/decision p90 ≤ 180 (2x)", figs["2x"]["p90"] <= 180))
+    print("targets: " + "; ".join(f"{name}: {'met' if ok else 'NOT met'}"
+                                  for name, ok in checks))
 
 
 if __name__ == "__main__":

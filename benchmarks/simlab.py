@@ -6,11 +6,14 @@ device seconds (real time scale). Used by ``gate_power.py`` and ``oracle_gap.py`
 
 * `ROWS`: every host of ``inventories/lab.py`` (device, engine, model).
 * `Setup`: a speculation setup on a row (method, draft, k, per-batch-size k, sampling
-  temperature as an acceptance-degradation knob, an optional c=8 slowdown).
+  temperature as an acceptance-degradation knob, an optional c=8 slowdown, the emulator's
+  speculation world: ``chain`` or ``measured``, `specdec.emulator.acceptance.VARIANTS`).
 * `World.truth`: the setup's population figures over the whole built-in prompt set and several
   seeds (c=1 throughput gain, c=1 TPOT p50 reduction, c=8 steady-state throughput ratio).
 * `World.bench`: one arm's benchmark the way `specdec bench` runs it for a gate round
-  (`specdec.rounds.RoundBench`), as a bench JSON, with optional timing noise.
+  (`specdec.rounds.RoundBench`), as a bench JSON, with optional timing noise (`Noise`: per
+  request, per run, stray slow requests, drift within a round, a bias between arms).
+* `restart_s`: what one engine restart costs on the row's device (cited).
 """
 
 from __future__ import annotations
@@ -31,23 +34,31 @@ from specdec.bench.prompts import builtin_prompts  # noqa: E402
 from specdec.bench.stats import hd_quantile  # noqa: E402
 from specdec.catalog import load_catalog  # noqa: E402
 from specdec.emulator.core import EngineCore, EngineModel, SeqRequest  # noqa: E402
+from specdec.emulator.profiles import device_profile, model_spec  # noqa: E402
 from specdec.emulator.setup import setup_for  # noqa: E402
 from specdec.emulator.textgen import category_of, chat_prompt_tokens, stable_int  # noqa: E402
 from specdec.emulator.timing import StepCost, StepLoad  # noqa: E402
 from specdec.rounds import RoundBench  # noqa: E402
 
 
-def _lab_rows() -> list[tuple[str, str, str, str]]:
+def _lab_table() -> list[tuple[str, dict[str, Any]]]:
     spec = importlib.util.spec_from_file_location("specdec_lab_inventory",
                                                   ROOT / "inventories" / "lab.py")
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    return [(h, d["lab_device"], d["specdec_engine"], d["specdec_model"])
-            for h, d in mod._TABLE]
+    return list(mod._TABLE)
 
 
-ROWS = _lab_rows()  # (host, device, engine, model) of every lab host
+_TABLE = _lab_table()
+ROWS = [(h, d["lab_device"], d["specdec_engine"], d["specdec_model"]) for h, d in _TABLE]
+# each host's own pins beyond device, engine and model (as deployed: its method, draft, k and
+# image, e.g. lab-nx's draft model at k=5 on the vLLM 0.9.2 image)
+PINS: dict[str, dict[str, Any]] = {
+    h: {**{k: v for k, v in d.items() if k.startswith("specdec_") and k not in (
+        "specdec_engine", "specdec_model", "specdec_runtime")},
+        **({"specdec_image": d["lab_image"]} if "lab_image" in d else {})}
+    for h, d in _TABLE}
 SPEC_OFF_ABOVE = 2  # c=8 variants: no speculation above this batch size
 
 
@@ -99,6 +110,7 @@ class Setup:
     temperature: float = 0.0
     c8_factor: float | None = None  # None: natural c=8; else spec off above batch 2, x 1/f
     k_by_batch: tuple[tuple[int, int, int], ...] = ()
+    variant: str = "chain"  # the emulator's speculation world (acceptance.VARIANTS)
 
     @property
     def baseline(self) -> Setup:
@@ -181,14 +193,67 @@ def closed_loop(model: EngineModel, ps: list[P], conc: int, n: int, max_tokens: 
         (t, k) for t, k in steps if t > t0]
 
 
-def level_result(reqs: list[Req], duration: float, rng: random.Random, noise_req: float,
-                 noise_run: float) -> dict[str, Any]:
-    """A bench JSON level from simulated requests, with lognormal timing noise per request
-    and per run."""
-    f_run = math.exp(rng.gauss(0.0, noise_run)) if noise_run else 1.0
+@dataclass(frozen=True)
+class Noise:
+    """Timing noise a benchmark meets on a device (all lognormal sds on the log scale).
+
+    ``req`` per request, ``run`` per run (one arm's level in one round: clocks, temperature);
+    ``tail_p`` the chance that a request is a stray slow one, ``tail_f`` times slower (another
+    process, a page fault storm); ``drift`` the largest slowdown over one round (each round
+    draws its own from 0 to ``drift``, the host slowing linearly while it benchmarks both arms:
+    throttling); ``bias`` a fixed slowdown of the candidate's runs against the baseline's (a
+    baseline measured on a cooler device)."""
+
+    req: float = 0.0
+    run: float = 0.0
+    tail_p: float = 0.0
+    tail_f: float = 3.0
+    drift: float = 0.0
+    bias: float = 0.0
+
+    def scaled(self, k: float) -> Noise:
+        return replace(self, req=self.req * k, run=self.run * k)
+
+
+NO_NOISE = Noise()
+
+
+@dataclass(frozen=True)
+class RawLevel:
+    conc: int
+    reqs: list[Req]
+    duration: float
+
+
+@dataclass(frozen=True)
+class RawArm:
+    """One arm's benchmark of a round before noise: warmup seconds, then each level."""
+
+    warmup_s: float
+    levels: list[RawLevel]
+
+    @property
+    def seconds(self) -> float:
+        return self.warmup_s + sum(lv.duration for lv in self.levels)
+
+
+def level_result(reqs: list[Req], duration: float, rng: random.Random, noise: Noise,
+                 clock: float = 0.0, drift: float = 0.0, round_s: float = 1.0,
+                 candidate: bool = False) -> dict[str, Any]:
+    """A bench JSON level from simulated requests with ``noise``: ``clock`` is when the level
+    starts within its round (``round_s`` long, slowing linearly by ``drift`` over it)."""
+    f_run = math.exp(rng.gauss(0.0, noise.run)) if noise.run else 1.0
+    if candidate and noise.bias:
+        f_run *= math.exp(noise.bias)
     recs = []
+    total = 0.0
     for r in reqs:
-        f = f_run * (math.exp(rng.gauss(0.0, noise_req)) if noise_req else 1.0)
+        f = f_run * (math.exp(rng.gauss(0.0, noise.req)) if noise.req else 1.0)
+        if noise.tail_p and rng.random() < noise.tail_p:
+            f *= noise.tail_f
+        if drift:
+            f *= 1.0 + drift * (clock + r.arrival + r.e2e / 2) / round_s
+        total += f * r.e2e
         ttft, e2e = r.ttft * f, r.e2e * f
         tpot = (e2e - ttft) / (r.tokens - 1) * 1000 if r.tokens > 1 else None
         sizes = r.chunks[1:]
@@ -203,8 +268,9 @@ def level_result(reqs: list[Req], duration: float, rng: random.Random, noise_req
                      if len(r.chunks) > 1 else None, "chunk_tokens_sd": sd,
                      "chunk_hist": hist, "error": None})
     tokens = sum(r.tokens for r in reqs)
+    slow = total / max(1e-12, sum(r.e2e for r in reqs))  # the level's mean slowdown
     tpots = [x["tpot_ms"] for x in recs if x["tpot_ms"] is not None]
-    return {"throughput_tok_s": tokens / (duration * f_run),
+    return {"throughput_tok_s": tokens / (duration * slow),
             "tpot_ms_p50": statistics.median(tpots), "requests": recs}
 
 
@@ -228,7 +294,7 @@ class World:
         _, device, engine, model = ROWS[s.row]
         dev = self.cat.device(device)
         kw: dict[str, Any] = {"max_num_seqs": dev.max_num_seqs,
-                              "overlap_scheduler": engine == "trtllm"}
+                              "overlap_scheduler": engine == "trtllm", "variant": s.variant}
         if s.method == "none":
             st = setup_for(device, model, **kw)
             return st.engine_model(), st.target.tokenizer
@@ -292,22 +358,62 @@ class World:
         assert b8 is not None and c8 is not None
         return Truth(c1 / b1 - 1.0, 1.0 - hd_quantile(ct) / hd_quantile(bt), c8 / b8, c1, c8)
 
-    def bench(self, s: Setup, rb: RoundBench, seed: int, rng: random.Random,
-              noise_req: float = 0.0, noise_run: float = 0.0) -> tuple[dict[str, Any], float]:
-        """One arm's bench JSON for a gate round, and its device seconds (warmup included)."""
-        seconds = 0.0
+    def bench_raw(self, s: Setup, rb: RoundBench, seed: int) -> RawArm:
+        """One arm's benchmark for a gate round, before any noise (device seconds)."""
+        warm = 0.0
         if rb.warmup:
-            _, dur, _ = self.run(s, max(rb.levels), rb.warmup, seed, 0, False,
-                                 max(2, min(16, rb.max_tokens)), warm=True)
-            seconds += dur
-        levels = {}
+            _, warm, _ = self.run(s, max(rb.levels), rb.warmup, seed, 0, False,
+                                  max(2, min(16, rb.max_tokens)), warm=True)
+        levels = []
         ids = rb.ids or tuple(() for _ in rb.levels)
         for conc, n, off, chosen in zip(rb.levels, rb.requests, rb.offsets, ids, strict=True):
             reqs, dur, _ = self.run(s, conc, n, seed, off, conc > 1, rb.max_tokens,
                                     ramp=rb.ramp_tokens if conc > 1 else 0, ids=chosen)
-            seconds += dur
-            levels[str(conc)] = level_result(reqs, dur, rng, noise_req, noise_run)
+            levels.append(RawLevel(conc, reqs, dur))
+        return RawArm(warm, levels)
+
+    @staticmethod
+    def noisy(raw: RawArm, rb: RoundBench, rng: random.Random, noise: Noise = NO_NOISE,
+              clock: float = 0.0, drift: float = 0.0, round_s: float = 1.0,
+              candidate: bool = False) -> dict[str, Any]:
+        """The bench JSON of a raw arm with ``noise`` (``clock``: when the arm starts within
+        its round; ``drift``: this round's slowdown at its end)."""
+        t = clock + raw.warmup_s
+        levels = {}
+        for lv in raw.levels:
+            levels[str(lv.conc)] = level_result(lv.reqs, lv.duration, rng, noise, t, drift,
+                                                round_s, candidate)
+            t += lv.duration
         cats = builtin_prompts().categories()
-        return ({"config": {"max_tokens": rb.max_tokens, "endpoint": "chat",
-                            "requests": list(rb.requests)},
-                 "prompts": {"categories": cats}, "concurrency": levels}, seconds)
+        return {"config": {"max_tokens": rb.max_tokens, "endpoint": "chat",
+                           "requests": list(rb.requests)},
+                "prompts": {"categories": cats}, "concurrency": levels}
+
+    def bench(self, s: Setup, rb: RoundBench, seed: int, rng: random.Random,
+              noise: Noise = NO_NOISE) -> tuple[dict[str, Any], float]:
+        """One arm's bench JSON for a gate round, and its device seconds (warmup included)."""
+        raw = self.bench_raw(s, rb, seed)
+        return self.noisy(raw, rb, rng, noise, candidate=s.method != "none"), raw.seconds
+
+
+# -- engine restarts ----------------------------------------------------------------------------
+# What one switch between the gate's arms costs on a device: the engine stops and starts with the
+# other release (weights from the page cache, cached torch.compile, CUDA graphs captured again).
+# Published figures: vLLM, 8B class, cached torch.compile: "init engine (profile, create kv cache,
+# warmup model) took 34.11 seconds" and the first response after 59 s in total
+# (https://github.com/vllm-project/vllm/issues/20264, a datacenter GPU); on a GB10 (DGX Spark)
+# CUDA-graph capture took 4-13 s (blazux/qwen3.8-Flash-DGX PR #21, via /work/notes/fleet.md).
+# No per-phase start log of an 8B model on any Orin module and no trtllm-serve start time on a
+# Spark is published (fleet.md §6): the Spark's vLLM figure is used for trtllm-serve too, and an
+# Orin's is the same start scaled by its CPU (the emulator's family cpu_factor: graph capture and
+# Python start-up are CPU-bound), plus its weights read at the emulator's disk rate.
+RESTART_REF_S = 59.0  # vllm#20264: the start of an 8B model with a cached compile, to serving
+
+
+def restart_s(row: int) -> float:
+    """Device seconds one engine restart of the row's host costs (see the comment above)."""
+    _, device, _, model = ROWS[row]
+    prof = device_profile(device)
+    spec = model_spec(model)
+    load = spec.weight_bytes / (prof.disk_gbs * 1e9) if spec is not None else 0.0
+    return RESTART_REF_S * max(1.0, prof.cpu_factor) + load

@@ -13,7 +13,8 @@ a real Docker engine that pulls the engine emulator images from the lab's own re
 Knobs (environment): SPECDEC_LAB_INSTANCE=NAME (which lab: default demo; the end-to-end
 tests use test, beside it), SPECDEC_LAB_HOSTS=N (first N rows below, default 4, up to 32;
 from 9 on a second Dynamo group joins: 28 rows + two groups of two = a 32-host fleet),
-SPECDEC_LAB_TIME_SCALE=X (emulator speed, default 0.1), SPECDEC_LAB_DYNAMO=0|1 (the Dynamo
+SPECDEC_LAB_TIME_SCALE=X (emulator speed, default 0.1), SPECDEC_LAB_ACCEPTANCE=chain|measured
+(the emulator's speculation world, default chain), SPECDEC_LAB_DYNAMO=0|1 (the Dynamo
 group below, default 1), SPECDEC_LAB_FAULTS="host=fault,..."
 (emulator faults: crash_at_start, slow_start:S, hang_after:N, 5xx_burst:START:COUNT,
 slowdown:F, oom). A row may set lab_link: {delay_ms, jitter_ms, loss_pct}, netem's delay,

@@ -35,7 +35,7 @@ from pyinfra.api import FunctionCommand, HiddenValue, deploy, operation
 from pyinfra.api.operation import OperationMeta
 
 from roles.common import DeployError, HostPlan, tune_store
-from roles.facts import JetsonPower, SpecdecReleases
+from roles.facts import DeviceIdentity, JetsonPower, SpecdecReleases
 from roles.group import verify_serving_group
 from roles.hostio import PyinfraIO, previous_report, write_report
 from roles.lock import LockLost, connector_args, fail_command, release_now, run_dir, run_id
@@ -45,6 +45,7 @@ from specdec import apikey
 from specdec import verify as sv
 from specdec.catalog import GIB, load_catalog
 from specdec.errors import SpecdecError, redact
+from specdec.identify import Identity
 from specdec.plan_types import http_url
 from specdec.power import PowerState
 from specdec.release import ReleaseState
@@ -118,11 +119,12 @@ def _roofline(hp: HostPlan) -> Roofline | None:
 
 
 def _with_power(roof: Roofline | None, state: PowerState | None,
-                device_id: str) -> Roofline | None:
-    device = load_catalog().devices.get(device_id)
+                device_id: str, ident: Identity | None) -> Roofline | None:
+    cat = load_catalog()
+    device = cat.devices.get(device_id)
     if roof is None or state is None or device is None:
         return roof
-    rec = state.record(device)
+    rec = state.record(device, cat.modules.get(ident.module_id or "") if ident else None)
     return dataclasses.replace(roof, bandwidth_gbs=rec["bandwidth_gbs"],
                                bandwidth_source=rec["bandwidth_source"], power=rec)
 
@@ -158,7 +160,8 @@ def verify_release(spec: VerifySpec, changed: tuple[OperationMeta, ...],
     restarted = any(op.is_complete() and op.did_change() for op in changed)
     # The power mode now (after Jetson tuning): its bandwidth is the roofline's, and the report
     # records it with the clocks.
-    roofline = _with_power(spec.roofline, host.get_fact(JetsonPower), spec.plan.device)
+    roofline = _with_power(spec.roofline, host.get_fact(JetsonPower), spec.plan.device,
+                           host.get_fact(DeviceIdentity))
     spec = dataclasses.replace(spec, restarted=restarted, roofline=roofline)
     state = host.get_fact(SpecdecReleases)  # live: facts are not cached in pyinfra 3.10
     why = sv.needs_verification(state, spec.desired, restarted, spec.reverify)

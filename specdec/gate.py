@@ -10,24 +10,31 @@ indifference zone:
   Each is a distance θ = log(measured ratio / threshold ratio), positive on the keep side.
 * **indifference zone**: a keep rule's true θ within ±``indifference`` (m, 0.10) of 0, the c=8
   rule's within [−m, 0) (a ratio from (1 − δ)·e^−m up to the tolerance), may be answered either
-  way; outside it, each rule errs with probability ≤ 1 − ``confidence`` over all looks.
+  way; outside it, each rule errs with probability ≤ 1 − ``confidence`` over all looks (a c=1
+  rule's wrong fail: ≤ 1 − ``disable_confidence``).
 * after each round (a *look*) a rule still open **passes** when its lower bound
   ``θ̂ − z·SE ≥ −m`` (it is not below the zone), **fails** when its upper bound is at most the
   zone's top (``θ̂ + z·SE ≤ m``; the c=8 rule ``≤ 0``: a regression beyond δ shown), and when
-  both hold (the interval sits inside the zone) goes by the sign of θ̂;
-  ``z`` is the one-sided quantile of ``(1 − confidence)/max_rounds`` (Bonferroni over the
-  looks). A verdict, once reached, stays.
-* **keep** when both c=1 rules passed and the c=8 rule passed (a regression below the zone
-  excluded);
-  **disable** as soon as a rule failed (the c=1 gain shown below 10%, a c=8 regression shown,
-  or a keep threshold shown out of reach: more rounds cannot lead to keep, and the round limit's
-  conservative choice is disable); otherwise **measure another round** of the levels whose
-  rules are still open (``Decision.pending``): a c=8 that is clearly fine is not measured again
-  while c=1 is refined, and the other way round.
-* **at the round limit** (``max_rounds``) with a rule still open: keep when both c=1 rules
-  passed (the c=8 rule open: no regression was shown), else the conservative choice, disable
-  (``code`` ``round_limit``, ``conservative``): a keep threshold not shown at the policy's
-  confidence keeps nothing.
+  both hold (the interval sits inside the zone) goes by where θ̂ lies in it. A truth outside
+  the zone can err one way only, so each boundary has its own budget over every look the gate
+  may take (``max_rounds``, the last look included): a pass ``1 − confidence`` (5%) on Pocock's
+  constant group-sequential boundary, a c=1 rule's fail — a gain wrongly disabled — ``1 −
+  disable_confidence`` (0.5%) on a Wang-Tsiatis boundary that asks most of the first looks,
+  whose noise is least known; the c=8 rule 5% both ways (`specdec.gateplan.bounds`). A verdict,
+  once reached, stays.
+* **keep** when every rule passed; **disable** as soon as a rule failed (the c=1 gain shown
+  below 10%, a c=8 regression shown, or a keep threshold shown out of reach); otherwise
+  **measure another round** of the levels whose rules are still open (``Decision.pending``),
+  with as many requests as the rules need to close by the last look at the noise measured
+  so far (``Decision.scale``, `specdec.gateplan`): a noisier host is measured longer, not
+  decided earlier.
+* **at the round limit** (``max_rounds``, the last look) a rule still open goes by the side of
+  its zone's middle θ̂ falls on (the point where both errors take their share once the interval
+  has closed; the c=8 rule: −m/2), ``code`` ``round_limit``: wrong for a truth outside the zone
+  with the probability reported as the rule's ``error_bound``, which the sample-size plan keeps
+  within the per-look budget unless the noise exceeds what ``max_scale`` × the requests and
+  ``max_rounds`` rounds can absorb. So every decision, the last look's too, is covered by the
+  error budget.
 * **inconclusive, held** when any response's tokens were estimated (no usage, no tokenizer):
   guessed counts never keep nor disable.
 
@@ -53,7 +60,8 @@ from specdec.gateinput import (
     same_setup,
     tokens_estimated,
 )
-from specdec.gatestats import Estimate, Obs, compare
+from specdec.gateplan import bounds, next_scale, pocock_z
+from specdec.gatestats import Estimate, Obs, compare, host_sd
 from specdec.plan_types import GatePolicy
 
 __all__ = [
@@ -85,6 +93,8 @@ class Rule:
     se: float = 0.0
     look: int = 0  # round at which the verdict was reached (0: open)
     level: int = 1
+    basis: str = ""  # "bound": a boundary crossed; "sign": the last look's sign; "": open
+    error_bound: float = 0.0  # "sign": the chance the sign is wrong for a truth outside the zone
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -92,7 +102,7 @@ class Rule:
             "comparison": self.comparison, "verdict": self.verdict,
             "ci": [self.ci[0], self.ci[1]], "method": self.method, "n": self.n,
             "distance": self.distance, "se": self.se, "look": self.look,
-            "level": self.level,
+            "level": self.level, "basis": self.basis, "error_bound": self.error_bound,
         }
 
 
@@ -103,7 +113,7 @@ class Decision:
     reason: str
     policy: dict[str, Any] = field(default_factory=dict)
     rounds: int = 1
-    conservative: bool = False  # decided at the round limit by the conservative choice
+    conservative: bool = False  # a rule was decided at the round limit by its sign
     keep_possible: bool = True  # False: more rounds cannot lead to keep
     figures: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
@@ -113,6 +123,8 @@ class Decision:
     pending: tuple[int, ...] = ()  # levels to measure in the next round (inconclusive only)
     allocation: dict[str, float] = field(default_factory=dict)  # candidate's keep-level
     # requests of the next round, by category (shares; empty: one of each, in turn)
+    scale: dict[int, float] = field(default_factory=dict)  # level -> the next round's
+    # requests as a multiple of the default (`specdec.gateplan`; absent: 1)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -121,10 +133,10 @@ class Decision:
             "conservative": self.conservative, "keep_possible": self.keep_possible,
             "held": self.held, "code": self.code, "pending": list(self.pending),
             "allocation": self.allocation,
+            "scale": {str(k): v for k, v in self.scale.items()},
             "figures": self.figures, "policy": self.policy,
             "warnings": self.warnings,
-            "ci_level": 1.0 - 2.0 * (1.0 - float(self.policy.get("confidence", 0.95)))
-            / max(1, int(self.policy.get("max_rounds", 1))),
+            "ci_level": 2.0 * NormalDist().cdf(float(self.figures.get("z") or 0.0)) - 1.0,
         }
 
 
@@ -165,10 +177,12 @@ def observations(results: Sequence[Result], conc: int, what: str) -> list[Obs]:
             tok, e2e = _num(r.get("output_tokens")), _num(r.get("e2el_ms"))
             if r.get("error") is not None or tok is None or e2e is None:
                 continue
-            tpot = _num(r.get("tpot_ms"))
+            tpot, ttft, chunks = _num(r.get("tpot_ms")), _num(r.get("ttft_ms")), \
+                _num(r.get("chunks"))
             out.append(Obs(str(r.get("category") or "all"), rnd, tok, e2e / 1000,
                            tpot / 1000 if tpot else None, _intrinsic(r),
-                           str(r.get("prompt_id") or "")))
+                           str(r.get("prompt_id") or ""), (ttft or 0.0) / 1000,
+                           chunks - 1 if chunks and chunks >= 2 and ttft else None))
             got = True
         if got:
             continue
@@ -221,17 +235,8 @@ def _specs(pol: GatePolicy, guard: bool) -> list[_Spec]:
 
 
 def z_for(policy: GatePolicy) -> float:
-    """One-sided normal quantile per look: the error ``1 − confidence`` split over the rounds."""
-    return NormalDist().inv_cdf(1.0 - (1.0 - policy.confidence) / policy.max_rounds)
-
-
-def _look_verdict(theta: float, se: float, z: float, m: float, guard: bool) -> str:
-    """pass: not below the zone; fail: not above it (the guard's zone ends at its tolerance:
-    it fails only when a regression beyond the tolerance is shown)."""
-    up, down = theta - z * se >= -m, theta + z * se <= (0.0 if guard else m)
-    if up and down:
-        return "pass" if theta >= 0 else "fail"
-    return "pass" if up else "fail" if down else "unclear"
+    """The pass boundary's z at every look (the intervals the report shows)."""
+    return pocock_z(policy.max_rounds, round(1.0 - policy.confidence, 9))
 
 
 def _measured(s: _Spec, e: Estimate) -> tuple[float, tuple[float, float]]:
@@ -242,30 +247,38 @@ def _measured(s: _Spec, e: Estimate) -> tuple[float, tuple[float, float]]:
 
 
 def _rule(s: _Spec, cand: list[Obs], base: list[Obs], pop: Mapping[str, float] | None,
-          pol: GatePolicy, z: float, look: int) -> tuple[Rule, Estimate] | None:
+          pol: GatePolicy, z: float, look: int, every: Sequence[list[Obs]] = ()
+          ) -> tuple[Rule, Estimate] | None:
     """The rule's state after ``look`` rounds: its verdict is fixed at the first look that
-    crossed a boundary."""
+    crossed a boundary (``every``: each arm's requests at each level, for the host's noise)."""
     rounds = sorted({o.round for o in cand if o.round < look})
     verdict, at, est, theta = "unclear", 0, None, 0.0
+    bnd = bounds(pol, s.guard)
     for t in rounds:
         c = [o for o in cand if o.round <= t]
         b = [o for o in base if o.round <= t]
         if not b:
             continue
         try:
-            est = compare(s.kind, c, b, pop, z, pol.run_noise, pol.request_noise)
+            noise = host_sd([[o for o in arm if o.round <= t] for arm in every])
+            est = compare(s.kind, c, b, pop, z, pol.run_noise, pol.request_noise, noise)
         except ValueError:
             return None
         theta = s.sign * (est.log - math.log(s.ratio_threshold))
-        verdict = _look_verdict(theta, est.se, z, pol.indifference, s.guard)
+        verdict = bnd.verdict(theta, est.se, t + 1)
         if verdict != "unclear":
             at = t + 1
             break
     if est is None:
         return None
+    basis, bound = ("bound" if verdict != "unclear" else ""), 0.0
+    if verdict == "unclear" and look >= pol.max_rounds:
+        # the last look: the sign, at the middle of the zone (no rule is left open)
+        verdict, at, basis = ("pass" if theta >= bnd.mid else "fail"), look, "sign"
+        bound = bnd.sign_error(est.se)
     measured, ci = _measured(s, est)
     return Rule(s.name, measured, s.threshold, verdict, ci, s.comparison, est.method, est.n,
-                theta, est.se, at, s.level), est
+                theta, est.se, at, s.level, basis, bound), est
 
 
 # -- the decision -----------------------------------------------------------------------------
@@ -292,6 +305,16 @@ def _reason(dec: str, rules: list[Rule], pol: GatePolicy, look: int) -> tuple[st
     def fig(r: Rule) -> str:
         return f"{r.name} {r.measured:+.1%} (CI {r.ci[0]:+.1%}..{r.ci[1]:+.1%})"
 
+    signs = [r for r in rules if r.basis == "sign"]
+    if signs:
+        bound = max(r.error_bound for r in signs)
+        verb = "kept" if dec == "keep" else "disabled"
+        return "round_limit", (
+            f"{verb} at the round limit ({look} rounds): "
+            + ", ".join(f"{fig(r)} decided by its sign" for r in signs)
+            + f" (wrong for a truth outside the ±{pol.indifference:.0%} zone with probability "
+            f"at most {bound:.1%}); "
+            + ", ".join(f"{fig(r)} {r.verdict}" for r in rules if r.basis == "bound"))
     if dec == "disable":
         c8 = [r for r in failed if r.name.startswith("no_regression")]
         if c8:
@@ -301,20 +324,14 @@ def _reason(dec: str, rules: list[Rule], pol: GatePolicy, look: int) -> tuple[st
         if gain.verdict == "fail" and gain.measured < pol.disable_below_gain:
             return "min_gain", (f"c={pol.keep_concurrency} throughput gain {fig(gain)} is "
                                 f"below {pol.disable_below_gain:.0%}")
-        if failed:
-            return "keep_out_of_reach", ("the gain does not reach the keep threshold: "
-                                         + ", ".join(f"{fig(r)} < {r.threshold:.0%}"
-                                                     for r in failed))
-        return "round_limit", (f"not shown at the {pol.confidence:.0%} level after {look} "
-                               "rounds (the round limit), so the conservative choice: "
-                               + ", ".join(fig(r) for r in open_))
+        return "keep_out_of_reach", ("the gain does not reach the keep threshold: "
+                                     + ", ".join(f"{fig(r)} < {r.threshold:.0%}"
+                                                 for r in failed))
     if dec == "keep":
         return "keep", (", ".join(f"{fig(r)} clears {r.threshold:+.0%}" for r in rules
                                   if r.verdict == "pass")
                         + f" at the {pol.confidence:.0%} bound outside the "
-                        f"±{pol.indifference:.0%} indifference zone"
-                        + "".join(f"; {fig(r)}: no regression shown after {look} rounds "
-                                  "(the round limit)" for r in open_))
+                        f"±{pol.indifference:.0%} indifference zone")
     return "more_rounds", "not decisive yet: " + ", ".join(fig(r) for r in open_)
 
 
@@ -347,11 +364,14 @@ def decide(
     pop = _population([*bases, *cands])
     rules: list[Rule] = []
     scores: list[dict[str, float]] = []
+    scale: dict[int, float] = {}
     figures: dict[str, Any] = {"z": z, "look": look, "indifference": pol.indifference}
+    obs = {lv: (observations(cands, lv, "candidate"), observations(bases, lv, "baseline"))
+           for lv in sorted({k1, k8} if guard else {k1})}
     for s in _specs(pol, guard):
-        c, b = observations(cands, s.level, "candidate"), observations(bases, s.level,
-                                                                       "baseline")
-        got = _rule(s, c, b, pop, pol, z, look) if c and b else None
+        c, b = obs[s.level]
+        every = [arm for pair in obs.values() for arm in pair]
+        got = _rule(s, c, b, pop, pol, z, look, every) if c and b else None
         if got is None:
             if s.kind == "median":
                 raise GateError(f"no TPOT at concurrency {s.level} in both arms (need tpot_ms "
@@ -359,6 +379,12 @@ def decide(
             raise GateError(f"no measured requests at concurrency {s.level} in both arms")
         rule, e = got
         rules.append(rule)
+        if rule.verdict == "unclear":
+            first = min(o.round for o in c + b)
+            share = sum(1 for o in c + b if o.round == first) / len(c + b)
+            want = next_scale(e, pol, bounds(pol, s.guard), look, share)
+            scale[s.level] = max(scale.get(s.level, 1.0), want)
+        figures.setdefault("timing_sd", {})[str(s.level)] = round(e.timing_sd, 5)
         if rule.verdict == "unclear" and s.level == k1 and e.cand is not None:
             sc = e.cand.allocation_score()
             tot = sum(sc.values())
@@ -368,14 +394,11 @@ def decide(
             e.ratio
         figures.setdefault("category_weights", e.weights)
     verdicts = [r.verdict for r in rules]
-    c1_pass = all(r.verdict == "pass" for r in rules if r.level == k1)
     last = look >= pol.max_rounds
     if "fail" in verdicts:
         dec = "disable"
-    elif guard and c1_pass and (last or all(v == "pass" for v in verdicts)):
-        dec = "keep"  # at the round limit an open c=8 rule: no regression shown
-    elif guard and last:
-        dec = "disable"  # the round limit's conservative choice
+    elif guard and all(v == "pass" for v in verdicts):
+        dec = "keep"
     else:
         dec = "inconclusive"
     if dec == "inconclusive" and not guard and (last or "unclear" not in verdicts):
@@ -392,7 +415,9 @@ def decide(
                         dec == "inconclusive" and guard),
                     code=code, pending=pending if dec == "inconclusive" else (),
                     conservative=code == "round_limit",
-                    allocation=alloc if dec == "inconclusive" else {})
+                    allocation=alloc if dec == "inconclusive" else {},
+                    scale={lv: sc for lv, sc in scale.items() if lv in pending and sc > 1.0}
+                    if dec == "inconclusive" else {})
 
 
 def decide_adaptive(

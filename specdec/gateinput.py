@@ -47,6 +47,12 @@ def check_policy(pol: GatePolicy, where: str) -> None:
                         f"got {pol.confidence}")
     if pol.max_rounds < 1:
         raise GateError(f"policy {where}: field 'max_rounds' must be >= 1, got {pol.max_rounds}")
+    if not 0.5 <= pol.disable_confidence < 1.0:
+        raise GateError(f"policy {where}: field 'disable_confidence' must be in [0.5, 1), "
+                        f"got {pol.disable_confidence}")
+    if not 1.0 <= pol.max_scale <= 8.0:
+        raise GateError(f"policy {where}: field 'max_scale' must be in [1, 8], "
+                        f"got {pol.max_scale}")
     if pol.keep_concurrency < 1 or pol.guard_concurrency < 1:
         raise GateError(f"policy {where}: concurrency levels must be >= 1")
     if not 0.0 <= pol.max_regression_c8 < 1.0:

@@ -16,7 +16,8 @@ from specdec.catalog import ENGINES, METHODS, RUNTIMES
 from specdec.engines.registry import ENGINES as ENGINE_IMPLS
 from specdec.engines.registry import engine as engine_named
 from specdec.engines.version import Version
-from specdec.errors import REDACTED, ConfigError, redact
+from specdec.errors import REDACTED, ConfigError, GateError, redact
+from specdec.gateinput import check_policy
 from specdec.hostkeys import SECRET_MARKERS, KeyReader, key_text
 from specdec.layout import SERVICE_USER
 from specdec.plan_types import GatePolicy
@@ -170,7 +171,12 @@ def _gate(r: KeyReader) -> GatePolicy:
             kwargs[name] = hygiene.check_number(r.host, field, val, 0, 1, hi_open=True)
         else:  # a fraction, e.g. 0.3 for 30%
             kwargs[name] = hygiene.check_number(r.host, field, val, -1, 10, hi_open=True)
-    return GatePolicy(**kwargs)
+    pol = GatePolicy(**kwargs)
+    try:
+        check_policy(pol, key)
+    except GateError as exc:
+        raise ConfigError(str(exc), host=r.host) from None
+    return pol
 
 
 WATCH_ACTIONS = ("report", "reverify")

@@ -225,7 +225,7 @@ def _with_power(ident: Identity, files: Mapping[str, str | None], cat: Catalog) 
     device = cat.devices[ident.device]
     if state is None or state.current is None:
         return dataclasses.replace(ident, bandwidth_gbs=device.bandwidth_gbs)
-    bw, _ = mode_bandwidth(device, state.mode)
+    bw, _ = mode_bandwidth(device, state.mode, cat.modules.get(ident.module_id or ""))
     return dataclasses.replace(ident, power_mode=state.current[0],
                                power_mode_id=state.current[1], bandwidth_gbs=bw)
 

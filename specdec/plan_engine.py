@@ -33,6 +33,9 @@ class Candidate(Protocol):
     @property
     def draft(self) -> str | None: ...
 
+    @property
+    def head_format(self) -> str | None: ...
+
 
 C = TypeVar("C", bound=Candidate)
 
@@ -111,8 +114,17 @@ def runnable(s: HostSettings, eng: Engine, version: Version, model: Model,
     target = Target(model.id, model.architecture, model.model_type)
     name = eng.label
     out: list[C] = []
+    unloadable: dict[str, str] = {}  # method -> why its heads cannot load
     for cand in candidates:
         sup = eng.support(version, cand.method, target)
+        if sup.ok and cand.head_format:
+            head = eng.head_support(version, cand.head_format)
+            if not head.ok:
+                why = (f"{name} {version} cannot load {cand.draft} ({cand.head_format}-format "
+                       f"checkpoint): {_why(head)}")
+                unloadable[cand.method] = why
+                notes.append(f"{cand.method} {cand.draft} skipped: {why} [{head.source}]")
+                continue
         if sup.ok:
             if sup.caveat:
                 notes.append(sup.caveat.strip())
@@ -128,6 +140,11 @@ def runnable(s: HostSettings, eng: Engine, version: Version, model: Model,
             raise PlanError(f"specdec_method={cand.method!r}: {why}", host=s.host)
         notes.append(f"{cand.method}{' ' + cand.draft if cand.draft else ''} skipped: {why} "
                      f"[{sup.source}]")
+    for method, why in unloadable.items():
+        pinned = s.draft is not None or s.method == method
+        if pinned and not any(c.method == method for c in out):
+            key = f"specdec_draft={s.draft!r}" if s.draft else f"specdec_method={method!r}"
+            raise PlanError(f"{key}: {why}", host=s.host)
     if not out:
         raise PlanError(f"no speculative method {name} {version} can run for {model.id}",
                         host=s.host)

@@ -35,6 +35,7 @@ class MethodCandidate:
     draft_weight_gib: float
     draft_kv_bytes_per_token: int
     why: str
+    head_format: str | None = None  # an EAGLE head's checkpoint format (catalog heads)
 
 
 def one_layer(model: Model) -> int:
@@ -68,8 +69,8 @@ def _pinned(s: HostSettings, cat: Catalog, device: Device, model: Model, method:
     if s.draft is not None:
         return [_explicit_draft(s, cat, model, method)]
     if method in HEAD_METHODS:
-        head_id = model.heads.get(method)
-        if head_id is None:
+        heads = cat.heads_for(model, method)
+        if not heads:
             raise ConfigError(
                 f"specdec_method={method!r}: no known {method} head for {model.id}; "
                 "set specdec_draft or choose another method",
@@ -77,9 +78,8 @@ def _pinned(s: HostSettings, cat: Catalog, device: Device, model: Model, method:
             )
         if method == "eagle3" and not device.eagle3:
             notes.append(f"eagle3 pinned; the catalog does not advise it on {device.id}")
-        head = cat.heads[head_id]
-        return [MethodCandidate(method, head_id, head.weight_gib, one_layer(model),
-                                "catalog head")]
+        return [MethodCandidate(method, h.id, h.weight_gib, one_layer(model),
+                                f"catalog head ({h.format} format)", h.format) for h in heads]
     # draft_model without an explicit draft: any catalog draft (first that fits).
     drafts = _catalog_drafts(cat, model)
     if not drafts:
@@ -94,14 +94,14 @@ def _preferred(cat: Catalog, device: Device, model: Model,
                notes: list[str]) -> list[MethodCandidate]:
     """Nothing pinned: EAGLE-3 head (where advised) -> catalog drafts -> n-gram."""
     out: list[MethodCandidate] = []
-    head_id = model.heads.get("eagle3")
-    if head_id and device.eagle3:
-        head = cat.heads[head_id]
-        out.append(MethodCandidate("eagle3", head_id, head.weight_gib, one_layer(model),
-                                   f"EAGLE-3 head {head_id}"))
-    elif head_id:
-        notes.append(f"eagle3 head {head_id} skipped: the catalog does not advise EAGLE-3 on "
-                     f"{device.id}")
+    heads = cat.heads_for(model, "eagle3")
+    if heads and device.eagle3:
+        out += [MethodCandidate("eagle3", h.id, h.weight_gib, one_layer(model),
+                                f"EAGLE-3 head {h.id} ({h.format} format)", h.format)
+                for h in heads]
+    elif heads:
+        notes.append(f"eagle3 head {heads[0].id} skipped: the catalog does not advise EAGLE-3 "
+                     f"on {device.id}")
     out.extend(_catalog_drafts(cat, model))
     out.append(MethodCandidate("ngram", None, 0.0, 0, "n-gram (no extra weights)"))
     return out
@@ -149,7 +149,8 @@ def _explicit_draft(s: HostSettings, cat: Catalog, model: Model, method: str) ->
             raise ConfigError(
                 f"{key}: is a {head.method} head but specdec_method={method!r}", host=s.host
             )
-        return MethodCandidate(method, d, head.weight_gib, one_layer(model), "specdec_draft")
+        return MethodCandidate(method, d, head.weight_gib, one_layer(model), "specdec_draft",
+                               head.format)
     if method != "draft_model":
         raise ConfigError(
             f"{key}: is a standalone model; use specdec_method='draft_model' (not {method!r})",

@@ -26,9 +26,14 @@ class GatePolicy:
     keep_concurrency: int = 1
     guard_concurrency: int = 8
     confidence: float = 0.95  # per rule, for a true value outside the indifference zone
+    disable_confidence: float = 0.995  # a c=1 rule, for a true value above the zone: it is
+    # not failed (a gain wrongly disabled) with this probability over all looks
     indifference: float = 0.10  # log-ratio zone: ± a keep threshold, below the c=8 one
-    max_rounds: int = 4  # ABAB rounds; at the last one an open keep rule disables
-    run_noise: float = 0.03  # assumed sd of a whole run's speed (log scale), per arm
+    max_rounds: int = 6  # rounds at most (looks of the sequential test: the error budget is
+    # split over all of them); at the last one an open keep rule disables
+    max_scale: float = 2.0  # a round measures at most this multiple of its default requests
+    run_noise: float = 0.03  # least sd of a whole run's speed (log scale), per arm (a floor:
+    # the gate estimates it from what it measures)
     request_noise: float = 0.05  # least sd of one request's speed (log scale), per arm
 
     def to_dict(self) -> dict[str, Any]:

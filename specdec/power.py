@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from specdec.catalog import Device
+from specdec.catalog import Device, Module
 
 __all__ = [
     "CONF_PATH",
@@ -173,13 +173,20 @@ def choose_target(conf: NvpConf) -> PowerMode | None:
     return None
 
 
-def mode_bandwidth(device: Device, mode: PowerMode | None) -> tuple[float, str]:
-    """Peak DRAM bandwidth (GB/s) of ``device`` in ``mode`` and where the figure comes from."""
+def mode_bandwidth(device: Device, mode: PowerMode | None,
+                   module: Module | None = None) -> tuple[float, str]:
+    """Peak DRAM bandwidth (GB/s) of ``device`` in ``mode`` and where the figure comes from.
+    A ``module`` whose own nvpmodel conf the catalog has no table for (``mode_table`` false)
+    never gets the device's table: its conf's EMC cap, else the device's peak."""
     if mode is None:
         return device.bandwidth_gbs, "device peak (no power mode known)"
-    bw = device.mode_bandwidth_gbs(mode.name)
+    bw = device.mode_bandwidth_gbs(mode.name) if module is None or module.mode_table else None
     if bw is not None:
         return bw, f"catalog power_modes.{mode.name}"
+    if module is not None and not module.mode_table and mode.emc_mhz is None:
+        return device.bandwidth_gbs, (
+            f"device peak: {mode.name} of {module.nvpmodel_conf} states no EMC cap, and that "
+            f"conf's mode table is not in the catalog (not guessed from {device.id}'s)")
     emc = mode.emc_mhz
     if emc is not None:
         return device.emc_bandwidth_gbs(emc), f"EMC cap {emc:g} MHz x {device.memory_bus_bits}-bit"
@@ -200,13 +207,13 @@ class PowerState:
             return None
         return self.conf.modes.get(self.current[1]) or self.conf.by_name(self.current[0])
 
-    def record(self, device: Device | None) -> dict[str, Any]:
+    def record(self, device: Device | None, module: Module | None = None) -> dict[str, Any]:
         """The report's view: mode, clocks and the catalog's bandwidth in that mode."""
         out: dict[str, Any] = {"power_mode": self.current[0] if self.current else None,
                                "power_mode_id": self.current[1] if self.current else None,
                                "clocks": dict(self.clocks)}
         if device is not None:
-            bw, src = mode_bandwidth(device, self.mode)
+            bw, src = mode_bandwidth(device, self.mode, module)
             out.update(bandwidth_gbs=bw, bandwidth_source=src)
         return out
 

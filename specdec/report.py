@@ -170,7 +170,8 @@ def summary_markdown(reports: Sequence[Mapping[str, Any]], run_id: str) -> str:
         + (" `unreachable`: dropped off the network, not deployed or not confirmed "
            "(`specdec rollout --resume`)." if counts.get("unreachable") else ""),
         "",
-        "| host | device | power mode | method | outcome | c1 throughput gain | TPOT change | "
+        "| host | device | power mode | method | outcome | c1 throughput gain (gate) | "
+        "TPOT change (gate) | "
         "c8 gain | acceptance length | decode % of bw limit | spec % of AL x limit | reason |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -315,8 +316,8 @@ def index_html(reports: Sequence[Mapping[str, Any]], run_id: str,
                 *(livecols.cells(live.get(host)) if live else ()),
             )) + "</tr>")
     head = "".join(f"<th>{h}</th>" for h in (
-        "host", "device", "power mode", "method", "outcome", "c1 throughput gain",
-        "TPOT change", "c8 gain", "acceptance length", "decode % of bw limit",
+        "host", "device", "power mode", "method", "outcome", "c1 throughput gain (gate)",
+        "TPOT change (gate)", "c8 gain", "acceptance length", "decode % of bw limit",
         "spec % of AL x limit", "phase", "reason", *(livecols.HEADERS if live else ())))
     counts: dict[str, int] = {}
     for r in reports:

@@ -38,10 +38,10 @@ class BenchSettings:
     """One gate round's benchmark of one arm (the gate adds rounds until it can decide)."""
 
     requests: int = 4  # candidate at the keep level (c=1): one of each built-in category
-    baseline_requests: int = 2  # baseline at the keep level
+    baseline_requests: int = 3  # baseline at the keep level (3: a median outvotes one stray)
     guard_requests: int = 8  # at the guard level (c=8), run at full concurrency throughout
-    max_tokens: int = 64
-    warmup: int = 2
+    max_tokens: int = 48
+    warmup: int = 1
     ramp_tokens: int = 32  # guard level: one unmeasured request per client first
     timeout_s: float = 600.0  # per arm; a hung engine ends the benchmark here
 
@@ -111,21 +111,25 @@ def pick(shares: Mapping[str, float], n: int, used: Iterable[str],
 def round_bench(settings: BenchSettings, policy: GatePolicy, arm: str, rnd: int,
                 levels: Sequence[int] | None = None,
                 allocation: Mapping[str, float] | None = None,
-                used: Iterable[str] = ()) -> RoundBench:
+                used: Iterable[str] = (), scale: Mapping[int, float] | None = None
+                ) -> RoundBench:
     """Arm ``arm`` ("baseline"/"candidate") in round ``rnd`` (0-based) at ``levels`` (None:
     the policy's keep and guard levels); the candidate's keep level follows ``allocation``
-    (category shares), skipping the prompt ids in ``used``."""
+    (category shares), skipping the prompt ids in ``used``; ``scale`` multiplies a level's
+    requests (`specdec.gate.Decision.scale`: the gate measured more noise than it planned
+    for)."""
     keep = policy.keep_concurrency
     want = sorted(set(levels) if levels is not None else
                   {keep, policy.guard_concurrency})
     reqs, offs, ids = [], [], []
     for c in want:
-        n = settings.keep_requests(arm) if c == keep else settings.guard_requests
+        n0 = settings.keep_requests(arm) if c == keep else settings.guard_requests
+        n = max(n0, round(n0 * (scale or {}).get(c, 1.0)))
         chosen: tuple[str, ...] = ()
         if c == keep and arm == "candidate" and allocation:
             chosen = pick(allocation, n, used)
         reqs.append(len(chosen) if chosen else n)
-        offs.append(rnd * n)
+        offs.append(rnd * n0)
         ids.append(chosen)
     return RoundBench(tuple(want), tuple(reqs), tuple(offs), settings.max_tokens,
                       settings.warmup, settings.ramp_tokens,

@@ -41,7 +41,12 @@ def tune_chart(host: str, tune: Mapping[str, Any] | None) -> str:
     ks = [int(p["k"]) for c in curves for p in _points(c)]
     kmin, kmax = min(ks), max(ks)
     lo, hi = min(0.8, min(vals)), max(1.2, max(vals)) * 1.05
-    x0, y0, w, h = 50, 30, 380, 170
+    x0, y0, w, h = 50, 48, 380, 170
+    # the title on two lines, the chart as wide as the longer needs (~7 px a character at the
+    # default 14 px sans font, 6 px at 12 px): an SVG text is clipped at the SVG's width
+    title = f"{host}: throughput vs baseline by k"
+    subtitle = f"kept: {tune_line(tune)}"
+    width = max(x0 + w + 170, int(7.2 * len(title)) + 10, int(6.3 * len(subtitle)) + 10)
 
     def x(k: float) -> float:
         return x0 + w * (k - kmin) / max(1, kmax - kmin)
@@ -49,10 +54,10 @@ def tune_chart(host: str, tune: Mapping[str, Any] | None) -> str:
     def y(v: float) -> float:
         return y0 + h * (hi - v) / (hi - lo)
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{x0 + w + 170}" '
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" '
            f'height="{y0 + h + 40}" role="img" aria-label="tuning curve {e(host)}">',
-           f'<text x="0" y="16" font-weight="bold">{e(host)}: throughput vs baseline by k '
-           f'(kept: {e(tune_line(tune))})</text>',
+           f'<text x="0" y="16" font-weight="bold">{e(title)}</text>',
+           f'<text x="0" y="34" font-size="12">{e(subtitle)}</text>',
            f'<line x1="{x0}" y1="{y(1.0):.1f}" x2="{x0 + w}" y2="{y(1.0):.1f}" stroke="#999" '
            'stroke-dasharray="2,3"/>',
            f'<text x="{x0 - 6}" y="{y(1.0) + 4:.1f}" font-size="10" text-anchor="end">1.0'

@@ -107,6 +107,8 @@ class Module:
     name: str
     memory_gib: float
     bandwidth_gbs: float
+    nvpmodel_conf: str | None = None  # the conf nvpower.sh links /etc/nvpmodel.conf to
+    mode_table: bool = True  # False: the device's power_modes table is not this module's
 
 
 @dataclass(frozen=True)
@@ -157,6 +159,13 @@ class Model:
         return head.target in (self.id, self.base_model)
 
 
+# EAGLE head checkpoint layouts (see models.yaml `heads:`): "original", the EAGLE-3 reference
+# layout (SafeAILab / SpecForge / ModelOpt: a flat Llama config, weights `midlayer.*`) and
+# "speculators", vLLM's speculators layout (`Eagle3Speculator`, the layer config nested under
+# `transformer_layer_config`, weights `layers.0.*`, `norm_before_residual`).
+HEAD_FORMATS = ("original", "speculators")
+
+
 @dataclass(frozen=True)
 class Head:
     id: str
@@ -165,6 +174,7 @@ class Head:
     params_b: float
     weight_gib: float
     tokenizer: str
+    format: str = "original"  # one of HEAD_FORMATS
 
     @property
     def weight_bytes(self) -> int:
@@ -179,6 +189,15 @@ class Catalog:
     images: dict[str, Image]
     modules: dict[str, Module] = field(default_factory=dict)
     quantizations: dict[str, Quantization] = field(default_factory=dict)
+
+    def heads_for(self, model: Model, method: str) -> list[Head]:
+        """The catalog's ``method`` heads ``model`` takes: the one the model names first, then
+        any other trained for it or for its base model (e.g. another checkpoint format)."""
+        named = model.heads.get(method)
+        out = [self.heads[named]] if named in self.heads else []
+        out += sorted((h for h in self.heads.values() if h.method == method
+                       and h.id != named and model.takes_head(h)), key=lambda h: h.id)
+        return out
 
     def default_image(self, device: Device, engine: str, l4t: str | None) -> Image | None:
         """The newest GA image of ``engine`` that runs on the device (its L4T release on a
@@ -303,7 +322,9 @@ def _modules(data: Any, devices: dict[str, Device]) -> dict[str, Module]:
             raise ConfigError(f"catalog {w}: device={row.get('device')!r} is not a Jetson device")
         mod = Module(id=mid, device=dev.id, name=_req(w, row, "name", str),
                      memory_gib=_req(w, row, "memory_gib", (int, float)),
-                     bandwidth_gbs=_req(w, row, "bandwidth_gbs", (int, float)))
+                     bandwidth_gbs=_req(w, row, "bandwidth_gbs", (int, float)),
+                     nvpmodel_conf=row.get("nvpmodel_conf"),
+                     mode_table=bool(row.get("mode_table", True)))
         if (mod.memory_gib, mod.bandwidth_gbs) != (dev.memory_gib, dev.bandwidth_gbs):
             raise ConfigError(f"catalog {w}: memory/bandwidth {mod.memory_gib:g} GiB / "
                               f"{mod.bandwidth_gbs:g} GB/s disagree with {dev.id}")
@@ -372,7 +393,14 @@ def _head(head_id: str, d: dict[str, Any]) -> Head:
         params_b=_positive(w, "params_b", _req(w, d, "params_b", (int, float))),
         weight_gib=_positive(w, "weight_gib", _req(w, d, "weight_gib", (int, float))),
         tokenizer=_req(w, d, "tokenizer", str),
+        format=_choice(w, "format", _req(w, d, "format", str), HEAD_FORMATS),
     )
+
+
+def _choice(where: str, key: str, value: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ConfigError(f"catalog {where}: {key}={value!r} is not one of {', '.join(choices)}")
+    return value
 
 
 def _read_yaml(path: Path | Any, top: str) -> dict[str, Any]:

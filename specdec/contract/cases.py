@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec.catalog import Catalog, Image, load_catalog
-from specdec.engines.registry import support
+from specdec.engines.registry import ENGINES, support
 from specdec.engines.support import Target
 from specdec.engines.version import Version
 from specdec.errors import PlanError
@@ -256,13 +256,21 @@ def add_matrix(suite: Suite, cat: Catalog) -> None:
     v = Version.parse(suite.version)
     for model in matrix_targets(cat):
         m = cat.models[model]
-        methods = [x for x in MATRIX_METHODS
-                   if (x != "eagle3" or "eagle3" in m.heads) and (x != "draft_model" or m.drafts)]
-        for method in methods:
-            case_id = f"matrix/{model}/{method}@{suite.version}"
+        pairs: list[tuple[str, str | None]] = []
+        for x in MATRIX_METHODS:
+            if x == "eagle3":  # every head the model takes: each checkpoint format
+                pairs += [(x, h.id) for h in cat.heads_for(m, x)]
+            elif x != "draft_model" or m.drafts:
+                pairs.append((x, None))
+        for method, head in pairs:
+            case_id = f"matrix/{model}/{method}{'/' + head if head else ''}@{suite.version}"
             data = _pinned({"specdec_device": MATRIX_DEVICE, "specdec_model": model,
                             "specdec_method": method}, cat, suite.version)
             sup = support("vllm", v, method, _target(cat, model))
+            if head is not None:
+                data["specdec_draft"] = head
+                fmt = ENGINES["vllm"].head_support(v, cat.heads[head].format)
+                sup = sup if not sup.ok or fmt.ok else fmt
             try:
                 plan = make_plan("contract", data, None)
             except PlanError as exc:

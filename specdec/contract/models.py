@@ -8,7 +8,7 @@ defaults of the release's own transformers config class. EAGLE-3 heads come in t
 published on the Hub: the EAGLE reference format (``LlamaForCausalLMEagle3``, one Llama layer,
 e.g. yuhuili/EAGLE3-LLaMA3.1-Instruct-8B) and the speculators format (``speculators_model_type:
 eagle3``, RedHatAI's speculator models; parsed by vllm/transformers_utils/configs/speculators/
-from 0.10.2).
+from 0.10.1, PR #21345); which one a head is comes from the catalog (`Head.format`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,6 @@ _YUHUILI = {
     "pad_token_id": 0, "rms_norm_eps": 1e-05, "tie_word_embeddings": False,
     "torch_dtype": "float16", "use_cache": True, "vocab_size": 128256, "draft_vocab_size": 32000,
 }
-# Heads published in the speculators format (the rest: EAGLE reference format).
-SPECULATORS_FORMAT = {"RedHatAI/Qwen3-8B-speculator.eagle3"}
 # Targets outside the catalog, to show where a release's EAGLE-3 gate refuses:
 # mistralai/Mistral-7B-Instruct-v0.3 config.json.
 CONTROL_TARGETS: dict[str, dict[str, Any]] = {
@@ -73,7 +71,7 @@ def _speculators_head(head: Head, target: Model) -> dict[str, Any]:
 
 
 def head_config(head: Head, target: Model) -> dict[str, Any]:
-    if head.id in SPECULATORS_FORMAT:
+    if head.format == "speculators":  # the catalog's record of the checkpoint's layout
         return _speculators_head(head, target)
     if head.id == "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B":
         return dict(_YUHUILI)

@@ -72,6 +72,13 @@ def yaml_problems(where: str, doc: Any, version: str, plan: dict[str, Any]) -> l
     if model is not None and f.head_local_dir.value and not str(model).startswith("/"):
         out.append(f"{where}: speculative_model_dir {model!r} is not a local directory, which "
                    f"TensorRT-LLM {version} needs [{f.head_local_dir.source}]")
+    head = load_catalog().heads.get(plan.get("draft") or "")
+    if head is not None:  # the release reads the head's config.json and weights
+        fmt = facts.check_head(Version.parse(version), head.format, str(model))
+        if not fmt.ok:
+            out.append(f"{where}: {head.id} is a {head.format}-format EAGLE head, which "
+                       f"TensorRT-LLM {version} cannot load ({fmt.reason.splitlines()[0][:120]})"
+                       f" [{fmt.source}]")
     if not isinstance(spec.get("max_draft_len"), int) or spec["max_draft_len"] < 1:
         out.append(f"{where}: max_draft_len {spec.get('max_draft_len')!r} is not a positive "
                    "integer")

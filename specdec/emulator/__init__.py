@@ -32,6 +32,10 @@ Knobs come only from the engine's environment:
     after loading the weights, exit non-zero).
 ``SPECDEC_EMU_SEED``
     integer seed for acceptance draws and generated text (default 0).
+``SPECDEC_EMU_ACCEPTANCE``
+    the speculation world: ``chain`` (default) or ``measured`` (acceptance that is not an exact
+    chain, drafting cost concave in k: `specdec.emulator.acceptance`, a second world for testing
+    the tuner's model).
 ``SPECDEC_EMU_RESERVED_GIB``
     memory other processes hold on the device (counts against free memory at startup).
 

@@ -18,6 +18,15 @@ prompt category) from published behaviour:
 
 Sampling at temperature > 0 lowers every ``p`` (rejection sampling accepts less than greedy
 matching).
+
+**Variants** (`VARIANTS`, the emulator's ``SPECDEC_EMU_ACCEPTANCE``): ``chain`` (the default,
+above: drafting fewer tokens truncates the same chain, which is what the tuner's model assumes)
+and ``measured``, a second world to test that model against: a step that drafts ``k`` tokens
+accepts each position with ``p_i·(1 − DILUTION·(k − 1))``, so acceptance at a position depends on
+how many are drafted and a measurement at one k no longer gives every smaller k by truncation;
+its drafting cost follows vLLM issue #20780's measured curve (`specdec.emulator.timing`). The
+published sweeps (vLLM #20780, PR #18909) are consistent with a chain within their noise: the
+dilution is a stated stress, not a measurement.
 """
 
 from __future__ import annotations
@@ -26,9 +35,12 @@ import math
 import random
 from dataclasses import dataclass
 
-__all__ = ["CATEGORIES", "AcceptanceModel", "acceptance_model", "expected_length"]
+__all__ = ["CATEGORIES", "DILUTION", "VARIANTS", "AcceptanceModel", "acceptance_model",
+           "expected_length"]
 
 CATEGORIES = ("chat", "code", "summarization", "repetitive")
+VARIANTS = ("chain", "measured")
+DILUTION = 0.025  # "measured": every position's rate falls by this per extra drafted token
 
 # method -> category -> (p0, growth per position)
 _HEADS: dict[str, dict[str, tuple[float, float]]] = {
@@ -64,9 +76,11 @@ class AcceptanceModel:
     p0: float
     growth: float = 0.0
     match_prob: float = 1.0  # lookup methods: chance that a step has any draft at all
+    variant: str = "chain"  # one of VARIANTS
 
-    def p(self, position: int) -> float:
-        return min(P_MAX, max(0.0, self.p0 + self.growth * position))
+    def p(self, position: int, k: int = 1) -> float:
+        dilute = 1.0 - DILUTION * (k - 1) if self.variant == "measured" else 1.0
+        return min(P_MAX, max(0.0, (self.p0 + self.growth * position) * dilute))
 
     def has_draft(self, rng: random.Random) -> bool:
         return self.match_prob >= 1.0 or rng.random() < self.match_prob
@@ -75,7 +89,7 @@ class AcceptanceModel:
         """Accepted draft tokens (0..k) for one verify step."""
         accepted = 0
         for i in range(k):
-            if rng.random() < self.p(i):
+            if rng.random() < self.p(i, k):
                 accepted += 1
             else:
                 break
@@ -84,7 +98,7 @@ class AcceptanceModel:
     def expected_accepted(self, k: int) -> float:
         total, run = 0.0, 1.0
         for i in range(k):
-            run *= self.p(i)
+            run *= self.p(i, k)
             total += run
         return total
 
@@ -111,6 +125,7 @@ def acceptance_model(
     target_params: float = 0.0,
     draft_params: float = 0.0,
     matched: bool = True,
+    variant: str = "chain",
 ) -> AcceptanceModel:
     """The acceptance model for a method on a prompt category.
 
@@ -120,16 +135,16 @@ def acceptance_model(
     cat = category if category in CATEGORIES else "chat"
     tf = _temperature_factor(temperature)
     if not matched:
-        return AcceptanceModel(p0=MISMATCHED_P * tf)
+        return AcceptanceModel(p0=MISMATCHED_P * tf, variant=variant)
     if method in _LOOKUP:
         match, p0 = _LOOKUP[method][cat]
-        return AcceptanceModel(p0=p0 * tf, match_prob=match)
+        return AcceptanceModel(p0=p0 * tf, match_prob=match, variant=variant)
     if method == "ngram_gpu":
         match, p0 = _LOOKUP["ngram"][cat]
-        return AcceptanceModel(p0=p0 * tf, match_prob=match)
+        return AcceptanceModel(p0=p0 * tf, match_prob=match, variant=variant)
     if method == "draft_model":
         p0 = _draft_p0(target_params, draft_params) + _DRAFT_CATEGORY_DELTA[cat]
-        return AcceptanceModel(p0=min(P_MAX, p0) * tf, growth=0.01)
+        return AcceptanceModel(p0=min(P_MAX, p0) * tf, growth=0.01, variant=variant)
     table = _HEADS.get(method, _HEADS["eagle"])
     p0, growth = table[cat]
-    return AcceptanceModel(p0=p0 * tf, growth=growth)
+    return AcceptanceModel(p0=p0 * tf, growth=growth, variant=variant)

@@ -22,6 +22,7 @@ from specdec.engines.trtllm.facts import (
     TIKTOKEN_OFFLINE_ERROR,
     TOP_KEYS,
     TrtllmFacts,
+    check_head,
     trtllm_facts,
 )
 
@@ -274,6 +275,10 @@ def _draft(ref: str, method: str, target: ModelSpec, facts: TrtllmFacts) -> Mode
                     f"{draft.architecture}); use decoding_type: DraftTarget for a draft model")
     if method == "draft_model" and draft.kind == "head":
         raise _fail(f"ValueError: {ref} is an EAGLE head; use decoding_type: Eagle")
+    if draft.kind == "head" and draft.head_format:
+        fmt = check_head(facts.version, draft.head_format, ref)
+        if not fmt.ok:  # ModelConfig.from_pretrained(<head dir>) -> transformers' AutoConfig
+            raise StartupError(fmt.reason, stage="load", progress=0.3)
     if draft.vocab_size != target.vocab_size:
         raise _fail(f"ValueError: The draft model vocab size ({draft.vocab_size}) must "
                     f"match the target model vocab size ({target.vocab_size})")

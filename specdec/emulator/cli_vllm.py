@@ -234,6 +234,10 @@ def parse_spec_config(
     if not lookup:
         assert model is not None
         draft = _draft_spec(model, method, target, cfg, max_model_len)
+        if draft.kind == "head" and draft.head_format:
+            fmt = facts.head_format(draft.head_format)
+            if not fmt.value:  # the release reads the head's config.json and cannot
+                raise _fail((fmt.error or "ValueError: unknown head format").format(ref=model))
     kb = cfg.get("num_speculative_tokens_per_batch_size")
     if kb is not None:
         extras["k_by_batch"] = _per_batch_size(kb)

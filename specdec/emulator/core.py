@@ -46,6 +46,7 @@ class SpecConfig:
     # vLLM num_speculative_tokens_per_batch_size: ((start, end, k), ...), inclusive batch sizes
     k_by_batch: tuple[tuple[int, int, int], ...] = ()
     max_concurrency: int | None = None  # TRT-LLM: no speculation above this batch size
+    variant: str = "chain"  # acceptance variant (`specdec.emulator.acceptance.VARIANTS`)
 
     @property
     def active(self) -> bool:
@@ -200,6 +201,7 @@ class EngineCore:
             spec.method, req.category, temperature=req.temperature,
             target_params=m.timing.target.params,
             draft_params=spec.draft.params if spec.draft else 0.0, matched=spec.matched,
+            variant=spec.variant,
         )
         seq = _Seq(
             id=self._ids, req=req, target_len=max(1, n), finish_reason=reason,

@@ -195,6 +195,7 @@ class ModelSpec:
     moe_active: int = 0  # experts per token
     expert_byte_fraction: float = 0.0  # share of decode bytes that are routed experts
     config_architecture: str = ""  # config.json architectures[0] (catalog), "" for heads
+    head_format: str = ""  # an EAGLE head's checkpoint layout (catalog HEAD_FORMATS)
     model_type: str = ""  # config.json model_type (catalog)
 
     def forward_bytes(self, tokens: int) -> float:
@@ -260,6 +261,7 @@ def model_spec(repo: str, catalog: Catalog | None = None) -> ModelSpec | None:
             kv_bytes_per_token=0, max_context=cat.models[h.target].max_context
             if h.target in cat.models else 131072,
             tokenizer=h.tokenizer, head_method=h.method, head_target=h.target, hidden=hidden,
+            head_format=h.format,
             moe_experts=experts, moe_active=active_experts, expert_byte_fraction=expert_fraction,
         )
     return None

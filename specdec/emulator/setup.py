@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import os
+from dataclasses import dataclass, field, replace
 
+from specdec.emulator.acceptance import VARIANTS
 from specdec.emulator.core import EngineModel, SpecConfig
 from specdec.emulator.memory import MemoryInputs
 from specdec.emulator.profiles import DeviceProfile, ModelSpec, device_profile, model_spec
@@ -24,6 +26,15 @@ HEAD_METHODS = ("eagle", "eagle3", "dflash")
 PARALLEL_HEAD_METHODS = ("medusa", "mlp_speculator")
 LOOKUP_METHODS = ("ngram", "ngram_gpu", "suffix")
 FP8_KV = ("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla")
+VARIANT_ENV = "SPECDEC_EMU_ACCEPTANCE"
+
+
+def variant_from_env() -> str:
+    """``$SPECDEC_EMU_ACCEPTANCE``: the emulator's speculation world (default ``chain``)."""
+    raw = os.environ.get(VARIANT_ENV, "").strip() or "chain"
+    if raw not in VARIANTS:
+        raise ConfigError(f"{VARIANT_ENV}={raw!r} is not one of {', '.join(VARIANTS)}")
+    return raw
 
 
 def spec_kind(method: str) -> str:
@@ -69,6 +80,7 @@ class EngineSetup:
     overlap_scheduler: bool = False
     k_by_batch: tuple[tuple[int, int, int], ...] = ()
     max_concurrency: int | None = None
+    variant: str = field(default_factory=variant_from_env)  # acceptance + drafting-cost world
 
     @property
     def speculative(self) -> bool:
@@ -140,7 +152,7 @@ class EngineSetup:
             kv_bytes_per_token=self.target_kv_bytes_per_token, weight_scale=self.weight_scale,
             eager=self.enforce_eager, spec_kind=kind, draft=self.drafter,
             draft_kv_bytes_per_token=self.draft_kv_bytes_per_token,
-            overlap_scheduler=self.overlap_scheduler,
+            overlap_scheduler=self.overlap_scheduler, variant=self.variant,
         )
 
     def spec_config(self) -> SpecConfig:
@@ -149,6 +161,7 @@ class EngineSetup:
         return SpecConfig(
             method=self.method, k=self.k, draft=self.drafter, matched=self.matched,
             k_by_batch=self.k_by_batch, max_concurrency=self.max_concurrency,
+            variant=self.variant,
         )
 
     def engine_model(self, kv_capacity_tokens: int | None = None) -> EngineModel:

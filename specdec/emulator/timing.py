@@ -42,6 +42,21 @@ __all__ = [
 
 KERNELS_PER_LAYER = 12  # eager launches per decoder layer (norms, qkv, rope, attn, o, mlp, ...)
 LOOKUP_CPU_S = 25e-6  # n-gram lookup per sequence on a Grace core
+# What speculation costs beyond moving bytes, in units of the device's per-step CPU cost
+# (`DeviceProfile.sched_overhead_s`): each sequential drafter forward (sampling its token,
+# gathering hidden states, its launches) and each speculative step (the rejection sampler,
+# proposer bookkeeping). Fitted on vLLM issue #20780's H100 sweep (Llama-3.1-8B + yuhuili
+# EAGLE-3, batch 1): its speed-ups at k=2 (1.64x) and k=7 (1.65x) give 0.415 ms per drafter
+# forward and 0.413 ms per step over the bandwidth model on the h100-sxm profile; k=3..6 and
+# PR #16937's k=2 figure are held out (specdec/emulator/calibration.py). Other devices scale
+# with their CPU cost per step (an assumption: no Orin or Spark sweep is published).
+DRAFT_FORWARD_X = 1.66
+SPEC_STEP_X = 1.65
+# The "measured" variant (`specdec.emulator.acceptance.VARIANTS`): drafting k tokens costs the
+# linear model's k forwards times (k/2)^(CONCAVE - 1), the power law through vLLM issue #20780's
+# measured extra step time over k = 2..7 (3.13, 4.34, 5.40, 6.64, 7.46, 8.12 ms: exponent 0.76),
+# equal to the linear model at k = 2, cheaper per token beyond, dearer at k = 1.
+CONCAVE = 0.76
 SPEC_KINDS = ("none", "head", "parallel_head", "draft", "lookup")
 
 
@@ -102,6 +117,7 @@ class TimingModel:
     draft: ModelSpec | None = None  # the head or draft model
     draft_kv_bytes_per_token: int = 0
     overlap_scheduler: bool = False
+    variant: str = "chain"  # "measured": drafting cost concave in k (CONCAVE)
 
     def launch_s(self, layers: int) -> float:
         if self.eager:
@@ -135,18 +151,26 @@ class TimingModel:
                   "launch_s": self.launch_s(d.layers)}
         if kind == "parallel_head":
             return forward_time(self.device, query_tokens=max(b, 1) + load.prefill_tokens,
-                                kv_read_bytes=0.0, **common)
+                                kv_read_bytes=0.0, **common) + \
+                DRAFT_FORWARD_X * self.device.sched_overhead_s
         if b == 0:  # only prompts to ingest (draft model / EAGLE hidden states)
             return forward_time(self.device, query_tokens=load.prefill_tokens,
                                 kv_read_bytes=0.0, **common)
         total = 0.0
+        floor = DRAFT_FORWARD_X * self.device.sched_overhead_s
         for i in range(max(load.k, 1)):
             q = b + (load.prefill_tokens if i == 0 else 0)
-            total += forward_time(self.device, query_tokens=q, kv_read_bytes=kv_read, **common)
+            total += forward_time(self.device, query_tokens=q, kv_read_bytes=kv_read,
+                                  **common) + floor
+        if self.variant == "measured" and load.k >= 1:
+            total *= (load.k / 2.0) ** (CONCAVE - 1.0)
         return total
 
     def step_time(self, load: StepLoad) -> StepCost:
         target = self.target_forward(load.target_tokens, load.kv_tokens)
         draft = self.draft_time(load)
-        sched = self.device.sched_overhead_s * (0.3 if self.overlap_scheduler else 1.0)
+        cpu = 0.3 if self.overlap_scheduler else 1.0  # TRT-LLM's overlap scheduler hides most
+        sched = self.device.sched_overhead_s * cpu
+        if load.draft_tokens:
+            sched += SPEC_STEP_X * self.device.sched_overhead_s * cpu
         return StepCost(draft_s=draft, target_s=target, overhead_s=sched)

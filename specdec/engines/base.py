@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from specdec import layout
 from specdec.catalog import Model
+from specdec.engines.ranges import first_version
 from specdec.engines.support import Support, Target, with_first_ok
 from specdec.engines.version import Version
 from specdec.hostkeys import KeyReader
@@ -131,9 +132,22 @@ class Engine(ABC):
     def releases(self) -> list[Version]:
         """Releases at which something the engine accepts changes."""
 
+    @abstractmethod
+    def check_head(self, version: Version, fmt: str) -> Support:
+        """Whether ``version`` loads an EAGLE head checkpoint in format ``fmt``
+        (`specdec.catalog.HEAD_FORMATS`; the facts module's answer)."""
+
     def support(self, version: Version, method: str, target: Target) -> Support:
         """`check`, with the first later release that can when it cannot."""
         return with_first_ok(self.check, self.releases(), version, method, target)
+
+    def head_support(self, version: Version, fmt: str) -> Support:
+        """`check_head`, with the first later release that loads the format when it cannot."""
+        got = self.check_head(version, fmt)
+        if got.ok:
+            return got
+        return replace(got, first_ok=first_version(self.releases(), version,
+                                                   lambda v: self.check_head(v, fmt).ok))
 
     def spec_config_release(self, plan: Plan) -> str | None:
         """The vLLM release whose ``--speculative-config`` the engine takes (None: not vLLM's)."""

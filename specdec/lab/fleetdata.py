@@ -127,6 +127,9 @@ def fleet(table: Sequence[tuple[str, dict[str, Any]]],
         if count >= FLEET_FROM:
             numbered += list(enumerate(fleet_groups, start=len(table) + len(groups) + 1))
     scale = env.get("SPECDEC_LAB_TIME_SCALE", "").strip() or DEFAULT_TIME_SCALE
+    variant = env.get("SPECDEC_LAB_ACCEPTANCE", "").strip()  # the emulator's speculation world
+    if variant and variant not in ("chain", "measured"):
+        raise ValueError(f"SPECDEC_LAB_ACCEPTANCE={variant!r} is not one of chain, measured")
     faults = parse_faults(env.get("SPECDEC_LAB_FAULTS"),
                           [name for name, _ in (*table, *groups, *fleet_groups)])
     mirror = mirror_host(env, [name for _, (name, _) in numbered])
@@ -153,6 +156,8 @@ def fleet(table: Sequence[tuple[str, dict[str, Any]]],
         if fault:
             data["lab_fault"] = fault
         emu = {"SPECDEC_EMU_DEVICE": device, "SPECDEC_EMU_TIME_SCALE": scale}
+        if variant:
+            emu["SPECDEC_EMU_ACCEPTANCE"] = variant
         if fault:
             emu["SPECDEC_EMU_FAULT"] = fault
         data["specdec_env"] = {**emu, **row.get("specdec_env", {})}

@@ -19,6 +19,7 @@ ORIN = {"SPECDEC_EMU_DEVICE": "agx-orin-64gb", "SPECDEC_EMU_TIME_SCALE": "0.02",
 SPARK = {**ORIN, "SPECDEC_EMU_DEVICE": "dgx-spark"}
 MODEL = "Qwen/Qwen3-8B"
 HEAD = "RedHatAI/Qwen3-8B-speculator.eagle3"
+TRT_HEAD = "Tengyunw/qwen3_8b_eagle3"  # original format: what TensorRT-LLM loads
 EAGLE = ["--speculative-config",
          json.dumps({"method": "eagle3", "model": HEAD, "num_speculative_tokens": 3})]
 
@@ -76,7 +77,7 @@ def test_baseline_has_no_spec_decode() -> None:
 def test_trtllm_iteration_stats(tmp_path: Path) -> None:
     opts = tmp_path / "extra.yaml"
     opts.write_text("enable_iter_perf_stats: true\nspeculative_config:\n  decoding_type: Eagle3\n"
-                    f"  max_draft_len: 3\n  speculative_model_dir: {HEAD}\n")
+                    f"  max_draft_len: 3\n  speculative_model_dir: {TRT_HEAD}\n")
     # A release that takes decoding_type Eagle3 and a Hub id (PR #10124, #10099)
     env = {**SPARK, "SPECDEC_EMU_ENGINE_VERSION": "1.3.0rc15"}
     with emulator("trtllm-serve", MODEL, ["--extra_llm_api_options", str(opts)], env) as url:

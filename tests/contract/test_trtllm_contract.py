@@ -58,3 +58,17 @@ def test_later_releases_take_eagle3_and_hub_ids() -> None:
     assert doc["speculative_config"]["decoding_type"] == "Eagle3"
     assert not yaml_problems("g", doc, version, plan)
     assert yaml_problems("g", doc, "1.2.1", plan)  # the same file breaks 1.2.1
+
+
+def test_a_speculators_format_head_is_refused_and_no_trtllm_host_gets_one() -> None:
+    for where, version, _text, plan in rendered_yamls():
+        draft = plan.get("draft")
+        if draft and plan["method"] == "eagle3":
+            assert draft != "RedHatAI/Qwen3-8B-speculator.eagle3", (where, version)
+    doc, version, plan = _golden("golden/dgx-spark-trtllm-docker")
+    head = "RedHatAI/Qwen3-8B-speculator.eagle3"
+    doc["speculative_config"]["speculative_model_dir"] = f"/var/lib/specdec/models/{head}"
+    problems = yaml_problems("g", doc, version, {**plan, "draft": head})
+    assert any("speculators-format EAGLE head" in p and "cannot load" in p for p in problems)
+    lab = next(y for y in rendered_yamls() if y[0].startswith("lab.py/lab-spark@1.2.1"))
+    assert lab[3]["draft"] == "Tengyunw/qwen3_8b_eagle3"

@@ -272,7 +272,7 @@ def test_bench_settings_from_environment(monkeypatch):
     monkeypatch.setenv("SPECDEC_BENCH_REQUESTS", "8")
     monkeypatch.setenv("SPECDEC_BENCH_TIMEOUT", "45")
     s = VERIFY_MOD.bench_settings()
-    assert (s.requests, s.max_tokens, s.timeout_s) == (8, 64, 45.0)
+    assert (s.requests, s.max_tokens, s.timeout_s) == (8, 48, 45.0)
     monkeypatch.setenv("SPECDEC_BENCH_BASELINE_REQUESTS", "3")
     monkeypatch.setenv("SPECDEC_BENCH_RAMP_TOKENS", "0")
     s = VERIFY_MOD.bench_settings()

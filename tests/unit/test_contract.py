@@ -102,7 +102,11 @@ def test_suites_cover_goldens_examples_matrix_and_controls() -> None:
     s092 = {c.id: c for c in full_suite("0.9.2").cases}
     assert "Eagle3 is only supported for Llama models" in str(
         s092["eagle3-arch/Qwen3ForCausalLM"].error)
-    assert not s092["matrix/Qwen/Qwen3-8B/eagle3@0.9.2"].expect_ok
+    # every head the target takes is a case of its own: both checkpoint formats
+    for head in ("RedHatAI/Qwen3-8B-speculator.eagle3", "Tengyunw/qwen3_8b_eagle3"):
+        assert not s092[f"matrix/Qwen/Qwen3-8B/eagle3/{head}@0.9.2"].expect_ok
+        s031 = {c.id: c for c in full_suite("0.31.0").cases}
+        assert s031[f"matrix/Qwen/Qwen3-8B/eagle3/{head}@0.31.0"].expect_ok
     assert s092["control/unknown-key"].expect_ok  # 0.9.2 drops unknown keys silently
     for v in ("0.11.0", "0.14.0"):
         case = {c.id: c for c in full_suite(v).cases}["control/draft_model-refused"]

@@ -25,10 +25,10 @@ def _host(tmp_path: Path, conf: str, status: str | None) -> Path:
 
 def test_profile_bandwidth_per_mode_and_engine_efficiency() -> None:
     nano = device_profile("orin-nano-8gb", power_mode="15W")
-    assert (nano.bandwidth_gbs, nano.power_mode, nano.bw_eff) == (68.3, "15W", 0.72)
+    assert (nano.bandwidth_gbs, nano.power_mode, nano.bw_eff) == (68.3, "15W", 0.46)
     assert device_profile("orin-nano-8gb").bandwidth_gbs == 102.4  # no mode known: the peak
     spark = device_profile("dgx-spark", engine="trtllm")
-    assert spark.bw_eff == 0.78 and device_profile("dgx-spark", engine="vllm").bw_eff == 0.73
+    assert spark.bw_eff == 0.75 and device_profile("dgx-spark", engine="vllm").bw_eff == 0.73
 
 
 def test_context_takes_the_hosts_current_mode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch

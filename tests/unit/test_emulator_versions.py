@@ -125,6 +125,32 @@ def test_trtllm_head_must_be_a_local_directory_before_pr_10099(tmp_path: Path) -
         'ValueError: "EagleDecodingConfig" object has no field "speculative_model"')
 
 
+# -- heads that load: the checkpoint format each release reads ---------------------------------
+@pytest.mark.parametrize("version", ["1.2.0rc6", "1.2.1", "1.3.0rc13"])
+def test_trtllm_refuses_a_speculators_format_head(tmp_path: Path, version: str) -> None:
+    heads = {}
+    for repo in (Q8_HEAD, "Tengyunw/qwen3_8b_eagle3"):
+        heads[repo] = tmp_path / repo.replace("/", "--")
+        hf.download(repo, local_dir=str(heads[repo]), quiet=True, time_scale=0)
+    yaml_text = ("speculative_config:\n  decoding_type: Eagle\n  max_draft_len: 3\n"
+                 "  speculative_model_dir: {d}\n")
+    msg = trt_error(version, yaml_text.format(d=heads[Q8_HEAD]), tmp_path, Q8)
+    assert msg.startswith(f"ValueError: Unrecognized model in {heads[Q8_HEAD]}. Should have a "
+                          "`model_type` key in its config.json")
+    ok = trt(version, yaml_text.format(d=heads["Tengyunw/qwen3_8b_eagle3"]), tmp_path, Q8)
+    assert ok.setup.method == "eagle3" and ok.setup.drafter is not None
+    assert ok.setup.drafter.id == "Tengyunw/qwen3_8b_eagle3"
+
+
+def test_vllm_reads_speculators_heads_from_0_10_1() -> None:
+    spec = {"method": "eagle3", "model": L8_HEAD, "num_speculative_tokens": 3}
+    assert vllm("0.9.2", L8, spec).setup.method == "eagle3"  # original format: every release
+    q8 = {"method": "eagle3", "model": Q8_HEAD, "num_speculative_tokens": 3}
+    assert vllm("0.11.0", Q8, q8).setup.drafter.head_format == "speculators"
+    # 0.10.1.1 is the first release with EAGLE-3 for Qwen3, after speculators support (0.10.1)
+    assert vllm("0.10.1.1", Q8, q8).setup.method == "eagle3"
+
+
 # -- item 7: gpt-oss reads its harmony encoding; air-gapped hosts need it prefetched ---------------
 def test_trtllm_gpt_oss_needs_tiktoken_encodings(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,15 +19,23 @@ ORDER = ["chat", "code", "summarization", "repetitive"]
 
 
 def level(tpot: float, speedup: dict[str, float], n: int, noise: float,
-          rng: random.Random, run: float) -> dict[str, Any]:
-    """Requests whose TPOT is ``tpot / speedup[category]`` (one category after the other)."""
+          rng: random.Random, run: float, chunks: bool = True) -> dict[str, Any]:
+    """Requests whose TPOT is ``tpot / speedup[category]`` (one category after the other):
+    ``max(1, speedup)`` tokens per engine step (one chunk each), the step time the rest."""
     reqs = []
     for i in range(n):
         cat = ORDER[i % len(ORDER)]
-        t = tpot / speedup.get(cat, 1.0) * math.exp(rng.gauss(0, noise)) * run
-        reqs.append({"index": i, "prompt_id": f"{cat}-{i}", "category": cat, "tpot_ms": t,
-                     "ttft_ms": 20.0, "e2el_ms": 20.0 + t * (N_TOK - 1),
-                     "output_tokens": N_TOK, "error": None})
+        sp = speedup.get(cat, 1.0)
+        per_step = max(1.0, sp)
+        steps = math.ceil((N_TOK - 1) / per_step)
+        step = tpot * per_step / sp * math.exp(rng.gauss(0, noise)) * run
+        e2e = 20.0 + step * steps
+        r = {"index": i, "prompt_id": f"{cat}-{i}", "category": cat,
+             "tpot_ms": (e2e - 20.0) / (N_TOK - 1), "ttft_ms": 20.0, "e2el_ms": e2e,
+             "output_tokens": N_TOK, "error": None}
+        if chunks:
+            r["chunks"] = steps + 1
+        reqs.append(r)
     e2e = sum(r["e2el_ms"] for r in reqs) / 1000
     return {"throughput_tok_s": n * N_TOK / e2e, "tpot_ms_p50": sorted(
         r["tpot_ms"] for r in reqs)[n // 2], "requests": reqs}
@@ -35,20 +43,20 @@ def level(tpot: float, speedup: dict[str, float], n: int, noise: float,
 
 def result(s1: float | dict[str, float] = 1.0, s8: float | None = 1.0, *, n1: int = 4,
            n8: int = 8, noise: float = 0.02, run_noise: float = 0.0,
-           seed: int = 0) -> dict[str, Any]:
+           seed: int = 0, chunks: bool = True) -> dict[str, Any]:
     """One arm's bench result: speedups vs a baseline of TPOT 50 ms at c=1, 60 ms at c=8
-    (``s8`` None: no c=8 level in this round)."""
+    (``s8`` None: no c=8 level in this round; ``chunks`` False: no chunk records)."""
     rng = random.Random(seed)
     sp1 = s1 if isinstance(s1, dict) else dict.fromkeys(ORDER, s1)
     runs = [math.exp(rng.gauss(0, run_noise)) for _ in range(2)]
-    levels = {"1": level(50.0, sp1, n1, noise, rng, runs[0])}
+    levels = {"1": level(50.0, sp1, n1, noise, rng, runs[0], chunks)}
     if s8 is not None:
-        levels["8"] = level(60.0, dict.fromkeys(ORDER, s8), n8, noise, rng, runs[1])
+        levels["8"] = level(60.0, dict.fromkeys(ORDER, s8), n8, noise, rng, runs[1], chunks)
     return {"config": {"max_tokens": N_TOK, "endpoint": "chat", "requests": [n1, n8]},
             "prompts": {"categories": CATS}, "concurrency": levels}
 
 
-BASE = result(seed=1, n1=2)  # the baseline measures fewer c=1 requests (pooled)
+BASE = result(seed=1, n1=3)  # the baseline measures fewer c=1 requests (pooled)
 
 
 def rule(d: Any, name: str) -> dict[str, Any]:
@@ -59,9 +67,10 @@ def test_clear_gain_keeps_in_one_round() -> None:
     d = decide(BASE, result(2.0, 1.6, seed=2))
     assert d.decision == "keep", d.reason
     r = rule(d, "throughput_gain_c1")
-    assert r["measured"] == pytest.approx(1.0, abs=0.05) and r["threshold"] == 0.3
+    assert r["measured"] == pytest.approx(0.96, abs=0.05) and r["threshold"] == 0.3
     assert r["verdict"] == "pass" and r["look"] == 1
-    assert r["method"] == "stratified-rate(4+2 requests, 1 rounds, baseline pooled)"
+    assert r["method"] == ("stratified-rate(4+3 requests, 1 rounds, baseline pooled, robust step "
+                           "time)")
     assert rule(d, "tpot_p50_reduction_c1")["measured"] == pytest.approx(0.5, abs=0.03)
     assert {r["name"] for r in d.to_dict()["rules"]} == {
         "throughput_gain_c1", "tpot_p50_reduction_c1", "no_regression_c8"}
@@ -79,8 +88,12 @@ def test_shown_c8_regression_disables() -> None:
 
 
 def test_gain_between_thresholds_is_disabled_as_out_of_reach() -> None:
-    d = decide(BASE, result(1.10, 1.2, seed=5))
-    assert d.decision == "disable" and d.code == "keep_out_of_reach"
+    # a gain wrongly disabled gets a small error budget, least of all at the first look: two
+    # rounds show it
+    d = decide(BASE, result(1.12, 1.2, seed=5))
+    assert d.decision == "inconclusive", d.reason
+    d = decide([BASE, result(seed=2, n1=3)], [result(1.12, 1.2, seed=5), result(1.12, 1.2, seed=6)])
+    assert d.decision == "disable" and d.code == "keep_out_of_reach", d.reason
 
 
 def test_near_threshold_adds_rounds_of_the_open_level_only() -> None:
@@ -90,7 +103,7 @@ def test_near_threshold_adds_rounds_of_the_open_level_only() -> None:
     assert rule(d, "no_regression_c8")["verdict"] == "pass"
     assert set(d.allocation) == set(ORDER) and sum(d.allocation.values()) == pytest.approx(1)
     # a round without the c=8 level still counts for c=1; c=8 keeps its first verdict
-    d2 = decide([BASE, result(seed=7, n1=2, s8=None)],
+    d2 = decide([BASE, result(seed=7, n1=3, s8=None)],
                 [result(1.30, 1.3, seed=6), result(1.30, None, seed=8)])
     assert rule(d2, "no_regression_c8")["look"] == 1 and d2.rounds == 2
 
@@ -106,7 +119,7 @@ def test_bimodal_tpot_is_judged_at_the_median_and_gets_the_requests() -> None:
     assert rule(d, "tpot_p50_reduction_c1")["measured"] < 0.2
     assert rule(d, "throughput_gain_c1")["measured"] > 0.3
     # while open, the next round's candidate requests go to the category at the median
-    sp2 = {"chat": 1.0, "code": 1.3, "summarization": 2.0, "repetitive": 3.0}
+    sp2 = {"chat": 1.0, "code": 1.25, "summarization": 2.0, "repetitive": 3.0}
     d = decide(result(seed=30, n1=2), result(sp2, 1.4, seed=31))
     assert d.decision == "inconclusive", d.reason
     assert rule(d, "tpot_p50_reduction_c1")["verdict"] == "unclear"
@@ -123,7 +136,7 @@ def test_neutral_c8_keeps_with_noise(c8: float) -> None:
         bases: list[dict[str, Any]] = []
         cands: list[dict[str, Any]] = []
         for rnd in range(pol.max_rounds):
-            bases.append(result(seed=1000 * seed + rnd, noise=0.05, run_noise=0.03, n1=2))
+            bases.append(result(seed=1000 * seed + rnd, noise=0.05, run_noise=0.03, n1=3))
             cands.append(result(1.8, c8, seed=1000 * seed + 500 + rnd, noise=0.05,
                                 run_noise=0.03))
             d = decide(bases, cands, pol)
@@ -141,7 +154,7 @@ def test_regression_beyond_tolerance_disables_with_noise() -> None:
         bases: list[dict[str, Any]] = []
         cands: list[dict[str, Any]] = []
         for rnd in range(pol.max_rounds):
-            bases.append(result(seed=1000 * seed + rnd, noise=0.05, run_noise=0.03, n1=2))
+            bases.append(result(seed=1000 * seed + rnd, noise=0.05, run_noise=0.03, n1=3))
             cands.append(result(1.6, 0.7, seed=1000 * seed + 500 + rnd, noise=0.05,
                                 run_noise=0.03))
             d = decide(bases, cands, pol)
@@ -151,33 +164,41 @@ def test_regression_beyond_tolerance_disables_with_noise() -> None:
     assert disabled == 30
 
 
-def test_round_limit_takes_the_conservative_choice() -> None:
-    b, c = result(seed=1, n1=2, noise=0.0), result(1.30, 1.6, seed=3, noise=0.0)
+def test_the_last_look_decides_every_open_rule_by_its_sign() -> None:
+    """At the round limit a rule still open goes by its sign at the middle of its zone, with
+    the chance of being wrong for a truth outside the zone reported: no open rule is left for
+    a decision outside the error budget."""
+    b = result(seed=1, n1=3, noise=0.0)
     early = GatePolicy(max_rounds=2, indifference=0.0)
-    d = decide(b, c, early)
-    assert rule(d, "throughput_gain_c1")["verdict"] == "unclear"
-    assert d.decision == "inconclusive" and d.code == "more_rounds" and d.pending == (1,)
-    d = decide(b, c, GatePolicy(max_rounds=1, indifference=0.0))  # now the round limit
-    assert rule(d, "throughput_gain_c1")["verdict"] == "unclear"
-    assert d.decision == "disable" and d.code == "round_limit" and d.conservative
-    assert "conservative" in d.reason and d.pending == () and not d.keep_possible
+    for s1, want in ((1.36, "keep"), (1.25, "disable")):
+        c = result(s1, 1.6, seed=3, noise=0.0)
+        d = decide(b, c, early)
+        assert rule(d, "throughput_gain_c1")["verdict"] == "unclear"
+        assert d.decision == "inconclusive" and d.code == "more_rounds" and d.pending == (1,)
+        d = decide(b, c, GatePolicy(max_rounds=1, indifference=0.0))  # now the round limit
+        gain = rule(d, "throughput_gain_c1")
+        assert gain["basis"] == "sign" and gain["verdict"] == ("pass" if want == "keep"
+                                                               else "fail")
+        assert d.decision == want and d.code == "round_limit" and d.conservative
+        assert "decided by its sign" in d.reason and d.pending == ()
+        assert 0.0 <= gain["error_bound"] <= 0.5 and "at most" in d.reason
 
 
-def test_round_limit_with_c8_open_keeps_when_c1_cleared() -> None:
-    """No c=8 regression shown (its rule still open at the round limit) does not block keep."""
-    b, c = result(seed=1, n1=2, noise=0.0), result(2.0, 0.9, seed=3, noise=0.0)
-    d = decide(b, c, GatePolicy(max_rounds=2, indifference=0.0))
-    assert rule(d, "no_regression_c8")["verdict"] == "unclear" and d.pending == (8,)
-    d = decide(b, c, GatePolicy(max_rounds=1, indifference=0.0))
-    assert rule(d, "no_regression_c8")["verdict"] == "unclear"
-    assert d.decision == "keep" and not d.conservative and "no regression shown" in d.reason
+def test_an_open_c8_rule_at_the_round_limit_goes_by_the_middle_of_its_zone() -> None:
+    b = result(seed=1, n1=3, noise=0.0)
+    pol = GatePolicy(max_rounds=1)
+    for s8, want in ((0.87, "keep"), (0.84, "disable")):  # zone 0.81..0.90, middle 0.855
+        c = result(2.0, s8, seed=3, noise=0.0, run_noise=0.0)
+        d = decide(b, c, pol)
+        r8 = rule(d, "no_regression_c8")
+        assert r8["basis"] == "sign" and d.decision == want, (s8, d.reason)
 
 
 def test_zone_width_changes_what_is_decided_early() -> None:
-    wide, narrow = GatePolicy(indifference=0.15), GatePolicy(indifference=0.0)
+    wide, narrow = GatePolicy(indifference=0.2), GatePolicy(indifference=0.0)
     c = result(1.42, 1.3, seed=9, noise=0.05)
-    b = result(seed=10, n1=2, noise=0.05)
-    assert rule(decide(b, c, wide), "throughput_gain_c1")["verdict"] == "pass"
+    b = result(seed=10, n1=3, noise=0.05)
+    assert rule(decide(b, c, wide), "throughput_gain_c1")["verdict"] != "unclear"
     assert rule(decide(b, c, narrow), "throughput_gain_c1")["verdict"] == "unclear"
 
 
@@ -255,7 +276,7 @@ def test_adaptive_measures_only_what_is_open() -> None:
     def run(arm: str, i: int, levels: tuple[int, ...]) -> dict[str, Any]:
         calls.append((arm, i, levels))
         if arm == "baseline":
-            return result(seed=i, n1=2, s8=1.0 if 8 in levels else None)
+            return result(seed=i, n1=3, s8=1.0 if 8 in levels else None)
         return result(1.33, 1.5 if 8 in levels else None, seed=100 + i)
 
     d = decide_adaptive(run, GatePolicy(max_rounds=3))
@@ -277,8 +298,9 @@ def test_round_bench_allocates_the_candidates_keep_level() -> None:
     bs, pol = BenchSettings(), GatePolicy()
     r0 = round_bench(bs, pol, "candidate", 0)
     assert r0.levels == (1, 8) and r0.requests == (4, 8) and r0.offsets == (0, 0)
-    assert round_bench(bs, pol, "baseline", 1).requests == (2, 8)
-    assert round_bench(bs, pol, "baseline", 1).offsets == (2, 8)
+    assert round_bench(bs, pol, "baseline", 1).requests == (3, 8)
+    assert round_bench(bs, pol, "baseline", 1).offsets == (3, 8)
+    assert round_bench(bs, pol, "baseline", 1, scale={1: 2.0}).requests == (6, 8)
     r = round_bench(bs, pol, "candidate", 1, (1,), {"code": 0.9, "chat": 0.1},
                     used=["code-01", "code-02"])
     assert r.levels == (1,) and r.ids == (("code-03", "code-04", "code-05", "code-06"),)

@@ -336,3 +336,26 @@ def test_identity_script_local_runs_commands() -> None:
     dumped = split_identity_dump(out.stdout)
     assert dumped["uname-m.txt"] is not None and dumped["uname-m.txt"].strip()
     assert dumped["proc/meminfo"] is not None and "MemTotal" in dumped["proc/meminfo"]
+
+
+def test_igx_and_industrial_modules_name_their_own_conf_and_get_no_guessed_mode_table() -> None:
+    from specdec.catalog import load_catalog
+    from specdec.power import PowerMode, mode_bandwidth
+
+    cat = load_catalog()
+    agx = cat.devices["agx-orin-64gb"]
+    for mid, conf in (("p3701-0002", "nvpmodel_p3701_0002.conf"),
+                      ("p3701-0008", "nvpmodel_p3701_0008.conf")):
+        mod = cat.modules[mid]
+        assert mod.device == "agx-orin-64gb" and mod.nvpmodel_conf == conf
+        assert not mod.mode_table
+        # MODE_15W on the AGX conf caps the EMC (136.5 GB/s); on this module's own conf the
+        # catalog does not know it: the live conf's cap if it states one, else the peak, said
+        bw, src = mode_bandwidth(agx, PowerMode(1, "MODE_15W"), mod)
+        assert bw == agx.bandwidth_gbs and "not guessed" in src and conf in src
+        bw, src = mode_bandwidth(agx, PowerMode(1, "MODE_15W", {"EMC MAX_FREQ": "2133000000"}),
+                                 mod)
+        assert bw == agx.emc_bandwidth_gbs(2133.0) and "EMC cap" in src
+    assert cat.modules["p3701-0005"].mode_table
+    assert mode_bandwidth(agx, PowerMode(1, "MODE_15W"), cat.modules["p3701-0005"])[0] \
+        == 136.5

@@ -45,6 +45,17 @@ def test_figures():
     assert figures(skipped_report("b", "r", "x"))["c1_gain"] is None
 
 
+def test_the_gain_column_is_the_gates_estimate_its_reason_quotes():
+    rep = host_report("nx", "disabled", base=(20.0, 50.0, 100.0), cand=(20.48, 49.0, 101.0))
+    rep["gate"] = {"figures": {"throughput_ratio_c1": 1.0, "tpot_p50_ratio_c1": 0.99,
+                               "throughput_ratio_c8": 1.01}}
+    rep["message"] = "c=1 throughput gain throughput_gain_c1 +0.0% (CI -9.0%..+9.9%) is below 10%"
+    f = figures(rep)
+    assert f["c1_gain"] == pytest.approx(0.0)  # not the plain +2.4% of the arms' level figures
+    row = next(ln for ln in summary_markdown([rep], "r").splitlines() if ln.startswith("| nx"))
+    assert "+0.0%" in row and "+2.4%" not in row
+
+
 def test_summary_table():
     md = summary_markdown([host_report("a", "kept"), host_report("b", "disabled", message="a|b"),
                            skipped_report("c", "r", "not deployed")], "r")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -187,3 +188,21 @@ def test_report_shows_the_curve() -> None:
     html = index_html([{"host": "agx", "outcome": "kept", "method": "eagle3",
                         "num_speculative_tokens": tune["config"]["k"], "tune": tune}], "r1")
     assert "Tuning (num_speculative_tokens: auto)" in html and "[tuned]" in html
+
+
+def test_a_long_title_is_not_cut_off() -> None:
+    """An SVG clips text at its width: the chart is as wide as its title needs."""
+    s = search()
+    cfg: Config | None = Config("eagle3", "RedHatAI/Qwen3-8B-speculator.eagle3", 3)
+    s.methods[0] = type(s.methods[0])("eagle3", "RedHatAI/Qwen3-8B-speculator.eagle3")
+    while cfg is not None:
+        s.add(cfg, arm(cfg.k, step_time(cfg.k)))
+        cfg = s.next()
+    tune = s.choose().to_dict()
+    tune["config"]["k_by_batch"] = [[1, 2, 6], [3, 16, 8]]
+    host = "a-rather-long-host-name.example.lan"
+    svg = tune_chart(host, tune)
+    width = int(re.search(r'width="(\d+)"', svg).group(1))  # type: ignore[union-attr]
+    texts = re.findall(r'<text x="0" y="\d+"[^>]*>([^<]*)</text>', svg)
+    assert len(texts) == 2 and host in texts[0] and texts[1].startswith("kept: ")
+    assert all(width >= 6.3 * len(t) for t in texts)

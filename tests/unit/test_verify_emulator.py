@@ -259,8 +259,12 @@ def test_eagle3_on_agx_is_decided_with_real_numbers(fleet):
     make, spec, c, b = fleet
     host = make({}, c, b)
     rep = Verifier(spec(), host).run(_state(host, c, b))
-    assert rep["outcome"] in ("kept", "disabled"), rep["message"]
-    assert rep["gate"]["decision"] in ("keep", "disable", "inconclusive")
+    # Qwen3-8B with its EAGLE-3 head at k=3 on an AGX Orin: the emulator's truth is a c=1 gain
+    # near +90% and a TPOT reduction near 45% (benchmarks/simlab.py), far outside the zone
+    assert rep["outcome"] == "kept", rep["message"]
+    assert rep["gate"]["decision"] == "keep" and rep["gate"]["code"] == "keep"
+    gain = next(r for r in rep["gate"]["rules"] if r["name"] == "throughput_gain_c1")
+    assert gain["verdict"] == "pass" and gain["measured"] > 0.3
     assert rep["acceptance"]["length"] > 1.0
     assert len(rep["acceptance"]["per_position"]) == 3
     assert rep["baseline"]["c1"]["throughput_tok_s"] > 0

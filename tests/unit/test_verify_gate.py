@@ -100,16 +100,16 @@ def test_inconclusive_measures_more_rounds_then_disables(tmp_path, monkeypatch):
     monkeypatch.setattr(gate, "decide", unclear)
     host = FakeHost(C, OLD, (C, OLD), {C: Behaviour(bench=FAST), B: Behaviour(bench=PLAIN)})
     rep = run(host, spec(tmp_path))
-    assert PLAN.gate.max_rounds == 4
-    assert seen == [1, 2, 3, 4]
-    assert host.benched == [C, B, B, C, C, B, B, C]  # one restart per extra round (ABAB)
-    # each round measures the next prompts (the baseline 2 at c=1 a round, the candidate 4)
-    assert host.offsets == [0, 0, 2, 4, 8, 4, 6, 12]
+    assert PLAN.gate.max_rounds == 6
+    assert seen == [1, 2, 3, 4, 5, 6]
+    assert host.benched == [C, B, B, C] * 3  # one restart per extra round (ABAB)
+    # each round measures the next prompts (the baseline 3 at c=1 a round, the candidate 4)
+    assert host.offsets == [0, 0, 3, 4, 8, 6, 9, 12, 16, 12, 15, 20]
     assert rep["outcome"] == "disabled" and host.current == B
     assert "inconclusive" in rep["message"]
-    assert rep["candidate"]["rounds"] == 4 and rep["baseline"]["rounds"] == 4
+    assert rep["candidate"]["rounds"] == 6 and rep["baseline"]["rounds"] == 6
     decisions = [m["value"] for m in rep["measurements"] if m["name"] == "decision"]
-    assert decisions == ["inconclusive"] * 4
+    assert decisions == ["inconclusive"] * 6
 
 
 def test_extra_round_that_decides_keep(tmp_path, monkeypatch):
@@ -130,7 +130,7 @@ def test_extra_round_that_decides_keep(tmp_path, monkeypatch):
 
 
 def test_no_more_rounds_when_keep_is_impossible(tmp_path):
-    low = result(21.0, 48.0, 101.0)  # +5%: shown below the +30% keep threshold
+    low = result(20.2, 49.5, 101.0)  # +1%: shown below the +30% keep threshold
     host = FakeHost(C, OLD, (C, OLD), {C: Behaviour(bench=low), B: Behaviour(bench=PLAIN)})
     rep = run(host, spec(tmp_path))
     assert host.benched == [C, B]
@@ -191,7 +191,7 @@ def test_cached_baseline_with_other_bench_settings_is_not_reused(tmp_path):
 def test_a_cached_baseline_of_another_time_basis_is_measured_again(tmp_path):
     host = FakeHost(C, OLD, (C, OLD), {C: Behaviour(bench=FAST), B: Behaviour(bench=PLAIN)})
     (tmp_path / "cache").mkdir()
-    emulated = {**PLAIN, "config": {"requests": [2, 8], "max_tokens": 64,
+    emulated = {**PLAIN, "config": {"requests": [3, 8], "max_tokens": 48,
                                     "prompt_offset": [0, 0]},
                 "device_time": {"emulated": True, "time_scale": 0.1}, "runner": {"where": "host"}}
     (tmp_path / "cache" / f"{B}.json").write_text(json.dumps(emulated))

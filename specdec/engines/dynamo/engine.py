@@ -101,6 +101,9 @@ class DynamoEngine(Engine):
     def check(self, version: Version, method: str, target: Target) -> Support:
         return facts.check(version, method, target)
 
+    def check_head(self, version: Version, fmt: str) -> Support:
+        return facts.check_head(version, fmt)
+
     def releases(self) -> list[Version]:
         return facts.boundaries()
 

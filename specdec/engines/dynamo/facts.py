@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from specdec.engines.support import Support, Target
 from specdec.engines.version import Version
 from specdec.engines.vllm.facts import check as vllm_check
+from specdec.engines.vllm.facts import check_head as vllm_check_head
 
 __all__ = [
     "EAGLE3_ONLY",
@@ -118,6 +119,17 @@ def check(v: Version, method: str, target: Target) -> Support:
     if not inner.ok:
         return Support(False, f"{inner.reason} (Dynamo {v} runs vLLM {facts.vllm})", src)
     return Support(True, "", src, caveat=inner.caveat)
+
+
+def check_head(v: Version, fmt: str) -> Support:
+    """Which EAGLE head formats Dynamo ``v``'s vLLM worker loads: its pinned vLLM's."""
+    facts = dynamo_facts(v)
+    if facts is None:
+        return Support(False, f"Dynamo {v} is not in the release table",
+                       "specdec/engines/dynamo/facts.py RELEASES")
+    inner = vllm_check_head(facts.vllm, fmt)
+    return Support(inner.ok, f"{inner.reason} (Dynamo {v} runs vLLM {facts.vllm})"
+                   if not inner.ok else "", f"{facts.source}; {inner.source}")
 
 
 def boundaries() -> list[Version]:

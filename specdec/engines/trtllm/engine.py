@@ -92,6 +92,9 @@ class TrtllmEngine(Engine):
     def check(self, version: Version, method: str, target: Target) -> Support:
         return facts.check(version, method, target)
 
+    def check_head(self, version: Version, fmt: str) -> Support:
+        return facts.check_head(version, fmt)
+
     def releases(self) -> list[Version]:
         return facts.boundaries()
 

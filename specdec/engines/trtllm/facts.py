@@ -16,13 +16,16 @@ in ``speculative_model``), so every release before 1.3.0rc15 is treated as witho
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from specdec.engines.ranges import Fact, FactTable
 from specdec.engines.support import Support, Target
 from specdec.engines.version import Version
 
 __all__ = [
+    "HEAD_FORMATS",
     "check",
+    "check_head",
     "CUDA_GRAPH_KEYS",
     "KV_CACHE_KEYS",
     "SPEC_KEYS",
@@ -131,6 +134,47 @@ TIKTOKEN_OFFLINE_ERROR = ("error downloading or loading vocab file: failed to do
                           f"{TIKTOKEN_URL}o200k_base.tiktoken")
 
 
+# -- EAGLE head checkpoint formats (`specdec.catalog.HEAD_FORMATS`) -----------------------------
+# The PyTorch backend builds the draft from ModelConfig.from_pretrained(speculative_model):
+# tensorrt_llm/_torch/pyexecutor/config_utils.py load_pretrained_config has branches for some
+# model families and otherwise calls transformers' AutoConfig; nothing reads a speculators
+# config (transformer_layer_config, speculators_config), and Eagle3DecoderLayer takes the
+# residual before hidden_norm, with no norm_before_residual (read on main @00679c66, 2026: still
+# absent, so absent in every pinned release). PR #11010 ("Fix Eagle3 draft model weight loading
+# for throughput checkpoint", c37531c3f7, 2026-01-28, after the 1.2 branch) only renames
+# layers.N.* weights to midlayer.*; it does not read the speculators config. So every pinned
+# release (1.2.0rc6, 1.2.1, 1.3.0rc13) loads the original layout only. A speculators head's
+# config.json has no model_type, which AutoConfig refuses (transformers models/auto/
+# configuration_auto.py) when the directory's name holds no model type.
+_HEAD_ORIGINAL = ("tensorrt_llm/_torch/models/modeling_speculative.py Eagle3ForCausalLM (flat "
+                  "config: hidden_size, num_hidden_layers, draft_vocab_size; weights midlayer.*); "
+                  "NVIDIA's DGX Spark playbook serves nvidia/gpt-oss-120b-Eagle3-long-context "
+                  "on 1.2.0rc6 (dgx-spark-playbooks @a5431dd); TensorRT-LLM's CI "
+                  "TestQwen3_8B.test_eagle3 loads Tengyunw/qwen3_8b_eagle3")
+_HEAD_SPECULATORS = ("no speculators branch in tensorrt_llm/_torch/pyexecutor/config_utils.py "
+                     "load_pretrained_config and no norm_before_residual in Eagle3DecoderLayer "
+                     "(main @00679c66); PR #11010 (2026-01-28) renames layers.N weights only")
+UNRECOGNIZED_CONFIG = ("ValueError: Unrecognized model in {ref}. Should have a `model_type` key "
+                       "in its config.json, or contain one of the following strings in its "
+                       "name: albert, align, altclip, aria, aria_text, ...")
+HEAD_FORMATS: dict[str, FactTable[bool]] = {
+    "original": FactTable("original EAGLE-3 head", (F(True, _HEAD_ORIGINAL),)),
+    "speculators": FactTable("speculators EAGLE-3 head", (
+        F(False, _HEAD_SPECULATORS, error=UNRECOGNIZED_CONFIG),)),
+}
+
+
+def check_head(v: Version, fmt: str, ref: str = "<head dir>") -> Support:
+    """Whether TensorRT-LLM ``v`` loads an EAGLE head checkpoint in format ``fmt`` (the refusal
+    names the head's directory ``ref``)."""
+    table = HEAD_FORMATS.get(fmt)
+    fact = table.at(v) if table is not None else None
+    if fact is not None and fact.value:
+        return Support(True, "", fact.source)
+    err = (fact.error if fact else None) or f"unknown EAGLE head format {fmt!r}"
+    return Support(False, err.format(ref=ref), fact.source if fact else "")
+
+
 @dataclass(frozen=True)
 class TrtllmFacts:
     version: Version
@@ -159,7 +203,9 @@ def trtllm_facts(version: Version | str) -> TrtllmFacts:
 
 def boundaries() -> list[Version]:
     out: set[Version] = set()
-    for table in (DECODING_TYPES, ACCEPTED_DECODING_TYPES, HEAD_LOCAL_DIR):
+    tables: list[FactTable[Any]] = [DECODING_TYPES, ACCEPTED_DECODING_TYPES, HEAD_LOCAL_DIR,
+                                    *HEAD_FORMATS.values()]
+    for table in tables:
         out.update(table.boundaries())
     return sorted(out)
 

@@ -17,7 +17,9 @@ from specdec.engines.support import Support, Target
 from specdec.engines.version import Version
 
 __all__ = [
+    "HEAD_FORMATS",
     "check",
+    "check_head",
     "EAGLE3_ARCHITECTURES",
     "EAGLE3_MODEL_TYPES",
     "METHOD_STATES",
@@ -267,6 +269,29 @@ EAGLE3_ARCHITECTURES: tuple[Fact[tuple[str, ...]], ...] = (
       since="0.26.0", error=_E3_RUNTIME),
 )
 
+# -- EAGLE head checkpoint formats (`specdec.catalog.HEAD_FORMATS`) -----------------------------
+# A speculators head's config.json has no model_type (architectures [Eagle3Speculator]); a release
+# without the speculators config class hands it to transformers' AutoConfig, which refuses it
+# (transformers models/auto/configuration_auto.py AutoConfig.from_pretrained).
+UNRECOGNIZED_CONFIG = ("ValueError: Unrecognized model in {ref}. Should have a `model_type` key "
+                       "in its config.json, or contain one of the following strings in its "
+                       "name: albert, align, altclip, aria, aria_text, ...")
+HEAD_FORMATS: dict[str, FactTable[bool]] = {
+    "original": FactTable("original EAGLE-3 head", (
+        F(True, "0.9.2 vllm/model_executor/models/llama_eagle3.py:155-156 renames 'midlayer.' "
+          "to 'layers.0.' on load (0.11.0 :176-177; 0.31.0 :291 orig_to_new_substr); every "
+          "release"),)),
+    "speculators": FactTable("speculators EAGLE-3 head", (
+        F(False, "no vllm/transformers_utils/configs/speculators before 0.10.1 (0.9.2 wheel: "
+          "absent; 0.10.0 wheel: absent, read for /work/notes/measurement.md Q2)",
+          until="0.10.1", error=UNRECOGNIZED_CONFIG),
+        F(True, "PR #21345 (SpeculatorsConfig, llama_eagle3 norm_before_residual), first in "
+          "0.10.1; 0.11.0 vllm/transformers_utils/config.py:80,122 (model_type 'speculators' "
+          "when speculators_config is present), configs/speculators/algos.py:30",
+          since="0.10.1"),
+    )),
+}
+
 PER_BATCH_SIZE_K: FactTable[bool] = FactTable("num_speculative_tokens_per_batch_size", (
     F(False, "absent before 0.24.0 (silently ignored before 0.16.0, rejected after)",
       until="0.24.0"),
@@ -322,6 +347,13 @@ class VllmFacts:
         fact = table.at(self.version) if table is not None else None
         return fact or F("absent", f"vLLM has no speculative method {method!r}")
 
+    def head_format(self, fmt: str) -> Fact[bool]:
+        """Whether this release loads an EAGLE head checkpoint in format ``fmt``."""
+        table = HEAD_FORMATS.get(fmt)
+        fact = table.at(self.version) if table is not None else None
+        return fact or F(False, f"no vLLM release reads EAGLE head format {fmt!r}",
+                         error=f"ValueError: unknown EAGLE head format {fmt!r}")
+
     def eagle3_model_types(self) -> Fact[tuple[str, ...] | None]:
         fact = EAGLE3_MODEL_TYPES.at(self.version)
         assert fact is not None  # the table covers every release from its first
@@ -359,7 +391,7 @@ def boundaries() -> list[Version]:
     """Releases at which some speculative-decoding fact changes."""
     out = {Version.parse(s) for s, *_ in _KEY_CHANGES}
     tables: list[FactTable[Any]] = [*METHOD_STATES.values(), EAGLE3_MODEL_TYPES, UNKNOWN_KEYS,
-                                    PER_BATCH_SIZE_K]
+                                    PER_BATCH_SIZE_K, *HEAD_FORMATS.values()]
     for table in tables:
         out.update(table.boundaries())
     out.update(Version.parse(f.since) for f in EAGLE3_ARCHITECTURES if f.since)
@@ -383,3 +415,11 @@ def check(v: Version, method: str, target: Target) -> Support:
             return Support(False, gate.error or "EAGLE-3 unsupported for this target",
                            gate.source)
     return Support(True, "", state.source, caveat=caveat)
+
+
+def check_head(v: Version, fmt: str) -> Support:
+    """Whether vLLM ``v`` loads an EAGLE head checkpoint in format ``fmt``."""
+    fact = vllm_facts(v).head_format(fmt)
+    if fact.value:
+        return Support(True, "", fact.source)
+    return Support(False, (fact.error or "").format(ref="<head>"), fact.source)

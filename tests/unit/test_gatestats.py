@@ -1,0 +1,118 @@
+"""The gate's robust estimators, its noise estimates and its sample-size plan (specdec.gatestats,
+specdec.gateplan), on synthetic bench results (tests/unit/test_gate.py's helper)."""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+import statistics
+
+import pytest
+from test_gate import BASE, result
+
+from specdec.gate import decide, observations
+from specdec.gateplan import bounds, closing_se, next_scale, projected_var
+from specdec.gatestats import Obs, huber, pairwise_sd, timing
+from specdec.plan_types import GatePolicy
+
+
+def _gain(d) -> float:  # type: ignore[no-untyped-def]
+    return next(r.measured for r in d.rules if r.name == "throughput_gain_c1")
+
+
+def test_huber_location_and_pairwise_sd_survive_a_stray_value() -> None:
+    assert huber([0.0, 0.01, -0.01, 1.1], 0.05) == pytest.approx(0.0, abs=0.03)
+    assert huber([0.0, 1.1, 0.02], 0.05) == pytest.approx(0.02, abs=0.03)
+    rng = random.Random(1)
+    est = [pairwise_sd([[rng.gauss(0, 0.1) for _ in range(n)] for n in (3, 4)])
+           for _ in range(3000)]
+    assert statistics.median(est) == pytest.approx(0.1, rel=0.1)  # unbiased for runs of 3-4
+    clean = [[0.0, 0.1, -0.1, 0.05], [0.02, -0.05, 0.08]]
+    dirty = [[0.0, 0.1, -0.1, 1.1], [0.02, -0.05, 0.08]]
+    assert pairwise_sd(dirty) < 1.6 * pairwise_sd(clean)
+
+
+@pytest.mark.parametrize("arm", ["baseline", "candidate"])
+def test_a_stray_slow_request_does_not_swing_the_decision(arm: str) -> None:
+    base, cand = copy.deepcopy(BASE), result(2.0, 1.6, seed=2)
+    clean = decide(base, cand)
+    hit = base if arm == "baseline" else cand
+    r = hit["concurrency"]["1"]["requests"][1]
+    r["e2el_ms"] = 20.0 + (r["e2el_ms"] - 20.0) * 3  # one request 3x slower
+    r["tpot_ms"] *= 3
+    stray = decide(base, cand)
+    assert stray.decision == clean.decision == "keep"
+    assert _gain(stray) == pytest.approx(_gain(clean), abs=0.06)
+    # counted per request (no chunk records), the same stray moves the estimate far more
+    assert abs(_gain(decide(_no_chunks(base), _no_chunks(cand))) - _gain(clean)) > 0.15
+
+
+def _no_chunks(res: dict) -> dict:  # type: ignore[type-arg]
+    out = copy.deepcopy(res)
+    for lvl in out["concurrency"].values():
+        for r in lvl["requests"]:
+            r.pop("chunks", None)
+    return out
+
+
+def test_noise_is_estimated_from_what_was_measured_with_the_prior_as_a_floor() -> None:
+    pol = GatePolicy()
+    quiet = [observations([result(1.5, seed=s, noise=0.01)], 1, "x") for s in (1, 2)]
+    loud = [observations([result(1.5, seed=s, noise=0.15)], 1, "x") for s in (1, 2)]
+    t = timing({"candidate": quiet[0], "baseline": quiet[1]}, pol.request_noise, pol.run_noise)
+    assert t.sd == pol.request_noise and t.run_sd == pol.run_noise  # the floors
+    t = timing({"candidate": loud[0], "baseline": loud[1]}, pol.request_noise, pol.run_noise)
+    assert t.sd_raw > 2 * pol.request_noise
+    assert t.run_sd == pytest.approx(pol.run_noise * t.sd / pol.request_noise)  # scaled prior
+
+
+def test_runs_that_disagree_raise_the_run_noise() -> None:
+    pol = GatePolicy()
+    rounds = [result(1.5, seed=s, noise=0.02) for s in range(3)]
+    obs: list[Obs] = []
+    for i, res in enumerate(rounds):
+        f = (1.0, 1.25, 0.8)[i]  # each run's speed shifts as a whole
+        for r in res["concurrency"]["1"]["requests"]:
+            r["e2el_ms"] = 20.0 + (r["e2el_ms"] - 20.0) * f
+        obs += [Obs(o.category, i, o.tokens, o.seconds, o.tpot, o.intrinsic, o.key, o.ttft,
+                    o.steps) for o in observations([res], 1, "x")]
+    t = timing({"candidate": obs, "baseline": []}, pol.request_noise, pol.run_noise)
+    assert t.run_df == 2 and t.run_sd > 0.15
+
+
+def test_more_noise_than_planned_asks_for_more_requests_not_an_early_answer() -> None:
+    pol = GatePolicy()
+    quiet = decide(BASE, result(1.3, 1.6, seed=6, noise=0.05))
+    loud_b = result(seed=1, n1=3, noise=0.15)
+    loud = decide(loud_b, result(1.3, 1.6, seed=6, noise=0.15))
+    assert quiet.decision == loud.decision == "inconclusive"
+    assert quiet.scale.get(1, 1.0) == 1.0
+    assert loud.scale.get(1, 1.0) > 1.0 and loud.to_dict()["scale"]["1"] == loud.scale[1]
+    gain = next(r for r in loud.rules if r.name == "throughput_gain_c1")
+    assert gain.se > 1.5 * next(r.se for r in quiet.rules if r.name == "throughput_gain_c1")
+    keep, guard = bounds(pol, False), bounds(pol, True)
+    assert keep.down[-1] > keep.up  # a wrong disable gets the smaller error budget
+    assert keep.down[0] > keep.down[-1]  # and the first looks, whose noise is least known, more
+    assert guard.down == (guard.up,) * 6 and closing_se(guard) < closing_se(keep) / 2 * 1.2
+    # closed, the middle leaves each error its own z: a truth at either edge of the zone
+    se = closing_se(keep)
+    assert (keep.mid + pol.indifference) / se == pytest.approx(keep.up)
+    assert (pol.indifference - keep.mid) / se == pytest.approx(keep.down[-1])
+
+
+def test_projected_variance_shrinks_with_rounds_and_requests() -> None:
+    pol = GatePolicy()
+    d = decide(BASE, result(1.3, 1.6, seed=6, noise=0.05))
+    obs_c = observations([result(1.3, 1.6, seed=6, noise=0.05)], 1, "c")
+    assert obs_c
+    from specdec.gate import _rule, _specs  # the rule's estimate, as decide computes it
+    spec = _specs(pol, True)[0]
+    got = _rule(spec, obs_c, observations([BASE], 1, "b"), None, pol, 2.39, 1)
+    assert got is not None
+    e = got[1]
+    v1 = projected_var(e, 1, 1.0, 1.0)
+    assert v1 < e.se ** 2 and projected_var(e, 3, 1.0, 1.0) < v1
+    assert projected_var(e, 1, 2.0, 1.0) < v1
+    assert next_scale(e, pol, bounds(pol, False), 1, 1.0) == 1.0
+    assert d.rounds == 1 and math.isfinite(e.se)
