@@ -197,12 +197,14 @@ def test_tune_cache_entry_is_input(name: str, tmp_path: Path, monkeypatch: pytes
     """An entry of the tune cache that fails its checks is ignored with one line in the plan's
     notes, and the host searches again (k auto); a good one is used (k tuned)."""
     from specdec.plan import make_plan
-    from specdec.tunecache import entry_id, entry_path
+    from specdec.tunecache import entry_id
+    from specdec.tunestore import ENV, DirStore
 
     plan = make_plan(HOST, AUTO)
     assert plan.k_auto and len(plan.tune_methods) == 2
-    path = entry_path(tmp_path / "reports", plan)
+    path = DirStore(tmp_path / "tune-cache").path(entry_id(plan))
     path.parent.mkdir(parents=True)
+    monkeypatch.setenv(ENV, str(path.parent))
     make, reason = TUNE_CASES.get(name, (lambda p: _entry(p), ""))
     if make == "symlink":
         path.symlink_to("/etc/passwd")

@@ -342,7 +342,7 @@ def test_a_watch_mark_re_verifies_once_and_is_cleared(agx_world, monkeypatch, on
 
     hp = _hp(agx_world, AGX)
     c, b = hp.rendered.release_id, hp.baseline.release_id  # type: ignore[union-attr]
-    monkeypatch.setattr("specdec.verify.http_get", lambda url, timeout: (200, ""))
+    monkeypatch.setattr("specdec.verify.http_get", lambda url, timeout, key=None: (200, ""))
     root = on.parent
 
     def converged_world() -> LiveWorld:

@@ -36,7 +36,7 @@ def spark(name: str, **data: object) -> tuple[str, dict[str, object]]:
     ({"specdec_site_mirror": "yes", "specdec_site": "a"}, "must be true or false"),
     ({"specdec_hub_upstream": "http://10.0.0.1"}, "only applies with specdec_site_mirror: true"),
     ({"specdec_hub_endpoint": "ftp://mirror"}, "not an http:// or https:// URL"),
-    ({"specdec_hub_endpoint": "http://user:hf_secretsecret@mirror"}, "credentials do not"),
+    ({"specdec_hub_endpoint": "http://user:hf_secretsecret@mirror"}, "a URL with credentials (user:password@)"),
     ({"specdec_hub_endpoint": "http://mirror:8180/"}, "drop the trailing '/'"),
     ({"specdec_site": "a", "specdec_site_mirror": True, "specdec_hub_cdn_hosts": "cdn"},
      "must be a list of host[:port] names"),

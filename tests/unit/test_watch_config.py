@@ -116,7 +116,7 @@ def test_engines_say_where_their_counters_are() -> None:
     p = _plan(specdec_method="ngram", specdec_num_speculative_tokens=4)
     [src] = engine_of(p).metrics_sources(p)
     assert (src.role, src.address, src.port, src.path, src.format) == (
-        "engine", "127.0.0.1", p.port, "/metrics", "prometheus")
+        "engine", "127.0.0.1", p.engine_port, "/metrics", "prometheus")
     assert dict(src.counters)["drafts"] == "vllm:spec_decode_num_drafts_total"
     assert src.truth and src.caveat is None
     spark = plan_host_settings(parse_host_settings("s", {

@@ -23,7 +23,7 @@ def test_rollout_marked_limits_to_the_marked_hosts(tmp_path, capsys, monkeypatch
     marks.mark(tmp_path, "orin-nano-02", {"verdict": "not paying"})
     fake = FakePyinfra({})
     real = ro.run_rollout
-    monkeypatch.setattr(ro, "run_rollout", lambda plan: real(plan, fake, say=print))
+    monkeypatch.setattr(ro, "run_rollout", lambda plan, **kw: real(plan, fake, say=print, **kw))
     rc = main(["rollout", "inventories/jetsons.py", "--reports", str(tmp_path), "--run-id",
                "m1", "--marked"])
     assert rc == 0

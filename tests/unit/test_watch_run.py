@@ -50,7 +50,8 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
     env = {"SPECDEC_EMU_DEVICE": "orin-nano-8gb", "SPECDEC_EMU_TIME_SCALE": SCALE,
            "SPECDEC_EMU_SEED": "3"}
     with emulator("vllm", plan.model, argv, env) as url:
-        plan = dataclasses.replace(plan, port=int(url.rsplit(":", 1)[1]))
+        # the engine's own port (loopback, behind the API proxy) is where the reader reads
+        plan = dataclasses.replace(plan, engine_port=int(url.rsplit(":", 1)[1]))
         state = tmp_path_factory.mktemp("host") / "specdec"
         rel = state / "releases" / "r1"
         rel.mkdir(parents=True)
