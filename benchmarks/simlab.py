@@ -402,7 +402,7 @@ class World:
 # Published figures: vLLM, 8B class, cached torch.compile: "init engine (profile, create kv cache,
 # warmup model) took 34.11 seconds" and the first response after 59 s in total
 # (https://github.com/vllm-project/vllm/issues/20264, a datacenter GPU); on a GB10 (DGX Spark)
-# CUDA-graph capture took 4-13 s (blazux/qwen3.8-Flash-DGX PR #21, via /work/notes/fleet.md).
+# CUDA-graph capture took 4-13 s (blazux/qwen3.8-Flash-DGX PR #21, via docs/research/fleet.md).
 # No per-phase start log of an 8B model on any Orin module and no trtllm-serve start time on a
 # Spark is published (fleet.md §6): the Spark's vLLM figure is used for trtllm-serve too, and an
 # Orin's is the same start scaled by its CPU (the emulator's family cpu_factor: graph capture and

@@ -10,7 +10,7 @@ client and, on the group's frontend, its server) with the member's addresses as
 subjectAltNames, and the member's name as CN (etcd takes the CN as the user with
 ``--client-cert-auth``: etcd Documentation/op-guide/authentication.md, "Using TLS Common Name").
 
-The commands that worked against etcd 3.4.23 (Debian 12) are in /work/notes/security.md (Q4);
+The commands that worked against etcd 3.4.23 (Debian 12) are in docs/research/security.md (Q4);
 this module makes the same certificates with the ``cryptography`` package.
 """
 

@@ -34,7 +34,7 @@ the output).
 **Speculative decoding** (`SPEC_FIGURES`): no with/without pair is published for any Jetson Orin
 module, and none from NVIDIA for DGX Spark (NVIDIA's Spark speculative-decoding playbook gives no
 figures; the third-party Spark figures are for models or engines the emulator does not run:
-Qwen3.5/3.6 MoE heads, SGLang MTP; /work/notes/measurement.md Q4). The one NVIDIA pair on a
+Qwen3.5/3.6 MoE heads, SGLang MTP; docs/research/measurement.md Q4). The one NVIDIA pair on a
 Jetson is on the AGX Thor (Jetson AI Lab GTC DC 2025 workshop: vLLM 25.09, Llama-3.1-8B FP4 with
 the EAGLE-3 head, k=5, 19.1 -> 25.6 tok/s), a device the emulator does not model. What is
 checked instead is speculation itself — acceptance length and the speed-up of a step that

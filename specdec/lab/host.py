@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 from specdec.catalog import load_catalog
+from specdec.lab import cgroup
 from specdec.lab.dynamo import nspawn_binds as dynamo_binds
 from specdec.lab.hubclient import host_setup as hub_client
 from specdec.lab.identity import device_files, meminfo
@@ -338,7 +339,7 @@ def nspawn_argv(h: LabHost, root: Path) -> list[str]:
 
 # systemd-nspawn exits with 133 when the container reboots: boot it again, as a machine would.
 # SIGTERM (lab down) is passed on to nspawn, which powers the container off, then the loop ends.
-REBOOT_LOOP = (
+REBOOT_LOOP = cgroup.ENTER + (
     'trap \'kill -TERM "$pid" 2>/dev/null; wait "$pid"; exit 0\' TERM INT; '
     'while :; do "$@" & pid=$!; wait "$pid"; rc=$?; '
     '[ "$rc" -eq 133 ] || exit "$rc"; echo "specdec-lab: rebooting" >&2; done'
@@ -351,6 +352,7 @@ def boot(h: LabHost, root: Path) -> Proc:
     d = host_dir(h)
     env = dict(os.environ)
     env["SYSTEMD_NSPAWN_UNIFIED_HIERARCHY"] = "1"  # cgroup v2 inside: runc needs it
+    env.update(cgroup.prepare(cgroup.host_cgroup(h.netns)))  # a cgroup tree of its own
     with open(d / "console.log", "ab") as log:
         popen = subprocess.Popen(
             ["/bin/sh", "-c", REBOOT_LOOP, BOOT_LOOP_NAME, *nspawn_argv(h, root)],

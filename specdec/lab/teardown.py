@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec.errors import LabError
-from specdec.lab import hubsvc, paths
+from specdec.lab import cgroup, hubsvc, paths
 from specdec.lab.instance import Instance
 from specdec.lab.state import HostRecord, check_state, shared_lock
 from specdec.lab.system import (
@@ -140,7 +140,9 @@ def teardown(inst: Instance, state: dict[str, Any], log: Log) -> list[str]:
         if running:  # its root and namespace are still in use: leave them
             problems += running
             continue
-        left = [p for p in (_unmount_root(r), _delete_net(r)) if p]
+        left = [p for p in (_unmount_root(r), _delete_net(r),
+                            cgroup.remove(cgroup.host_cgroup(r.netns)) if r.netns else None)
+                if p]
         left = left or [p for p in (_remove_dir(r),) if p]
         problems += left
         log(f"{r.name}: {'left: ' + '; '.join(left) if left else 'removed'}")

@@ -3,7 +3,7 @@ that drains on read; empty unless ``enable_iter_perf_stats``, which specdec's en
 
 Field names (JSON camelCase of the C++ ``IterationStats``; NVIDIA/TensorRT-LLM
 ``cpp/tensorrt_llm/nanobind/executor/bindings.cpp`` binds them, ``JsonSerialization::toJsonStr``
-writes them; /work/notes/watch.md §2, not verified at the 1.2.1 tag):
+writes them; docs/research/watch.md §2, not verified at the 1.2.1 tag):
 
 * ``specDecodingStats.{numDraftTokens, numAcceptedTokens, numRequestsWithDraftTokens}``, per
   iteration (PyExecutor: acceptance length = (accepted + requests with drafts) / requests with

@@ -283,7 +283,7 @@ HEAD_FORMATS: dict[str, FactTable[bool]] = {
           "release"),)),
     "speculators": FactTable("speculators EAGLE-3 head", (
         F(False, "no vllm/transformers_utils/configs/speculators before 0.10.1 (0.9.2 wheel: "
-          "absent; 0.10.0 wheel: absent, read for /work/notes/measurement.md Q2)",
+          "absent; 0.10.0 wheel: absent, read for docs/research/measurement.md Q2)",
           until="0.10.1", error=UNRECOGNIZED_CONFIG),
         F(True, "PR #21345 (SpeculatorsConfig, llama_eagle3 norm_before_residual), first in "
           "0.10.1; 0.11.0 vllm/transformers_utils/config.py:80,122 (model_type 'speculators' "

@@ -1,6 +1,6 @@
 """vLLM's own Prometheus names for what `specdec watch` reads (V1 engine, every pinned release).
 
-Sources (the wheels of each pinned release, name strings; /work/notes/watch.md §1):
+Sources (the wheels of each pinned release, name strings; docs/research/watch.md §1):
 
 * speculation counters, ``vllm/v1/spec_decode/metrics.py``: ``vllm:spec_decode_num_drafts``
   (0.9.2 :138, 0.11.0 :150, 0.14.0 :154, 0.19.0 :155, 0.31.0 :229), ``…_num_draft_tokens``,
