@@ -35,7 +35,10 @@ Variance, on the log scale, from three parts:
   round cannot show its run noise), and, from two rounds on,
   the runs' own spread beyond what their requests explain (pooled over both arms);
 * **acceptance**: per category, the spread of the requests' steps per token (counted), pooled
-  with what a request's own chunk sizes imply (``CV²/S`` over its S steps) at ``PRIOR_DF``.
+  at ``PRIOR_DF`` with a prior: the larger of what a request's own chunk sizes imply (``CV²/S``
+  over its S steps) and the spread between requests within a category pooled over the
+  categories with two or more (a request's chunks do not show how far its prompt lies from its
+  category: a category measured once is not taken as known).
 
 A request without chunk records (a result with only level figures, a server that does not
 stream per step) is counted as before this split: its own seconds per token, with the model's
@@ -286,6 +289,14 @@ def _arm(arm: str, obs: Sequence[Obs], population: Mapping[str, float] | None, t
         x[c] = vals
         intrinsic = math.fsum(o.intrinsic for o in g) / len(g)
         model[c] = intrinsic if robust else request_noise ** 2 + intrinsic
+    # a request's own chunks show its steps' spread, not how far its prompt's acceptance lies
+    # from its category's: the spread between requests of a category, pooled over the
+    # categories that have two or more, is the prior of a category that has fewer
+    ss = math.fsum(math.fsum((v - math.fsum(vs) / len(vs)) ** 2 for v in vs)
+                   for vs in x.values() if len(vs) > 1)
+    df = sum(len(vs) - 1 for vs in x.values() if len(vs) > 1)
+    if df:
+        model = {c: max(v, ss / df) for c, v in model.items()}
     return _Arm(groups, w, strat, robust, x, model)
 
 

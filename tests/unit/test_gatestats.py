@@ -13,7 +13,7 @@ from test_gate import BASE, result
 
 from specdec.gate import decide, observations
 from specdec.gateplan import bounds, closing_se, next_scale, projected_var
-from specdec.gatestats import Obs, huber, pairwise_sd, timing
+from specdec.gatestats import Obs, arm_median, huber, pairwise_sd, timing
 from specdec.plan_types import GatePolicy
 
 
@@ -54,6 +54,20 @@ def _no_chunks(res: dict) -> dict:  # type: ignore[type-arg]
         for r in lvl["requests"]:
             r.pop("chunks", None)
     return out
+
+
+def test_a_category_measured_once_takes_the_spread_between_requests_of_the_others() -> None:
+    # one code request: its own chunks say nothing of how far its prompt lies from the code
+    # prompts' mean; the chat requests' spread (sd 0.112) is its prior, not the model's 0.05
+    offs = (-0.15, -0.05, 0.0, 0.05, 0.15)
+    obs = [Obs("chat", 0, 48.0, 2.4, tpot=0.05 * math.exp(d)) for d in offs]
+    obs.append(Obs("code", 0, 48.0, 2.4, tpot=0.04))
+    fig = arm_median(obs, {"chat": 1.0, "code": 1.0}, 0.05)
+    assert fig.sd["code"] == pytest.approx(math.sqrt(0.0125), rel=0.01)
+    assert fig.sd["chat"] == pytest.approx(math.sqrt(0.0125), rel=0.01)
+    # the allocation then sees the code category's uncertainty and measures it again
+    score = fig.allocation_score()
+    assert score["code"] > 0.5 * score["chat"]
 
 
 def test_noise_is_estimated_from_what_was_measured_with_the_prior_as_a_floor() -> None:
