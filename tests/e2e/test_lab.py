@@ -73,11 +73,13 @@ def test_deploy_converges_every_host(lab: LabFleet, deployed: PyinfraRun) -> Non
         containers = lab.ssh(h.name, "docker ps --format '{{.Names}} {{.Image}}'").stdout
         if plan["runtime"] == "docker":
             # A real pull from the lab registry (its mirror of the catalog image), pinned as
-            # the plan says; the engine runs the release the image carries.
-            assert plan["image"].startswith("localhost:5000/") and "@sha256:" in plan["image"]
+            # the plan says, straight on the site's mirror host, through its pull-through
+            # cache on the others; the engine runs the release the image carries.
+            via = ("localhost:5000/", f"{lab.hosts[0].address}:")  # the lab site's mirror
+            assert plan["image"].startswith(via) and "@sha256:" in plan["image"]
             assert f"{SERVICE_NAME} {plan['image'].split('@')[0]}" in containers, containers
             digest = lab.ssh(h.name, "cat /etc/specdec/image.digest").stdout.strip()
-            assert digest.startswith("localhost:5000/") and "@sha256:" in digest
+            assert digest.startswith(via) and "@sha256:" in digest
             version = lab.http(f"http://{h.address}:{h.port}/version")[1]["version"]
             assert version == plan["engine_version"], (h.name, version)
         else:
