@@ -170,10 +170,11 @@ def _on_host(env: dict[str, str], host: str) -> tuple[float, float, float]:
 
 
 def lab(instance: str, seconds: float, interval: float, warm: float = 20.0) -> None:
+    # no site mirror (its host is not among these two): each host straight from the lab's Hub
     env = {**os.environ, "SPECDEC_LAB_INSTANCE": instance, "SPECDEC_LAB_HOSTS": "3",
-           "SPECDEC_LAB_DYNAMO": "0", "PYTHONPATH": str(ROOT)}
+           "SPECDEC_LAB_DYNAMO": "0", "SPECDEC_LAB_MIRROR": "none", "PYTHONPATH": str(ROOT)}
     os.environ.update({k: env[k] for k in ("SPECDEC_LAB_INSTANCE", "SPECDEC_LAB_HOSTS",
-                                           "SPECDEC_LAB_DYNAMO")})
+                                           "SPECDEC_LAB_DYNAMO", "SPECDEC_LAB_MIRROR")})
     spec = [sys.executable, "-m", "specdec"]
     limit = ",".join(LAB_HOSTS)
     _sh([*spec, "lab", "up", "inventories/lab.py", "--limit", limit], env)

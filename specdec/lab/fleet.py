@@ -206,6 +206,7 @@ def up(inventory: str, *, limit: str | None = None, log: Log = _noop,
     failure, remove everything made and raise."""
     inst = instance or Instance.from_env()
     hosts = lab_hosts(inventory, limit, inst)
+    labsite.check_mirrors(hosts, inventory, limit)
     inst.dir.mkdir(parents=True, exist_ok=True)
     own_dir(inst)
     with instance_lock(inst):

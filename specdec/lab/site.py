@@ -15,6 +15,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from specdec.errors import LabError
 from specdec.hostdata import parse_hosts
 from specdec.inventory import load_inventory
 from specdec.lab.hubsvc import CDN_PORT, endpoint
@@ -25,7 +26,8 @@ from specdec.layout import HF_TOKEN_FILE
 from specdec.prefetch import CONTAINER_HF_TOKEN
 from specdec.site import site_mirrors
 
-__all__ = ["ENV", "SITE", "host_download", "mirror_host", "routes", "site_keys"]
+__all__ = ["ENV", "SITE", "check_mirrors", "host_download", "mirror_host", "routes",
+           "site_keys"]
 
 ENV = "SPECDEC_LAB_MIRROR"
 SITE = "lab"
@@ -59,6 +61,20 @@ def site_keys(name: str, gateway: str, mirror: str | None) -> dict[str, Any]:
             "specdec_registry_upstreams": {REGISTRY: f"http://127.0.0.1:{_REGISTRY_PORT}"},
         })
     return keys
+
+
+def check_mirrors(hosts: list[LabHost], inventory: str, limit: str | None) -> None:
+    """Every host to boot has its site's mirror booted too (its downloads go there)."""
+    if not limit:
+        return
+    names = {h.name for h in hosts}
+    mirrors = site_mirrors(parse_hosts(load_inventory(inventory)))
+    for s in parse_hosts(load_inventory(inventory, limit)):
+        m = mirrors.get(s.site) if s.site else None
+        if m is not None and m.host not in names:
+            raise LabError(f"{s.host}: its site's mirror {m.host} is not in --limit {limit}: "
+                           f"add it, or set {ENV}=none (every host straight from the lab's "
+                           f"Hub) or {ENV}=<a host of the limit>")
 
 
 def routes(hosts: list[LabHost], inventory: str, limit: str | None = None) -> None:
