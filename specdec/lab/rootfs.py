@@ -25,7 +25,8 @@ from specdec.lab.system import mounts
 __all__ = ["HOST_RECIPE", "IMAGE_RECIPE", "Recipe", "cached_rootfs",
            "ensure_rootfs"]
 
-MIRROR = os.environ.get("SPECDEC_LAB_MIRROR", "http://deb.debian.org/debian")
+# The Debian archive debootstrap installs from (not the lab site's mirror host: specdec.lab.site).
+MIRROR = os.environ.get("SPECDEC_LAB_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 
 
 @dataclass(frozen=True)
