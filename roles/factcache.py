@@ -1,0 +1,247 @@
+"""Facts read once per host per run: a no-op re-run costs a round trip per host, not per fact.
+
+pyinfra 3.10 caches no fact (``Host.get_fact`` runs the fact's command every time) and runs
+operations in lockstep (every host finishes operation k before k+1 starts,
+``api/operations.py`` ``_run_single_op``), so each operation that reads a fact costs every host
+an SSH round trip, and a run takes the slowest link's round trips times the operations.
+`install` wraps each host's ``get_fact``:
+
+* prepare (read-only): each distinct fact (class, arguments, escalation) is read once and kept;
+* `refresh`, run by the deploy lock once it is held: every kept fact is read again in **one**
+  command (`FactBatch`), so what the operations see is the host under the lock;
+* execution: a kept fact is answered from that read until this run changes the host: the first
+  command of an operation, an upload, a Python callback's command (anything but the lock's own
+  commands, `lock_only`) makes the host *dirty*, and every read after that is live again.
+
+A fact not kept, a part that failed or printed nothing it could parse, and every read on a
+host whose lock was not taken (pyinfra's ``@fake`` hosts by default) are read live, as pyinfra
+does; ``SPECDEC_FACT_CACHE=off`` (on the control node) reads every fact live.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import inspect
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyinfra.api import FactBase, StringCommand
+from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
+from pyinfra.context import ContextObject
+from typing_extensions import override
+
+__all__ = ["OFF_ENV", "FactBatch", "install", "lock_only", "refresh", "stats"]
+
+OFF_ENV = "SPECDEC_FACT_CACHE"
+_PART = "@@specdec-fact"
+_END = "@@specdec-fact-rc"
+_MISSING = "##PYINFRA_NOCMD##"  # pyinfra 3.10 api/facts.py: the absent requires_command mark
+# escalation and shell: a fact read with other ones is another fact
+_CONN_KEYS = tuple(k for k in CONNECTOR_ARGUMENT_KEYS
+                   if k not in ("_timeout", "_get_pty", "_stdin", "_success_exit_codes"))
+
+
+@dataclass
+class _Cache:
+    kept: dict[tuple, tuple[type, dict[str, Any], dict[str, Any], Any]] = field(
+        default_factory=dict)  # key -> (class, fact kwargs, connector kwargs, value)
+    fresh: bool = False  # refreshed under the lock: execution may be answered from it
+    dirty: bool = False  # this run changed the host since
+    quiet: int = 0  # inside the lock's own commands (not a change of the host)
+    reading: int = 0  # inside a fact read
+    live_reads: int = 0
+    served: int = 0
+
+
+class FactBatch(FactBase[list]):
+    """Many facts in one command: each part's output between markers, with its exit status.
+
+    ``parts``: (fact class, its keyword arguments); the value is one ``(ok, value)`` per part,
+    ``ok`` False when the part failed, needed an absent command or could not be processed."""
+
+    @override
+    def command(self, parts: tuple[tuple[type, dict[str, Any]], ...]) -> StringCommand:
+        self._facts: list[FactBase] = []
+        bits: list[Any] = []
+        for i, (cls, kwargs) in enumerate(parts):
+            fact = cls()
+            self._facts.append(fact)
+            cmd = _call(fact.command, kwargs)
+            needs = _call(fact.requires_command, kwargs)
+            if needs:
+                cmd = StringCommand("if", "command", "-v", needs, ">/dev/null", "2>&1;", "then",
+                                    "(", cmd, ");", "else", "echo", f"'{_MISSING}';", "fi")
+            bits += ["echo", f"'{_PART} {i}';", "(", cmd, ")", "2>/dev/null;", "echo",
+                     f"\"{_END} {i} $?\";"]
+        return StringCommand(*bits, "true")
+
+    @override
+    def process(self, output: list[str]) -> list:
+        chunks: dict[int, list[str]] = {}
+        status: dict[int, int] = {}
+        cur: list[str] | None = None
+        for line in output:
+            if line.startswith(_PART + " "):
+                cur = chunks.setdefault(int(line.split()[1]), [])
+            elif line.startswith(_END + " "):
+                _, i, rc = line.split()
+                status[int(i)] = int(rc)
+                cur = None
+            elif cur is not None:
+                cur.append(line)
+        out: list = []
+        for i, fact in enumerate(getattr(self, "_facts", [])):
+            lines = chunks.get(i)
+            if lines is None or status.get(i) != 0 or lines == [_MISSING]:
+                out.append((False, None))
+                continue
+            try:
+                out.append((True, fact.process(lines) if lines else fact.default()))
+            except Exception:  # noqa: BLE001 - read it live: pyinfra reports it there
+                out.append((False, None))
+        return out
+
+
+def _call(attr: Any, kwargs: dict[str, Any]) -> Any:
+    return attr(**kwargs) if callable(attr) else attr
+
+
+def _real(host: Any) -> Any:
+    """The `Host` itself, also when given pyinfra's context proxy (``from pyinfra import host``)."""
+    return host._get_module() if isinstance(host, ContextObject) else host
+
+
+def _cache(host: Any) -> _Cache:
+    host = _real(host)
+    c = host.__dict__.get("_specdec_facts")
+    if c is None:
+        c = host._specdec_facts = _Cache()
+    return c
+
+
+def _key(host: Any, cls: type, args: tuple, kwargs: dict[str, Any]
+         ) -> tuple[tuple, dict[str, Any], dict[str, Any]] | None:
+    if not (isinstance(cls, type) and issubclass(cls, FactBase)) or cls is FactBatch:
+        return None
+    # the arguments the read runs with, resolved as pyinfra resolves them (api/facts.py
+    # _handle_fact_kwargs): the operation's, the deploy's, the host's data, the config
+    ctx = dict(host.current_op_global_arguments or {})
+    ctx.update({k: v for k, v in kwargs.items() if k.startswith("_")})
+    try:
+        ga, _ = pop_global_arguments(host.state, host, ctx)
+    except Exception:  # noqa: BLE001 - pyinfra says what is wrong when it reads the fact
+        return None
+    conn = {k: ga[k] for k in _CONN_KEYS if k in ga}
+    fkw = {k: v for k, v in kwargs.items() if not k.startswith("_")}
+    try:
+        if args or fkw:
+            fkw = inspect.getcallargs(cls().command, *args, **fkw)
+            fkw.pop("self", None)
+        key = (cls, repr(sorted(fkw.items())), repr(sorted(conn.items())))
+        hash(key)
+    except (TypeError, ValueError):
+        return None
+    return key, fkw, conn
+
+
+def install(host: Any) -> None:
+    """Answer ``host``'s facts as the module says (once per host; idempotent)."""
+    host = _real(host)
+    if "_specdec_facts" in host.__dict__ or os.environ.get(OFF_ENV, "").lower() in (
+            "off", "0", "false", "no"):
+        return
+    cache = _cache(host)
+    live_fact = type(host).get_fact  # late-bound: a test's replacement is honoured
+    live_run = host.run_shell_command
+    live_put = host.put_file
+
+    def get_fact(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        found = _key(host, cls, args, kwargs)
+        if found is None:
+            return _live(cls, args, kwargs)
+        key, fkw, conn = found
+        executing = bool(host.state.is_executing)
+        if key in cache.kept and (not executing or (cache.fresh and not cache.dirty)):
+            cache.served += 1
+            return copy.deepcopy(cache.kept[key][3])
+        value = _live(cls, args, kwargs)
+        if not executing:
+            cache.kept[key] = (cls, fkw, conn, copy.deepcopy(value))
+        return value
+
+    def _live(cls: Any, args: tuple, kwargs: dict[str, Any]) -> Any:
+        cache.reading += 1
+        cache.live_reads += 1
+        try:
+            return live_fact(host, cls, *args, **kwargs)
+        finally:
+            cache.reading -= 1
+
+    def run_shell_command(*args: Any, **kwargs: Any) -> Any:
+        if not cache.reading and not cache.quiet and host.state.is_executing:
+            cache.dirty = True
+        return live_run(*args, **kwargs)
+
+    def put_file(*args: Any, **kwargs: Any) -> Any:
+        if host.state.is_executing:
+            cache.dirty = True
+        return live_put(*args, **kwargs)
+
+    host.get_fact = get_fact
+    host.run_shell_command = run_shell_command
+    host.put_file = put_file
+
+
+@contextlib.contextmanager
+def lock_only(host: Any) -> Iterator[None]:
+    """Commands that touch only the deploy lock: not a change of what the facts describe."""
+    cache = _cache(host)
+    cache.quiet += 1
+    try:
+        yield
+    finally:
+        cache.quiet -= 1
+
+
+def refresh(host: Any) -> int:
+    """Read every kept fact again in one command per escalation (under the deploy lock) and
+    answer execution from that; returns how many parts were read. A part that failed is
+    dropped (read live later)."""
+    host = _real(host)
+    if "_specdec_facts" not in host.__dict__:
+        return 0
+    cache = _cache(host)
+    if cache.dirty:
+        return 0
+    groups: dict[str, list[tuple]] = {}
+    for key, (_, _, conn, _) in cache.kept.items():
+        groups.setdefault(repr(sorted(conn.items())), []).append(key)
+    n = 0
+    for keys in groups.values():
+        conn = cache.kept[keys[0]][2]
+        parts = tuple((cache.kept[k][0], cache.kept[k][1]) for k in keys)
+        cache.reading += 1
+        try:
+            got = type(host).get_fact(host, FactBatch, parts=parts, **conn)
+        finally:
+            cache.reading -= 1
+        if not isinstance(got, list) or len(got) != len(keys):
+            got = [(False, None)] * len(keys)
+        for k, (ok, value) in zip(keys, got, strict=True):
+            if ok:
+                cls, fkw, c, _ = cache.kept[k]
+                cache.kept[k] = (cls, fkw, c, value)
+                n += 1
+            else:
+                del cache.kept[k]
+    cache.fresh = True
+    return n
+
+
+def stats(host: Any) -> dict[str, int]:
+    """Live reads and answers from the cache so far (tests, and ``-v`` output)."""
+    c = _cache(host)
+    return {"live": c.live_reads, "served": c.served, "kept": len(c.kept)}
