@@ -17,7 +17,7 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.context import ctx_host
 from pyinfra.facts.server import Users
 
-from roles import factcache
+from roles.factcache import install
 from roles.facts import DeviceIdentity, EngineVersions
 from specdec import apikey, pki
 from specdec.catalog import load_catalog
@@ -340,7 +340,7 @@ def prepare_host(h: Any) -> tuple[HostPlan, HiddenValue | None]:
         box = {"done": gevent.event.Event(), "results": None}
         st._specdec_prepared = box
         for x in st.inventory:  # every fact from here on read once per host per run
-            factcache.install(x)
+            install(x)
         try:
             box["results"] = _prepare_all(st)
         finally:

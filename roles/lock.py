@@ -33,7 +33,7 @@ from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 from pyinfra.api.state import BaseStateCallback
 from pyinfra.connectors.fake import FakeConnector
 
-from roles import factcache
+from roles.factcache import lock_only, refresh
 from roles.facts import SpecdecReleases
 from specdec import layout
 from specdec import lock as speclock
@@ -125,7 +125,7 @@ def lock_run(command: str, conn: dict[str, Any], timeout: float | None = None
              ) -> tuple[bool, list[str]]:
     """`host_run` for a command that touches only the deploy lock (`roles.factcache`: not a
     change of the host the facts describe)."""
-    with factcache.lock_only(host):
+    with lock_only(host):
         return host_run(command, conn, timeout)
 
 
@@ -210,7 +210,7 @@ def acquire(planned: ReleaseState | None = None):
     host.noop(f"deploy lock {layout.LOCK_FILE} taken")
     # every fact the deploy planned from, read again in one command now that the lock is held:
     # operations that change nothing are answered from it (roles/factcache.py)
-    factcache.refresh(host)
+    refresh(host)
     change = moved(planned, host.get_fact(SpecdecReleases)) if planned is not None else None
     if change is not None:
         release_now(conn)

@@ -34,10 +34,10 @@ from pyinfra.facts import files as ffacts
 from pyinfra.facts import server as sfacts
 from pyinfra.facts import systemd as sdfacts
 
-from roles import factcache
 from roles import facts as rfacts
 from roles.common import HostPlan
 from roles.docker_access import merged_daemon_json
+from roles.factcache import FactBatch
 from roles.facts import DAEMON_JSON
 from roles.images import image_present  # noqa: F401  (import check)
 from roles.jetson_tuning import CLOCKS_MARKER
@@ -158,7 +158,7 @@ class World:
         if not self.in_batch:  # a batch's parts: one read, recorded as the batch
             self.facts_seen.append(cls.__name__)
             self.fact_reads.append((cls.__name__, bool(context.state.is_executing)))
-        if cls is factcache.FactBatch:  # one read of many facts (roles/factcache.py)
+        if cls is FactBatch:  # one read of many facts (roles/factcache.py)
             self.in_batch = True
             try:
                 return [(True, self.fact(c, **kw)) for c, kw in kwargs["parts"]]
