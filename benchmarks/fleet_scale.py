@@ -176,7 +176,7 @@ def one_size(size: int, inst: Instance, parallel: int, dropoff: bool,
                         log=logs / f"rollout-{size}.log"))
                 else:  # no-op, or no-op with every fact read live (roles/factcache.py)
                     off = {FACT_CACHE_OFF: "off"} if step == "noop-live" else {}
-                    n = sum(r.what.startswith(STEP_NAMES[step]) for r in runs) + 1
+                    n = sum(r.what == STEP_NAMES[step] for r in runs) + 1
                     runs.append(measured(STEP_NAMES[step], pyinfra, {**env, **off}, syn,
                                          log=logs / f"{step}-{size}-{n}.log"))
             if dropoff:
