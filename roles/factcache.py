@@ -7,6 +7,9 @@ an SSH round trip, and a run takes the slowest link's round trips times the oper
 `install` wraps each host's ``get_fact``:
 
 * prepare (read-only): each distinct fact (class, arguments, escalation) is read once and kept;
+  `prefetch` first reads, in one command, the facts the last run on this control node asked
+  of the host (``reports/cache/<host>/facts.json``, written by `refresh`: fact classes of
+  pyinfra and `roles.facts`, their arguments, escalation without passwords or environment);
 * `refresh`, run by the deploy lock once it is held: every kept fact is read again in **one**
   command (`FactBatch`), so what the operations see is the host under the lock;
 * execution: a kept fact is answered from that read until this run changes the host: the first
@@ -22,10 +25,13 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import importlib
 import inspect
+import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pyinfra.api import FactBase, StringCommand
@@ -33,12 +39,20 @@ from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 from pyinfra.context import ContextObject
 from typing_extensions import override
 
-__all__ = ["OFF_ENV", "FactBatch", "install", "lock_only", "refresh", "stats"]
+__all__ = ["FACTS_MANIFEST", "OFF_ENV", "FactBatch", "install", "lock_only", "prefetch",
+           "refresh", "stats"]
 
 OFF_ENV = "SPECDEC_FACT_CACHE"
 _PART = "@@specdec-fact"
 _END = "@@specdec-fact-rc"
 _MISSING = "##PYINFRA_NOCMD##"  # pyinfra 3.10 api/facts.py: the absent requires_command mark
+# what a manifest may name (anything else in it is ignored), and the escalation it records
+_MODULES = ("roles.facts", "pyinfra.facts.files", "pyinfra.facts.server", "pyinfra.facts.systemd")
+_SAFE_CONN = ("_sudo", "_sudo_user", "_use_sudo_login", "_preserve_sudo_env", "_su_user",
+              "_use_su_login", "_preserve_su_env", "_su_shell", "_doas", "_doas_user", "_dzdo",
+              "_dzdo_user", "_shell_executable", "_chdir")
+_MANIFEST_MAX = 256 * 1024
+FACTS_MANIFEST = "facts.json"
 # escalation and shell: a fact read with other ones is another fact
 _CONN_KEYS = tuple(k for k in CONNECTOR_ARGUMENT_KEYS
                    if k not in ("_timeout", "_get_pty", "_stdin", "_success_exit_codes"))
@@ -54,6 +68,8 @@ class _Cache:
     reading: int = 0  # inside a fact read
     live_reads: int = 0
     served: int = 0
+    used: set[tuple] = field(default_factory=set)  # asked for in this run
+    manifest: Path | None = None
 
 
 class FactBatch(FactBase[list]):
@@ -147,13 +163,15 @@ def _key(host: Any, cls: type, args: tuple, kwargs: dict[str, Any]
     return key, fkw, conn
 
 
-def install(host: Any) -> None:
-    """Answer ``host``'s facts as the module says (once per host; idempotent)."""
+def install(host: Any, manifest: Path | None = None) -> None:
+    """Answer ``host``'s facts as the module says (once per host; idempotent); ``manifest``:
+    where the facts this run asks for are listed for the next run's `prefetch`."""
     host = _real(host)
     if "_specdec_facts" in host.__dict__ or os.environ.get(OFF_ENV, "").lower() in (
             "off", "0", "false", "no"):
         return
     cache = _cache(host)
+    cache.manifest = manifest
     live_fact = type(host).get_fact  # late-bound: a test's replacement is honoured
     live_run = host.run_shell_command
     live_put = host.put_file
@@ -163,6 +181,7 @@ def install(host: Any) -> None:
         if found is None:
             return _live(cls, args, kwargs)
         key, fkw, conn = found
+        cache.used.add(key)
         executing = bool(host.state.is_executing)
         if key in cache.kept and (not executing or (cache.fresh and not cache.dirty)):
             cache.served += 1
@@ -238,7 +257,97 @@ def refresh(host: Any) -> int:
             else:
                 del cache.kept[k]
     cache.fresh = True
+    _write_manifest(cache)
     return n
+
+
+def prefetch(host: Any) -> int:
+    """In prepare: read the facts the manifest lists in one command per escalation and keep
+    them (a missing, unreadable or foreign manifest: nothing); returns how many were kept."""
+    host = _real(host)
+    cache = host.__dict__.get("_specdec_facts")
+    if cache is None or cache.manifest is None or host.state.is_executing:
+        return 0
+    groups: dict[str, list[tuple[tuple, type, dict[str, Any], dict[str, Any]]]] = {}
+    for cls, fkw, conn in _read_manifest(cache.manifest):
+        found = _key(host, cls, (), {**fkw, **conn})
+        if found is not None and found[0] not in cache.kept:
+            groups.setdefault(repr(sorted(conn.items())), []).append((found[0], cls, found[1],
+                                                                       found[2]))
+    n = 0
+    for entries in groups.values():
+        parts = tuple((cls, fkw) for _, cls, fkw, _ in entries)
+        conn = {k: v for k, v in entries[0][3].items() if k in _SAFE_CONN}
+        cache.reading += 1
+        try:
+            got = type(host).get_fact(host, FactBatch, parts=parts, **conn)
+        except Exception:  # noqa: BLE001 - each fact is then read on its own, as pyinfra does
+            continue
+        finally:
+            cache.reading -= 1
+        if not isinstance(got, list) or len(got) != len(entries):
+            continue
+        for (key, cls, fkw, c), (ok, value) in zip(entries, got, strict=True):
+            if ok:
+                cache.kept[key] = (cls, fkw, c, value)
+                n += 1
+    return n
+
+
+def _read_manifest(path: Path) -> list[tuple[type, dict[str, Any], dict[str, Any]]]:
+    try:
+        if path.stat().st_size > _MANIFEST_MAX:
+            return []
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    out = []
+    for entry in doc if isinstance(doc, list) else []:
+        if not isinstance(entry, dict):
+            continue
+        name, fkw, conn = entry.get("fact"), entry.get("kwargs"), entry.get("conn")
+        mod, _, attr = name.partition(":") if isinstance(name, str) else ("", "", "")
+        if mod not in _MODULES or not isinstance(fkw, dict) or not isinstance(conn, dict):
+            continue
+        cls = getattr(importlib.import_module(mod), attr, None)
+        if not (isinstance(cls, type) and issubclass(cls, FactBase)) or cls is FactBatch:
+            continue
+        if any(k not in _SAFE_CONN or not isinstance(v, str | bool | None)
+               for k, v in conn.items()):
+            continue
+        if not all(isinstance(k, str) and _plain(v) for k, v in fkw.items()):
+            continue
+        out.append((cls, fkw, conn))
+    return out
+
+
+def _plain(v: Any) -> bool:
+    if isinstance(v, list):
+        return all(_plain(x) for x in v)
+    return isinstance(v, str | int | float | bool | None)
+
+
+def _write_manifest(cache: _Cache) -> None:
+    if cache.manifest is None:
+        return
+    entries = []
+    for key in cache.used:
+        if key not in cache.kept:
+            continue
+        cls, fkw, conn, _ = cache.kept[key]
+        if cls.__module__ not in _MODULES or not all(_plain(v) for v in fkw.values()):
+            continue
+        entries.append({"fact": f"{cls.__module__}:{cls.__name__}", "kwargs": fkw,
+                        "conn": {k: v for k, v in conn.items()
+                                 if k in _SAFE_CONN and isinstance(v, str | bool | None)}})
+    entries.sort(key=lambda e: json.dumps(e, sort_keys=True))
+    tmp = cache.manifest.with_name(f".{cache.manifest.name}.{os.getpid()}")
+    try:
+        cache.manifest.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(entries, sort_keys=True) + "\n")
+        tmp.replace(cache.manifest)
+    except OSError:
+        tmp.unlink(missing_ok=True)
 
 
 def stats(host: Any) -> dict[str, int]:

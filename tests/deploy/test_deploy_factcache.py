@@ -3,6 +3,8 @@ from that read until the run changes the host; and its one-command batch on a re
 
 from __future__ import annotations
 
+import copy
+import json
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -121,3 +123,41 @@ class _Fails(FactBase[str]):
 
 def _raw(cmd: Any) -> str:
     return cmd.get_raw_value() if hasattr(cmd, "get_raw_value") else str(cmd)
+
+
+def test_the_next_run_reads_in_prepare_what_this_one_asked_for(agx_world, monkeypatch, on):
+    """The refresh lists the facts asked for (reports/cache/<host>/facts.json); the next run
+    reads them in one command before planning: prepare then reads the host once or twice, not
+    once per fact. The list holds no password or environment of the connection."""
+    w = _converged(agx_world, monkeypatch)
+    first = live(copy.deepcopy(w))
+    assert not deploy(monkeypatch, first, AGX).failed
+    manifest = on.parent / "cache" / "fake_orin-1" / "facts.json"
+    listed = json.loads(manifest.read_text())
+    assert len(listed) > 30 and all(set(e) == {"fact", "kwargs", "conn"} for e in listed)
+    assert not any("password" in k or k == "_env" for e in listed for k in e["conn"])
+    before = [name for name, ex in first.fact_reads if not ex]
+    again = live(copy.deepcopy(w))
+    monkeypatch.setenv("SPECDEC_RUN_ID", "t2")
+    r = deploy(monkeypatch, again, AGX)
+    assert not r.failed, r.output
+    prepare = [name for name, ex in again.fact_reads if not ex]
+    assert prepare[0] == "FactBatch" and len(prepare) <= 2, prepare
+    assert len(before) > 30
+    assert [name for name, ex in again.fact_reads if ex] == ["FactBatch"]
+    assert len(r.commands) == 2
+
+
+def test_a_foreign_manifest_is_ignored(agx_world, monkeypatch, on):
+    """The list is input: a fact from another module, a password, a nested value: ignored."""
+    manifest = on.parent / "cache" / "fake_orin-1" / "facts.json"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps([
+        {"fact": "os:system", "kwargs": {}, "conn": {}},
+        {"fact": "pyinfra.facts.files:File", "kwargs": {"path": "/etc/x"},
+         "conn": {"_sudo_password": "x"}},
+        {"fact": "pyinfra.facts.files:File", "kwargs": {"path": {"a": 1}}, "conn": {}},
+        "junk"]))
+    world = live(_converged(agx_world, monkeypatch))
+    assert not deploy(monkeypatch, world, AGX).failed
+    assert "FactBatch" not in [name for name, ex in world.fact_reads if not ex]
