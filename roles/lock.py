@@ -11,7 +11,8 @@ failed host runs no later operation).
 
 pyinfra gathers the facts the roles plan from in its prepare phase, before any operation runs,
 so before the lock. `deploy_lock` returns the release state those decisions are based on, and
-once the lock is held it reads that state again: if it moved in between (another rollout, or
+once the lock is held it reads that state again, with every other fact the deploy planned
+from, in one command (`roles.factcache.refresh`): if it moved in between (another rollout, or
 the host's guard), the host fails with one line before anything is changed.
 
 Also the run context shared by the lock and verify roles: the run id (``$SPECDEC_RUN_ID``, set

@@ -4,7 +4,7 @@ Runs after `serve`. At execution time it reads the host's release pointers again
 
 * nothing to verify (the desired release is current *and* last-good, the engine was not
   restarted, no ``--data specdec_reverify=true``) and the engine answers ``/health`` → report
-  ``unchanged``, "No changes";
+  ``unchanged``, "No changes", and the deploy lock released here (nothing else follows);
 * otherwise a Python callback on the control node (`specdec.verify.Verifier`): health, process
   checks, benchmarks, gate, then keep / disable / roll back. A rolled-back or failed host is
   then failed with a one-line reason (never counted as a success), after its deploy lock is
