@@ -140,8 +140,10 @@ def _cache(host: Any) -> _Cache:
 
 def _key(host: Any, cls: type, args: tuple, kwargs: dict[str, Any]
          ) -> tuple[tuple, dict[str, Any], dict[str, Any]] | None:
-    if not (isinstance(cls, type) and issubclass(cls, FactBase)) or cls is FactBatch:
-        return None
+    if not (isinstance(cls, type) and issubclass(cls, FactBase)) or cls is FactBatch \
+            or getattr(cls, "shell_executable", None) \
+            or cls.check_preconditions is not FactBase.check_preconditions:
+        return None  # read as pyinfra reads it: its own shell, its own preconditions
     # the arguments the read runs with, resolved as pyinfra resolves them (api/facts.py
     # _handle_fact_kwargs): the operation's, the deploy's, the host's data, the config
     ctx = dict(host.current_op_global_arguments or {})

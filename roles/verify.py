@@ -163,7 +163,8 @@ def verify_release(spec: VerifySpec, changed: tuple[OperationMeta, ...],
     roofline = _with_power(spec.roofline, host.get_fact(JetsonPower), spec.plan.device,
                            host.get_fact(DeviceIdentity))
     spec = dataclasses.replace(spec, restarted=restarted, roofline=roofline)
-    state = host.get_fact(SpecdecReleases)  # live: facts are not cached in pyinfra 3.10
+    # as read under the lock, or live once this run changed the host (roles/factcache.py)
+    state = host.get_fact(SpecdecReleases)
     why = sv.needs_verification(state, spec.desired, restarted, spec.reverify)
     if why is None:
         key = apikey.read_key(spec.api_key_file) if spec.api_key_file else None
