@@ -232,6 +232,10 @@ def verify(hp: HostPlan, served: ServeResult, token: HiddenValue | None = None,
     if _skip_host():
         return
     spec = verify_spec(hp, served, token, prior)
+    # asked in prepare, so verify_release's reads are answered by the read under the lock
+    # (roles/factcache.py) unless this run changed the host
+    host.get_fact(JetsonPower)
+    host.get_fact(DeviceIdentity)
     if hp.group is not None:  # a serving group verifies as one (roles/group.py)
         verify_serving_group(hp, spec, served, token)
         return

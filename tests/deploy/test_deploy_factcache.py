@@ -21,7 +21,7 @@ from roles.factcache import FactBatch
 from specdec import release
 from specdec.render import LIMITS_PATH
 from tests.deploy.conftest import TOKEN
-from tests.deploy.harness import World, converged
+from tests.deploy.harness import SPARK, World, converged
 from tests.deploy.harness import host_plan as _hp
 from tests.deploy.test_deploy_verify import AGX, LiveWorld, deploy, live, report
 
@@ -161,3 +161,18 @@ def test_a_foreign_manifest_is_ignored(agx_world, monkeypatch, on):
     world = live(_converged(agx_world, monkeypatch))
     assert not deploy(monkeypatch, world, AGX).failed
     assert "FactBatch" not in [name for name, ex in world.fact_reads if not ex]
+
+
+def test_a_converged_spark_costs_one_read_too(spark_world, monkeypatch, on):
+    """TensorRT-LLM on a DGX Spark (local head copy, tiktoken files, no Jetson tools)."""
+    hp = _hp(spark_world, SPARK)
+    c = hp.rendered.release_id
+    w = converged(spark_world, hp, TOKEN)
+    w.releases = release.ReleaseState(current=c, last_good=c, releases=(c,))
+    monkeypatch.setattr("specdec.verify.http_get",
+                        lambda url, timeout, key=None: (200, "") if key else (401, ""))
+    world = live(w)
+    r = deploy(monkeypatch, world, SPARK)
+    assert not r.failed, r.output
+    assert [name for name, ex in world.fact_reads if ex] == ["FactBatch"]
+    assert len(r.commands) == 2
