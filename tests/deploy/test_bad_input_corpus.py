@@ -197,11 +197,15 @@ def test_tune_cache_entry_is_input(name: str, tmp_path: Path, monkeypatch: pytes
     """An entry of the tune cache that fails its checks is ignored with one line in the plan's
     notes, and the host searches again (k auto); a good one is used (k tuned)."""
     from specdec.plan import make_plan
-    from specdec.tunecache import entry_id, entry_path
+    from specdec.tunecache import entry_id
+    from specdec.tunestore import DirStore, location
 
     plan = make_plan(HOST, AUTO)
     assert plan.k_auto and len(plan.tune_methods) == 2
-    path = entry_path(tmp_path / "reports", plan)
+    inv = tmp_path / "inv.py"
+    inv.write_text("")
+    monkeypatch.delenv("SPECDEC_TUNE_CACHE", raising=False)
+    path = DirStore(location(inventory=inv)).path(entry_id(plan))  # beside the inventory
     path.parent.mkdir(parents=True)
     make, reason = TUNE_CASES.get(name, (lambda p: _entry(p), ""))
     if make == "symlink":
@@ -210,8 +214,6 @@ def test_tune_cache_entry_is_input(name: str, tmp_path: Path, monkeypatch: pytes
         got = make if isinstance(make, bytes) else make(plan)
         path.write_bytes(got if isinstance(got, bytes) else json.dumps(got).encode())
     monkeypatch.setenv("SPECDEC_REPORTS_DIR", str(tmp_path / "reports"))
-    inv = tmp_path / "inv.py"
-    inv.write_text("")
     _patch_loader(monkeypatch, HOST, AUTO)
     assert main(["plan", str(inv)]) == 0
     out, err = capsys.readouterr()

@@ -43,6 +43,7 @@ def test_a_site_host_downloads_and_pulls_through_the_mirror(agx_world: World,
 
 def test_the_mirror_host_and_its_second_run(agx_world: World, monkeypatch) -> None:
     monkeypatch.setenv("HF_TOKEN", TOKEN)
+    agx_world.packages = {"nft": "/usr/sbin/nft"}  # neither nginx nor docker-registry yet
     r = run_deploy(monkeypatch, agx_world, MIRROR, name=HOST)
     assert not r.failed, r.output[-800:]
     s = parse_host_settings(HOST, MIRROR)
@@ -60,7 +61,8 @@ def test_the_mirror_host_and_its_second_run(agx_world: World, monkeypatch) -> No
 
     hp = plan_host(resolve([s])[0], agx_world.identity)
     world = converged(agx_world, hp, TOKEN)
-    world.which |= {"nginx", "docker-registry"}
+    world.packages = {**world.packages, "nginx": "/usr/sbin/nginx",
+                      "docker-registry": "/usr/bin/docker-registry"}
     for path, text in files.files:
         world.put(path, text)
         world.dirs.setdefault(path.rsplit("/", 1)[0], {"user": "root", "group": "root",
