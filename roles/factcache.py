@@ -29,6 +29,7 @@ import importlib
 import inspect
 import json
 import os
+import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +45,6 @@ __all__ = ["FACTS_MANIFEST", "OFF_ENV", "FactBatch", "install", "lock_only", "pr
 
 OFF_ENV = "SPECDEC_FACT_CACHE"
 _PART = "@@specdec-fact"
-_END = "@@specdec-fact-rc"
 _MISSING = "##PYINFRA_NOCMD##"  # pyinfra 3.10 api/facts.py: the absent requires_command mark
 # what a manifest may name (anything else in it is ignored), and the escalation it records
 _MODULES = ("roles.facts", "pyinfra.facts.files", "pyinfra.facts.server", "pyinfra.facts.systemd")
@@ -80,9 +80,11 @@ class FactBatch(FactBase[list]):
 
     @override
     def command(self, parts: tuple[tuple[type, dict[str, Any]], ...]) -> StringCommand:
+        # markers with a nonce of this read: no file or output on the host can forge one
+        self._mark = f"{_PART}-{secrets.token_hex(8)}"
         self._facts: list[FactBase] = []
         bits: list[Any] = []
-        for i, (cls, kwargs) in enumerate(parts):
+        for n, (cls, kwargs) in enumerate(parts):
             fact = cls()
             self._facts.append(fact)
             cmd = _call(fact.command, kwargs)
@@ -90,28 +92,30 @@ class FactBatch(FactBase[list]):
             if needs:
                 cmd = StringCommand("if", "command", "-v", needs, ">/dev/null", "2>&1;", "then",
                                     "(", cmd, ");", "else", "echo", f"'{_MISSING}';", "fi")
-            bits += ["echo", f"'{_PART} {i}';", "(", cmd, ")", "2>/dev/null;", "echo",
-                     f"\"{_END} {i} $?\";"]
+            bits += ["echo", f"'{self._mark} {n}';", "(", cmd, ")", "2>/dev/null;", "echo",
+                     f"\"{self._mark}-rc {n} $?\";"]
         return StringCommand(*bits, "true")
 
     @override
     def process(self, output: list[str]) -> list:
+        mark = getattr(self, "_mark", _PART)
         chunks: dict[int, list[str]] = {}
         status: dict[int, int] = {}
         cur: list[str] | None = None
         for line in output:
-            if line.startswith(_PART + " "):
-                cur = chunks.setdefault(int(line.split()[1]), [])
-            elif line.startswith(_END + " "):
-                _, i, rc = line.split()
-                status[int(i)] = int(rc)
+            words = line.split()
+            if len(words) == 2 and words[0] == mark and words[1].isdigit():
+                cur = chunks.setdefault(int(words[1]), [])
+            elif len(words) == 3 and words[0] == mark + "-rc" and words[1].isdigit() \
+                    and words[2].isdigit():
+                status[int(words[1])] = int(words[2])
                 cur = None
             elif cur is not None:
                 cur.append(line)
         out: list = []
-        for i, fact in enumerate(getattr(self, "_facts", [])):
-            lines = chunks.get(i)
-            if lines is None or status.get(i) != 0 or lines == [_MISSING]:
+        for n, fact in enumerate(getattr(self, "_facts", [])):
+            lines = chunks.get(n)
+            if lines is None or status.get(n) != 0 or lines == [_MISSING]:
                 out.append((False, None))
                 continue
             try:
@@ -149,9 +153,10 @@ def _key(host: Any, cls: type, args: tuple, kwargs: dict[str, Any]
     ctx = dict(host.current_op_global_arguments or {})
     ctx.update({k: v for k, v in kwargs.items() if k.startswith("_")})
     try:
-        ga, _ = pop_global_arguments(host.state, host, ctx)
+        resolved, _ = pop_global_arguments(host.state, host, ctx)
     except Exception:  # noqa: BLE001 - pyinfra says what is wrong when it reads the fact
         return None
+    ga: dict[str, Any] = dict(resolved)
     conn = {k: ga[k] for k in _CONN_KEYS if k in ga}
     fkw = {k: v for k, v in kwargs.items() if not k.startswith("_")}
     try:

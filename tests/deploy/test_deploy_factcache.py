@@ -91,7 +91,7 @@ def test_batch_on_a_real_shell_matches_each_fact(tmp_path):
     """One command, many facts: each part's value is what the fact alone reads (pyinfra's
     own processing); a failing part and an absent file are told apart."""
     f = tmp_path / "a file"
-    f.write_text("one\ntwo\n")
+    f.write_text("one\n@@specdec-fact 1\n@@specdec-fact-rc 0 0\ntwo\n")  # no forged parts
     parts = ((ffacts.File, {"path": str(f)}), (ffacts.Sha1File, {"path": str(f)}),
              (ffacts.FileContents, {"path": str(f)}), (ffacts.File, {"path": str(tmp_path / "x")}),
              (ffacts.Directory, {"path": str(tmp_path)}), (sfacts.Which, {"command": "sh"}),
