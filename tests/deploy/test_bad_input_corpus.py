@@ -212,8 +212,6 @@ def test_tune_cache_entry_is_input(name: str, tmp_path: Path, monkeypatch: pytes
         got = make if isinstance(make, bytes) else make(plan)
         path.write_bytes(got if isinstance(got, bytes) else json.dumps(got).encode())
     monkeypatch.setenv("SPECDEC_REPORTS_DIR", str(tmp_path / "reports"))
-    inv = tmp_path / "inv.py"
-    inv.write_text("")
     _patch_loader(monkeypatch, HOST, AUTO)
     assert main(["plan", str(inv)]) == 0
     out, err = capsys.readouterr()
