@@ -198,13 +198,15 @@ def test_tune_cache_entry_is_input(name: str, tmp_path: Path, monkeypatch: pytes
     notes, and the host searches again (k auto); a good one is used (k tuned)."""
     from specdec.plan import make_plan
     from specdec.tunecache import entry_id
-    from specdec.tunestore import ENV, DirStore
+    from specdec.tunestore import DirStore, location
 
     plan = make_plan(HOST, AUTO)
     assert plan.k_auto and len(plan.tune_methods) == 2
-    path = DirStore(tmp_path / "tune-cache").path(entry_id(plan))
+    inv = tmp_path / "inv.py"
+    inv.write_text("")
+    monkeypatch.delenv("SPECDEC_TUNE_CACHE", raising=False)
+    path = DirStore(location(inventory=inv)).path(entry_id(plan))  # beside the inventory
     path.parent.mkdir(parents=True)
-    monkeypatch.setenv(ENV, str(path.parent))
     make, reason = TUNE_CASES.get(name, (lambda p: _entry(p), ""))
     if make == "symlink":
         path.symlink_to("/etc/passwd")
