@@ -55,6 +55,12 @@ BENCH = {"SPECDEC_BENCH_REQUESTS": "16", "SPECDEC_BENCH_MAX_TOKENS": "64",
          "SPECDEC_BENCH_WARMUP": "1", "SPECDEC_BENCH_TIMEOUT": "120"}
 
 
+FACT_CACHE_OFF = "SPECDEC_FACT_CACHE"  # roles/factcache.py: "off" reads every fact live
+STEPS = ("provision", "rollout", "noop")
+STEP_NAMES = {"provision": "provision", "rollout": "rollout", "noop": "no-op",
+              "noop-live": "no-op, facts live"}
+
+
 @dataclass
 class Run:
     what: str
@@ -130,7 +136,7 @@ def specdec(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]
 
 
 def one_size(size: int, inst: Instance, parallel: int, dropoff: bool,
-             reports: Path) -> dict[str, Any]:
+             reports: Path, steps: Sequence[str] = STEPS) -> dict[str, Any]:
     env = {**os.environ, **BENCH, "SPECDEC_LAB_INSTANCE": inst.name,
            "SPECDEC_LAB_HOSTS": str(size - (4 if size - 4 >= 9 else 2)),
            "PYTHONUNBUFFERED": "1"}
@@ -155,14 +161,24 @@ def one_size(size: int, inst: Instance, parallel: int, dropoff: bool,
         with SynCounter(inst) as syn:
             logs = reports.parent / "logs"
             logs.mkdir(exist_ok=True)
-            runs.append(measured("provision", [*pyinfra, "--data", "specdec_verify=false"],
-                                 env, syn, log=logs / f"provision-{size}.log"))
-            # the provisioning deploy marked its releases last-good unverified: re-verify
-            runs.append(measured("rollout", [
-                sys.executable, "-m", "specdec", "rollout", INVENTORY, *par, "--batches",
-                "1,25%,100%", "--reports", str(reports), "--run-id", f"scale{size}",
-                "--data", "specdec_reverify=true"], env, syn, log=logs / f"rollout-{size}.log"))
-            runs.append(measured("no-op", pyinfra, env, syn, log=logs / f"noop-{size}.log"))
+            for step in steps:
+                if step == "provision":
+                    runs.append(measured("provision", [*pyinfra, "--data",
+                                                       "specdec_verify=false"],
+                                         env, syn, log=logs / f"provision-{size}.log"))
+                elif step == "rollout":
+                    # the provisioning deploy marked its releases last-good unverified:
+                    # re-verify
+                    runs.append(measured("rollout", [
+                        sys.executable, "-m", "specdec", "rollout", INVENTORY, *par,
+                        "--batches", "1,25%,100%", "--reports", str(reports), "--run-id",
+                        f"scale{size}", "--data", "specdec_reverify=true"], env, syn,
+                        log=logs / f"rollout-{size}.log"))
+                else:  # no-op, or no-op with every fact read live (roles/factcache.py)
+                    off = {FACT_CACHE_OFF: "off"} if step == "noop-live" else {}
+                    n = sum(r.what == STEP_NAMES[step] for r in runs) + 1
+                    runs.append(measured(STEP_NAMES[step], pyinfra, {**env, **off}, syn,
+                                         log=logs / f"{step}-{size}-{n}.log"))
             if dropoff:
                 out["dropoff"] = drill(size, env, par, reports, syn)
         out["runs"] = [r.__dict__ for r in runs]
@@ -217,18 +233,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--parallel", type=int, default=40)
     ap.add_argument("--instance", default="fscale")
     ap.add_argument("--no-dropoff", action="store_true")
+    ap.add_argument("--steps", default=",".join(STEPS),
+                    help="steps per size, in order, from: " + ", ".join(STEP_NAMES) +
+                    " (noop-live: the no-op with SPECDEC_FACT_CACHE=off, every fact read "
+                    "live as pyinfra does); a step may repeat")
     ap.add_argument("--json", metavar="FILE")
     ap.add_argument("--logs", metavar="DIR", help="keep reports and timed logs here")
     args = ap.parse_args(argv)
     inst = Instance(args.instance)
     sizes = [int(x) for x in args.sizes.split(",")]
+    steps = [x.strip() for x in args.steps.split(",") if x.strip()]
+    if bad := [x for x in steps if x not in STEP_NAMES]:
+        ap.error(f"--steps: unknown step {bad[0]!r} (known: {', '.join(STEP_NAMES)})")
     results = []
     work = Path(args.logs) if args.logs else Path(tempfile.mkdtemp(prefix="fleet-scale-"))
     for size in sizes:
         dropoff = not args.no_dropoff and size == max(sizes)
         reports = work / "reports"
         reports.mkdir(parents=True, exist_ok=True)
-        r = one_size(size, inst, args.parallel, dropoff, reports)
+        r = one_size(size, inst, args.parallel, dropoff, reports, steps)
         results.append(r)
         print(json.dumps(r), file=sys.stderr, flush=True)
     print(f"(reports and timed logs: {work})", file=sys.stderr)
@@ -250,12 +273,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{run['cpu_s']:.1f} | {run['cpu_s'] / n:.2f} | {run['maxrss_mib']:.0f} | "
                   f"{run['maxrss_mib'] / n:.1f} | {run['ssh']} |")
     by = {r["size"]: r for r in results}
+
+    def first(size: int, what: str) -> dict[str, Any] | None:
+        return next((x for x in by[size]["runs"] if x["what"] == what), None)
+
     if 8 in by and 32 in by:
-        for i, what in enumerate(("provision", "rollout", "no-op")):
-            a = by[8]["runs"][i]["cpu_s"] / 8
-            b = by[32]["runs"][i]["cpu_s"] / 32
-            print(f"{what}: CPU s per host at 32 / at 8 = {b / a:.2f} (target <= 1.2)")
-        print(f"no-op re-run of 32 hosts: {by[32]['runs'][2]['wall_s']:.1f} s (target <= 30)")
+        for what in ("provision", "rollout", "no-op"):
+            a8, a32 = first(8, what), first(32, what)
+            if a8 and a32:
+                print(f"{what}: CPU s per host at 32 / at 8 = "
+                      f"{a32['cpu_s'] / 32 / (a8['cpu_s'] / 8):.2f} (target <= 1.2)")
+    if 32 in by:
+        for what in ("no-op", "no-op, facts live"):
+            walls = [f"{x['wall_s']:.1f}" for x in by[32]["runs"] if x["what"] == what]
+            if walls:
+                print(f"{what} re-run of 32 hosts: {' / '.join(walls)} s (target <= 30)")
     for r in results:
         if "dropoff" in r:
             d = r["dropoff"]

@@ -4,7 +4,10 @@ Every host is planned first, in pyinfra's prepare phase (data validated, device 
 plan fitted, files rendered, HF token read on this machine): a bad plan stops the whole run with
 one line naming host, key and value before any host is changed. Then the roles run in the
 order below; each compares facts with the plan and sends only what differs, so a second run
-sends no changing command. The deploy lock is taken first and released last; it returns the
+sends no changing command. Facts are read once per host per run and once more, in one
+command, when the lock is held (roles/factcache.py): on an unchanged host the operations are
+answered from that read, so a re-run costs each host the lock's round trips, not one per
+operation. The deploy lock is taken first and released last; it returns the
 release state `serve` and `verify` plan from, and fails the host if that state moved before the
 lock was held. `verify` checks what `serve` activated (see roles/verify.py).
 """

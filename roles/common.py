@@ -17,6 +17,7 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.context import ctx_host
 from pyinfra.facts.server import Users
 
+from roles.factcache import FACTS_MANIFEST, install, prefetch
 from roles.facts import DeviceIdentity, EngineVersions
 from specdec import apikey, pki
 from specdec.catalog import load_catalog
@@ -27,7 +28,7 @@ from specdec.hostdata import parse_host_settings
 from specdec.plan import baseline, plan_host_settings
 from specdec.plan_types import Group, Plan
 from specdec.render import Rendered, render
-from specdec.report import reports_root
+from specdec.report import CACHE_DIR, reports_root, safe_name
 from specdec.settings import HostSettings
 from specdec.site import resolve as resolve_sites
 from specdec.tunecache import apply_cached
@@ -307,6 +308,7 @@ def _prepare_all(state: Any) -> _Prepared:
 
     def one(h: Any) -> None:
         with ctx_host.use(h):
+            prefetch(h)  # what the last run asked of the host, in one command
             try:
                 results[h.name] = _prepare_one(h, settings[h.name], tokens.get(h.name),
                                                groups.get(h.name), secrets[h.name])
@@ -338,6 +340,8 @@ def prepare_host(h: Any) -> tuple[HostPlan, HiddenValue | None]:
     if box is None:
         box = {"done": gevent.event.Event(), "results": None}
         st._specdec_prepared = box
+        for x in st.inventory:  # every fact from here on read once per host per run
+            install(x, reports_root() / CACHE_DIR / safe_name(x.name) / FACTS_MANIFEST)
         try:
             box["results"] = _prepare_all(st)
         finally:

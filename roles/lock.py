@@ -11,7 +11,8 @@ failed host runs no later operation).
 
 pyinfra gathers the facts the roles plan from in its prepare phase, before any operation runs,
 so before the lock. `deploy_lock` returns the release state those decisions are based on, and
-once the lock is held it reads that state again: if it moved in between (another rollout, or
+once the lock is held it reads that state again, with every other fact the deploy planned
+from, in one command (`roles.factcache.refresh`): if it moved in between (another rollout, or
 the host's guard), the host fails with one line before anything is changed.
 
 Also the run context shared by the lock and verify roles: the run id (``$SPECDEC_RUN_ID``, set
@@ -33,6 +34,7 @@ from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 from pyinfra.api.state import BaseStateCallback
 from pyinfra.connectors.fake import FakeConnector
 
+from roles.factcache import lock_only, refresh
 from roles.facts import SpecdecReleases
 from specdec import layout
 from specdec import lock as speclock
@@ -55,6 +57,7 @@ __all__ = [
     "host_run",
     "keep_lease",
     "leased",
+    "lock_run",
     "moved",
     "release_now",
     "renew_lease",
@@ -119,10 +122,18 @@ def fail_command(message: str) -> StringCommand:
     return StringCommand(f"printf '%s\\n' {shlex.quote(text)} >&2; exit 1")
 
 
+def lock_run(command: str, conn: dict[str, Any], timeout: float | None = None
+             ) -> tuple[bool, list[str]]:
+    """`host_run` for a command that touches only the deploy lock (`roles.factcache`: not a
+    change of the host the facts describe)."""
+    with lock_only(host):
+        return host_run(command, conn, timeout)
+
+
 def release_now(conn: dict[str, Any]) -> None:
     info = _held.pop(host.name, None)
     if info is not None:
-        host_run(speclock.release_command(info), conn, 60)
+        lock_run(speclock.release_command(info), conn, 60)
 
 
 def leased(command: str) -> str:
@@ -183,11 +194,11 @@ def acquire(planned: ReleaseState | None = None):
         return
     conn = connector_args()
     info = _planned.get(host.name) or speclock.new_lock(run_id())
-    ok, out = host_run(speclock.acquire_command(info), conn, 90)
+    ok, out = lock_run(speclock.acquire_command(info), conn, 90)
     status = speclock.parse_acquire(out)
     if ok and not status.acquired and speclock.is_stale(status):
         left = status.claim_stamp if speclock.claim_left(status) else None
-        ok, out = host_run(speclock.takeover_command(status.holder, info, break_claim=left),
+        ok, out = lock_run(speclock.takeover_command(status.holder, info, break_claim=left),
                            conn, 90)
         status = speclock.parse_acquire(out)
         if status.acquired:
@@ -198,6 +209,9 @@ def acquire(planned: ReleaseState | None = None):
     _held[host.name] = info
     _renewed[host.name] = time.monotonic()
     host.noop(f"deploy lock {layout.LOCK_FILE} taken")
+    # every fact the deploy planned from, read again in one command now that the lock is held:
+    # operations that change nothing are answered from it (roles/factcache.py)
+    refresh(host)
     change = moved(planned, host.get_fact(SpecdecReleases)) if planned is not None else None
     if change is not None:
         release_now(conn)
@@ -215,7 +229,7 @@ def renew():
         return
     conn = connector_args()
     try:
-        keep_lease(host.name, lambda cmd, t: host_run(cmd, conn, t))
+        keep_lease(host.name, lambda cmd, t: lock_run(cmd, conn, t))
     except LockLost as exc:
         yield fail_command(f"{host.name}: {exc}")
         return

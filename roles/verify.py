@@ -4,7 +4,7 @@ Runs after `serve`. At execution time it reads the host's release pointers again
 
 * nothing to verify (the desired release is current *and* last-good, the engine was not
   restarted, no ``--data specdec_reverify=true``) and the engine answers ``/health`` → report
-  ``unchanged``, "No changes";
+  ``unchanged``, "No changes", and the deploy lock released here (nothing else follows);
 * otherwise a Python callback on the control node (`specdec.verify.Verifier`): health, process
   checks, benchmarks, gate, then keep / disable / roll back. A rolled-back or failed host is
   then failed with a one-line reason (never counted as a success), after its deploy lock is
@@ -163,7 +163,8 @@ def verify_release(spec: VerifySpec, changed: tuple[OperationMeta, ...],
     roofline = _with_power(spec.roofline, host.get_fact(JetsonPower), spec.plan.device,
                            host.get_fact(DeviceIdentity))
     spec = dataclasses.replace(spec, restarted=restarted, roofline=roofline)
-    state = host.get_fact(SpecdecReleases)  # live: facts are not cached in pyinfra 3.10
+    # as read under the lock, or live once this run changed the host (roles/factcache.py)
+    state = host.get_fact(SpecdecReleases)
     why = sv.needs_verification(state, spec.desired, restarted, spec.reverify)
     if why is None:
         key = apikey.read_key(spec.api_key_file) if spec.api_key_file else None
@@ -171,6 +172,8 @@ def verify_release(spec: VerifySpec, changed: tuple[OperationMeta, ...],
         if health[0] == 200:
             write_report(sv.unchanged_report(spec, state, health, previous_report(spec)), secret)
             host.noop(f"release {state.current} verified before; not re-benchmarked")
+            # nothing follows on this host but the unlock: released here, one round trip less
+            release_now(connector_args())
             return
         why = f"unchanged release {state.current} does not answer /health"
     host.noop(f"verifying: {why}")
@@ -229,6 +232,10 @@ def verify(hp: HostPlan, served: ServeResult, token: HiddenValue | None = None,
     if _skip_host():
         return
     spec = verify_spec(hp, served, token, prior)
+    # asked in prepare, so verify_release's reads are answered by the read under the lock
+    # (roles/factcache.py) unless this run changed the host
+    host.get_fact(JetsonPower)
+    host.get_fact(DeviceIdentity)
     if hp.group is not None:  # a serving group verifies as one (roles/group.py)
         verify_serving_group(hp, spec, served, token)
         return

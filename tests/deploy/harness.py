@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pyinfra import context
 from pyinfra.api import Config, Inventory, State
 from pyinfra.api.connect import connect_all
 from pyinfra.api.exceptions import PyinfraError
@@ -36,6 +37,7 @@ from pyinfra.facts import systemd as sdfacts
 from roles import facts as rfacts
 from roles.common import HostPlan
 from roles.docker_access import merged_daemon_json
+from roles.factcache import FactBatch
 from roles.facts import DAEMON_JSON
 from roles.images import image_present  # noqa: F401  (import check)
 from roles.jetson_tuning import CLOCKS_MARKER
@@ -75,6 +77,8 @@ class World:
     boot_id: str = "boot-1"
     daemon_json_raw: bool = False  # keep daemon.json as given (not derived from files)
     facts_seen: list[str] = field(default_factory=list)
+    fact_reads: list[tuple[str, bool]] = field(default_factory=list)  # (fact, while executing)
+    in_batch: bool = False
     commands_answered: list[str] = field(default_factory=list)
 
     # -- the Jetson tools (the lab's stand-ins, on a directory) --------------------------------
@@ -151,7 +155,15 @@ class World:
     # -- fact router -------------------------------------------------------------------------
     def fact(self, cls: type, *args: Any, **kwargs: Any) -> Any:
         kwargs = {k: v for k, v in kwargs.items() if not k.startswith("_")}
-        self.facts_seen.append(cls.__name__)
+        if not self.in_batch:  # a batch's parts: one read, recorded as the batch
+            self.facts_seen.append(cls.__name__)
+            self.fact_reads.append((cls.__name__, bool(context.state.is_executing)))
+        if cls is FactBatch:  # one read of many facts (roles/factcache.py)
+            self.in_batch = True
+            try:
+                return [(True, self.fact(c, **kw)) for c, kw in kwargs["parts"]]
+            finally:
+                self.in_batch = False
         path = kwargs.get("path", args[0] if args else None)
         if cls is rfacts.DeviceIdentity:
             return self.identity

@@ -198,13 +198,15 @@ def test_tune_cache_entry_is_input(name: str, tmp_path: Path, monkeypatch: pytes
     notes, and the host searches again (k auto); a good one is used (k tuned)."""
     from specdec.plan import make_plan
     from specdec.tunecache import entry_id
-    from specdec.tunestore import ENV, DirStore
+    from specdec.tunestore import DirStore, location
 
     plan = make_plan(HOST, AUTO)
     assert plan.k_auto and len(plan.tune_methods) == 2
-    path = DirStore(tmp_path / "tune-cache").path(entry_id(plan))
+    inv = tmp_path / "inv.py"
+    inv.write_text("")
+    monkeypatch.delenv("SPECDEC_TUNE_CACHE", raising=False)
+    path = DirStore(location(inventory=inv)).path(entry_id(plan))  # beside the inventory
     path.parent.mkdir(parents=True)
-    monkeypatch.setenv(ENV, str(path.parent))
     make, reason = TUNE_CASES.get(name, (lambda p: _entry(p), ""))
     if make == "symlink":
         path.symlink_to("/etc/passwd")
@@ -212,8 +214,6 @@ def test_tune_cache_entry_is_input(name: str, tmp_path: Path, monkeypatch: pytes
         got = make if isinstance(make, bytes) else make(plan)
         path.write_bytes(got if isinstance(got, bytes) else json.dumps(got).encode())
     monkeypatch.setenv("SPECDEC_REPORTS_DIR", str(tmp_path / "reports"))
-    inv = tmp_path / "inv.py"
-    inv.write_text("")
     _patch_loader(monkeypatch, HOST, AUTO)
     assert main(["plan", str(inv)]) == 0
     out, err = capsys.readouterr()

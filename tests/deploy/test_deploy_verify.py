@@ -282,6 +282,32 @@ def test_bench_settings_from_environment(monkeypatch):
         VERIFY_MOD.bench_settings()
 
 
+@pytest.mark.parametrize("data", [AGX, {**AGX, "specdec_runtime": "native"}])
+def test_a_converged_host_costs_one_read_and_the_lock(agx_world, monkeypatch, on, data):
+    """pyinfra runs operations in lockstep, so every read of the host while executing costs the
+    whole run the slowest host's round trip: on a converged, verified host the re-run reads
+    the host once (every fact the deploy planned from, in one command, under the lock) and
+    sends the lock's two commands; the operations are answered from that read."""
+    hp = _hp(agx_world, data)
+    c = hp.rendered.release_id
+    world = agx_world.with_jetson(agx_world.identity.device)
+    world = converged(world, hp, TOKEN)
+    world.releases = release.ReleaseState(current=c, last_good=c, releases=(c,))
+    world = live(world)
+    monkeypatch.setattr("specdec.verify.http_get",
+                        lambda url, timeout, key=None: (200, "") if key else (401, ""))
+    r = deploy(monkeypatch, world, data)
+    assert not r.failed, r.output
+    assert report(on)["outcome"] == "unchanged"
+    executing = [name for name, live_ in world.fact_reads if live_]
+    assert executing == ["FactBatch"], executing
+    assert len(r.commands) == 2, r.commands  # the lock, taken and released
+    assert "deploy.lock.new." in r.commands[0] and "deploy.lock.released." in r.commands[1]
+    # and in prepare each fact is read once (the deploy reads the release state in 4 places)
+    prepare = [name for name, live_ in world.fact_reads if not live_]
+    assert prepare.count("SpecdecReleases") == 1, prepare
+
+
 def test_any_failed_operation_releases_the_lock(agx_world, monkeypatch, on):
     world = live(agx_world)
     use_host(monkeypatch, FakeHost(None, None, (), {}))
