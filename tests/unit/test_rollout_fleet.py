@@ -304,10 +304,8 @@ def test_local_store_cas_under_threads(tmp_path):
         open_store("etcds://h:2379")
 
 
-@pytest.fixture
-def etcd(tmp_path):
-    if shutil.which("etcd") is None:
-        pytest.fail("etcd is not installed ('make setup' installs etcd-server)")
+def _etcd(tmp_path, scheme: str, *tls: str) -> tuple[subprocess.Popen, int]:
+    """etcd 3.4 on free loopback ports (clients over ``scheme``, extra ``tls`` flags)."""
     import socket
 
     with socket.socket() as s1, socket.socket() as s2:
@@ -316,12 +314,20 @@ def etcd(tmp_path):
         client, peer = s1.getsockname()[1], s2.getsockname()[1]
     proc = subprocess.Popen(
         ["etcd", "--data-dir", str(tmp_path / "etcd"), "--name", "t",
-         "--listen-client-urls", f"http://127.0.0.1:{client}",
-         "--advertise-client-urls", f"http://127.0.0.1:{client}",
+         "--listen-client-urls", f"{scheme}://127.0.0.1:{client}",
+         "--advertise-client-urls", f"{scheme}://127.0.0.1:{client}",
          "--listen-peer-urls", f"http://127.0.0.1:{peer}",
          "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-         "--initial-cluster", f"t=http://127.0.0.1:{peer}"],
+         "--initial-cluster", f"t=http://127.0.0.1:{peer}", *tls],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return proc, client
+
+
+@pytest.fixture
+def etcd(tmp_path):
+    if shutil.which("etcd") is None:
+        pytest.fail("etcd is not installed ('make setup' installs etcd-server)")
+    proc, client = _etcd(tmp_path, "http")
     try:
         store = open_store(f"etcd://127.0.0.1:{client}")
         deadline = time.monotonic() + 20
@@ -400,22 +406,10 @@ def test_etcd_over_tls_with_client_certificates(tmp_path):
     _openssl("x509", "-req", "-in", "node.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
              "-CAcreateserial", "-out", "node.crt", "-days", "1", "-extfile", "ext",
              cwd=tmp_path)
-    import socket
-
-    with socket.socket() as s1, socket.socket() as s2:
-        s1.bind(("127.0.0.1", 0))
-        s2.bind(("127.0.0.1", 0))
-        client, peer = s1.getsockname()[1], s2.getsockname()[1]
-    proc = subprocess.Popen(
-        ["etcd", "--data-dir", str(tmp_path / "etcd"), "--name", "t",
-         "--listen-client-urls", f"https://127.0.0.1:{client}",
-         "--advertise-client-urls", f"https://127.0.0.1:{client}",
-         "--listen-peer-urls", f"http://127.0.0.1:{peer}",
-         "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
-         "--initial-cluster", f"t=http://127.0.0.1:{peer}",
-         "--cert-file", str(tmp_path / "node.crt"), "--key-file", str(tmp_path / "node.key"),
-         "--trusted-ca-file", str(tmp_path / "ca.crt"), "--client-cert-auth"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc, client = _etcd(
+        tmp_path, "https", "--cert-file", str(tmp_path / "node.crt"),
+        "--key-file", str(tmp_path / "node.key"), "--trusted-ca-file", str(tmp_path / "ca.crt"),
+        "--client-cert-auth")
     from specdec.fleetstore import TLSFiles
 
     try:
