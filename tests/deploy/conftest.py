@@ -32,3 +32,13 @@ def spark_world() -> World:
 @pytest.fixture(autouse=True)
 def _no_ambient_token(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HF_TOKEN", raising=False)
+
+
+@pytest.fixture
+def on(monkeypatch, tmp_path):
+    """The lock and verify roles switched on for @fake hosts; the run's report directory."""
+    monkeypatch.setattr("roles.lock.SKIP_ON_FAKE_CONNECTOR", False)
+    monkeypatch.setenv("SPECDEC_REPORTS_DIR", str(tmp_path / "reports"))
+    monkeypatch.setenv("SPECDEC_RUN_ID", "t1")
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    return tmp_path / "reports" / "t1"

@@ -28,16 +28,6 @@ from tests.deploy.test_deploy_verify import AGX, LiveWorld, deploy, live, report
 OTHER = "0" * 40
 
 
-@pytest.fixture
-def on(monkeypatch, tmp_path):
-    """The lock and verify roles switched on (as in test_deploy_verify)."""
-    monkeypatch.setattr("roles.lock.SKIP_ON_FAKE_CONNECTOR", False)
-    monkeypatch.setenv("SPECDEC_REPORTS_DIR", str(tmp_path / "reports"))
-    monkeypatch.setenv("SPECDEC_RUN_ID", "t1")
-    monkeypatch.setenv("HF_TOKEN", TOKEN)
-    return tmp_path / "reports" / "t1"
-
-
 @dataclass
 class DriftWorld(LiveWorld):
     """A converged host whose limits file was changed by hand after the deploy planned (after

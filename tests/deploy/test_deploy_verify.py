@@ -48,15 +48,6 @@ class LiveWorld(World):
         return super().fact(cls, *args, **kwargs)
 
 
-@pytest.fixture
-def on(monkeypatch, tmp_path):
-    monkeypatch.setattr("roles.lock.SKIP_ON_FAKE_CONNECTOR", False)
-    monkeypatch.setenv("SPECDEC_REPORTS_DIR", str(tmp_path / "reports"))
-    monkeypatch.setenv("SPECDEC_RUN_ID", "t1")
-    monkeypatch.setenv("HF_TOKEN", TOKEN)
-    return tmp_path / "reports" / "t1"
-
-
 def live(world: World, **kw: Any) -> LiveWorld:
     return LiveWorld(**{**world.__dict__, **kw})
 
