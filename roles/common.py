@@ -15,10 +15,9 @@ import gevent.event
 from pyinfra.api import HiddenValue
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.context import ctx_host
-from pyinfra.facts.server import Users
 
 from roles.factcache import FACTS_MANIFEST, install, prefetch
-from roles.facts import DeviceIdentity, EngineVersions
+from roles.facts import DeviceIdentity, EngineVersions, UserAccount
 from specdec import apikey, pki
 from specdec.catalog import load_catalog
 from specdec.errors import SpecdecError, redact
@@ -249,7 +248,8 @@ def _check_service_user(h: Any, settings: HostSettings) -> None:
     """The service user must be a dedicated system account: an existing account that is root
     or a person's (a uid above SYS_UID_MAX) is refused before the deploy makes it a nologin
     user with specdec's home and groups."""
-    found = (h.get_fact(Users) or {}).get(settings.service_user)
+    found = (h.get_fact(UserAccount, user=settings.service_user) or {}).get(
+        settings.service_user)
     uid = found.get("uid") if isinstance(found, dict) else None
     if isinstance(uid, int) and (uid == 0 or uid > SYS_UID_MAX):
         raise DeployError(f"{h.name}: specdec_service_user={settings.service_user!r}: is an "

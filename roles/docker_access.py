@@ -8,16 +8,16 @@ from io import StringIO
 from typing import Any
 
 from pyinfra import host
-from pyinfra.api import FileUploadCommand, deploy, operation
+from pyinfra.api import FileUploadCommand, QuoteString, StringCommand, deploy, operation
 from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files, server, systemd
 
 from roles.common import HostPlan
-from roles.facts import DAEMON_JSON, DockerDaemonConfig
+from roles.facts import DAEMON_JSON, DockerDaemonConfig, UserAccount
 from specdec import layout
 from specdec.render import STACK_BYTES
 
-__all__ = ["daemon_config", "docker_access", "merged_daemon_json"]
+__all__ = ["daemon_config", "docker_access", "merged_daemon_json", "service_user"]
 
 NVIDIA_RUNTIME = {"path": "nvidia-container-runtime", "runtimeArgs": []}
 
@@ -68,6 +68,40 @@ def daemon_config(memlock: str, jetson: bool, insecure: tuple[str, ...] = ()):
     yield FileUploadCommand(StringIO(text), DAEMON_JSON)
 
 
+@operation()
+def service_user(user: str, group: str, home: str, shell: str, groups: tuple[str, ...] = ()):
+    """A system account with this primary group, home and shell, in ``groups`` besides its own
+    (added, none removed): pyinfra's ``server.user`` (3.10 operations/server.py: the same
+    ``useradd``/``usermod`` arguments for ``system=True, append=True, ensure_home=False``) reading
+    only this account (`UserAccount`), not every account of the host (``Users``).
+
+    + user, group, home, shell: the account; groups: its supplementary groups
+    """
+    found = host.get_fact(UserAccount, user=user).get(user)
+    extra = [QuoteString(g) for g in groups]
+    joined = StringCommand(*[p for g in extra for p in (",", g)][1:], _separator="")
+    if found is None:
+        args: list[Any] = ["-d", QuoteString(home), "-s", QuoteString(shell),
+                           "-g", QuoteString(group)]
+        if groups:
+            args += ["-G", joined]
+        yield StringCommand("useradd", *args, "-r", "-M", QuoteString(user))
+        return
+    mod: list[Any] = []
+    if found.get("home") != home:
+        mod += ["-d", QuoteString(home)]
+    if found.get("shell") != shell:
+        mod += ["-s", QuoteString(shell)]
+    if found.get("group") != group:
+        mod += ["-g", QuoteString(group)]
+    if groups and not set(groups).issubset(found.get("groups") or ()):
+        mod += ["-a", "-G", joined]
+    if mod:
+        yield StringCommand("usermod", *mod, QuoteString(user))
+    else:
+        host.noop(f"user {user} exists")
+
+
 @deploy("Docker access")
 def docker_access(hp: HostPlan) -> OperationMeta | None:
     """The service user (system user, home /var/lib/specdec) and, for the docker runtime, the
@@ -83,16 +117,13 @@ def docker_access(hp: HostPlan) -> OperationMeta | None:
     server.group(
         name=f"Ensure group {plan.service_user}", group=plan.service_user, system=True,
     )
-    server.user(
+    service_user(
         name=f"Ensure service user {plan.service_user}",
         user=plan.service_user,
-        system=True,
         group=plan.service_user,
         home=layout.STATE_DIR,
         shell="/usr/sbin/nologin",
-        groups=["docker"] if docker else None,
-        append=True,
-        ensure_home=False,
+        groups=("docker",) if docker else (),
     )
     files.directory(
         name=f"Ensure {layout.STATE_DIR}",

@@ -8,11 +8,15 @@ an SSH round trip, and a run takes the slowest link's round trips times the oper
 
 * prepare (read-only): each distinct fact (class, arguments, escalation) is read once and kept;
   `prefetch` first reads, in one command, the facts the last run on this control node asked
-  of the host (``reports/cache/<host>/facts.json``, written by `refresh`: fact classes of
-  pyinfra and `roles.facts`, their arguments, escalation without passwords or environment);
+  of the host (``reports/cache/<host>/facts.json``, written by `save` when the lock is
+  released: fact classes of pyinfra and `roles.facts`, their arguments, escalation without
+  passwords or environment). With ``pyinfra -y`` (and `specdec rollout`) pyinfra skips change
+  detection, so operations read their facts only while executing: the list is what makes
+  the next run read them all in one command;
 * `refresh`, run by the deploy lock once it is held: every kept fact is read again in **one**
   command (`FactBatch`), so what the operations see is the host under the lock;
-* execution: a kept fact is answered from that read until this run changes the host: the first
+* execution: a kept fact is answered from that read until this run changes the host (a fact
+  not kept is read live, and kept while the host is unchanged): the first
   command of an operation, an upload, a Python callback's command (anything but the lock's own
   commands, `lock_only`) makes the host *dirty*, and every read after that is live again.
 
@@ -41,13 +45,14 @@ from pyinfra.context import ContextObject
 from typing_extensions import override
 
 __all__ = ["FACTS_MANIFEST", "OFF_ENV", "FactBatch", "install", "lock_only", "prefetch",
-           "refresh", "stats"]
+           "refresh", "save", "stats"]
 
 OFF_ENV = "SPECDEC_FACT_CACHE"
 _PART = "@@specdec-fact"
 _MISSING = "##PYINFRA_NOCMD##"  # pyinfra 3.10 api/facts.py: the absent requires_command mark
 # what a manifest may name (anything else in it is ignored), and the escalation it records
-_MODULES = ("roles.facts", "pyinfra.facts.files", "pyinfra.facts.server", "pyinfra.facts.systemd")
+_MODULES = ("roles.facts", "pyinfra.facts.apt", "pyinfra.facts.deb", "pyinfra.facts.files",
+            "pyinfra.facts.server", "pyinfra.facts.systemd")
 _SAFE_CONN = ("_sudo", "_sudo_user", "_use_sudo_login", "_preserve_sudo_env", "_su_user",
               "_use_su_login", "_preserve_su_env", "_su_shell", "_doas", "_doas_user", "_dzdo",
               "_dzdo_user", "_shell_executable", "_chdir")
@@ -68,7 +73,12 @@ class _Cache:
     reading: int = 0  # inside a fact read
     live_reads: int = 0
     served: int = 0
-    used: set[tuple] = field(default_factory=set)  # asked for in this run
+    # asked for in this run: key -> (class, fact kwargs, connector kwargs), for the manifest;
+    # `prepared`: of them, those asked for in prepare
+    used: dict[tuple, tuple[type, dict[str, Any], dict[str, Any]]] = field(default_factory=dict)
+    prepared: set[tuple] = field(default_factory=set)
+    # what the last run's operations read (the manifest's "execute" entries): read by `refresh`
+    wanted: dict[tuple, tuple[type, dict[str, Any], dict[str, Any]]] = field(default_factory=dict)
     manifest: Path | None = None
 
 
@@ -188,13 +198,16 @@ def install(host: Any, manifest: Path | None = None) -> None:
         if found is None:
             return _live(cls, args, kwargs)
         key, fkw, conn = found
-        cache.used.add(key)
+        cache.used.setdefault(key, (cls, fkw, conn))
         executing = bool(host.state.is_executing)
-        if key in cache.kept and (not executing or (cache.fresh and not cache.dirty)):
+        if not executing:
+            cache.prepared.add(key)
+        current = not executing or (cache.fresh and not cache.dirty)
+        if key in cache.kept and current:
             cache.served += 1
             return copy.deepcopy(cache.kept[key][3])
         value = _live(cls, args, kwargs)
-        if not executing:
+        if current:  # the host as this run found it: later reads are answered from this one
             cache.kept[key] = (cls, fkw, conn, copy.deepcopy(value))
         return value
 
@@ -245,13 +258,15 @@ def refresh(host: Any) -> int:
     cache = _cache(host)
     if cache.dirty:
         return 0
+    read = {k: (cls, fkw, conn) for k, (cls, fkw, conn, _) in cache.kept.items()}
+    read.update((k, v) for k, v in cache.wanted.items() if k not in read)
     groups: dict[str, list[tuple]] = {}
-    for key, (_, _, conn, _) in cache.kept.items():
+    for key, (_, _, conn) in read.items():
         groups.setdefault(repr(sorted(conn.items())), []).append(key)
     n = 0
     for keys in groups.values():
-        conn = cache.kept[keys[0]][2]
-        parts = tuple((cache.kept[k][0], cache.kept[k][1]) for k in keys)
+        conn = read[keys[0]][2]
+        parts = tuple((read[k][0], read[k][1]) for k in keys)
         cache.reading += 1
         try:
             got = type(host).get_fact(host, FactBatch, parts=parts, **conn)
@@ -261,27 +276,38 @@ def refresh(host: Any) -> int:
             got = [(False, None)] * len(keys)
         for k, (ok, value) in zip(keys, got, strict=True):
             if ok:
-                cls, fkw, c, _ = cache.kept[k]
+                cls, fkw, c = read[k]
                 cache.kept[k] = (cls, fkw, c, value)
                 n += 1
             else:
-                del cache.kept[k]
+                cache.kept.pop(k, None)
     cache.fresh = True
-    _write_manifest(cache)
     return n
 
 
+def save(host: Any) -> None:
+    """Write the manifest of the facts this run asked of ``host`` (at the lock's release, so
+    it lists what the operations read too, for the next run's `prefetch` and `refresh`)."""
+    cache = _real(host).__dict__.get("_specdec_facts")
+    if cache is not None and cache.used:
+        _write_manifest(cache)
+
+
 def prefetch(host: Any) -> int:
-    """In prepare: read the facts the manifest lists in one command per escalation and keep
-    them (a missing, unreadable or foreign manifest: nothing); returns how many were kept."""
+    """In prepare: read the facts the manifest lists as read in prepare, in one command per
+    escalation, and keep them; those it lists as read by the operations are left to `refresh`
+    (read once, under the lock). A missing, unreadable or foreign manifest: nothing. Returns
+    how many were kept."""
     host = _real(host)
     cache = host.__dict__.get("_specdec_facts")
     if cache is None or cache.manifest is None or host.state.is_executing:
         return 0
     groups: dict[str, list[tuple[tuple, type, dict[str, Any], dict[str, Any]]]] = {}
-    for cls, fkw, conn in _read_manifest(cache.manifest):
+    for cls, fkw, conn, when in _read_manifest(cache.manifest):
         found = _key(host, cls, (), {**fkw, **conn})
-        if found is not None and found[0] not in cache.kept:
+        if found is not None and when == "execute":
+            cache.wanted[found[0]] = (cls, found[1], found[2])
+        elif found is not None and found[0] not in cache.kept:
             groups.setdefault(repr(sorted(conn.items())), []).append((found[0], cls, found[1],
                                                                        found[2]))
     n = 0
@@ -304,7 +330,7 @@ def prefetch(host: Any) -> int:
     return n
 
 
-def _read_manifest(path: Path) -> list[tuple[type, dict[str, Any], dict[str, Any]]]:
+def _read_manifest(path: Path) -> list[tuple[type, dict[str, Any], dict[str, Any], str]]:
     try:
         if path.stat().st_size > _MANIFEST_MAX:
             return []
@@ -327,7 +353,8 @@ def _read_manifest(path: Path) -> list[tuple[type, dict[str, Any], dict[str, Any
             continue
         if not all(isinstance(k, str) and _plain(v) for k, v in fkw.items()):
             continue
-        out.append((cls, fkw, conn))
+        when = entry.get("when", "prepare")
+        out.append((cls, fkw, conn, when if when in ("prepare", "execute") else "prepare"))
     return out
 
 
@@ -341,15 +368,13 @@ def _write_manifest(cache: _Cache) -> None:
     if cache.manifest is None:
         return
     entries = []
-    for key in cache.used:
-        if key not in cache.kept:
-            continue
-        cls, fkw, conn, _ = cache.kept[key]
+    for key, (cls, fkw, conn) in cache.used.items():
         if cls.__module__ not in _MODULES or not all(_plain(v) for v in fkw.values()):
             continue
         entries.append({"fact": f"{cls.__module__}:{cls.__name__}", "kwargs": fkw,
                         "conn": {k: v for k, v in conn.items()
-                                 if k in _SAFE_CONN and isinstance(v, str | bool | None)}})
+                                 if k in _SAFE_CONN and isinstance(v, str | bool | None)},
+                        "when": "prepare" if key in cache.prepared else "execute"})
     entries.sort(key=lambda e: json.dumps(e, sort_keys=True))
     tmp = cache.manifest.with_name(f".{cache.manifest.name}.{os.getpid()}")
     try:

@@ -34,7 +34,7 @@ from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 from pyinfra.api.state import BaseStateCallback
 from pyinfra.connectors.fake import FakeConnector
 
-from roles.factcache import lock_only, refresh
+from roles.factcache import lock_only, refresh, save
 from roles.facts import SpecdecReleases
 from specdec import layout
 from specdec import lock as speclock
@@ -131,6 +131,7 @@ def lock_run(command: str, conn: dict[str, Any], timeout: float | None = None
 
 
 def release_now(conn: dict[str, Any]) -> None:
+    save(host)  # the facts this run read, for the next run to read in one command
     info = _held.pop(host.name, None)
     if info is not None:
         lock_run(speclock.release_command(info), conn, 60)

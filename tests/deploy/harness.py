@@ -214,6 +214,8 @@ class World:
         if cls is ffacts.FileContents:
             f = self.files.get(path)
             return f["content"].splitlines() if f else None
+        if cls is rfacts.UserAccount:
+            return {u: copy.deepcopy(v) for u, v in self.users.items() if u == kwargs["user"]}
         if cls is sfacts.Users:
             return copy.deepcopy(self.users)
         if cls is sfacts.Groups:
@@ -258,8 +260,9 @@ def run_deploy(monkeypatch: Any, world: World, data: dict[str, Any], *,
                name: str = "@fake/orin-1", execute: bool = True,
                verbose: bool = False, state_out: list[State] | None = None,
                others: list[tuple[str, dict[str, Any]]] = (),
-               all_may_fail: bool = False) -> Result:
-    """Prepare (and execute) deploys/specdec.py for one fake host modelled by ``world``."""
+               all_may_fail: bool = False, check_for_changes: bool = True) -> Result:
+    """Prepare (and execute) deploys/specdec.py for one fake host modelled by ``world``;
+    ``check_for_changes=False`` as ``pyinfra -y``: operations read facts only while executing."""
     import logging
 
     records: list[str] = []
@@ -294,7 +297,7 @@ def run_deploy(monkeypatch: Any, world: World, data: dict[str, Any], *,
     monkeypatch.setattr(sys.modules["roles.jetson_tuning"], "REBOOT_DELAY_S", 0.0)
     fast = {"fake_delay": 0, "fake_delay_jitter": 0}
     inv = Inventory(([(name, {**fast, **data}), *((n, {**fast, **d}) for n, d in others)], {}))
-    state = State(inventory=inv, config=Config(DIFF=verbose))
+    state = State(inventory=inv, config=Config(DIFF=verbose), check_for_changes=check_for_changes)
     if state_out is not None:
         state_out.append(state)
     state.cwd = str(ROOT)

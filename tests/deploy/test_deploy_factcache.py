@@ -124,7 +124,7 @@ def test_the_next_run_reads_in_prepare_what_this_one_asked_for(agx_world, monkey
     assert not deploy(monkeypatch, first, AGX).failed
     manifest = on.parent / "cache" / "fake_orin-1" / "facts.json"
     listed = json.loads(manifest.read_text())
-    assert len(listed) > 30 and all(set(e) == {"fact", "kwargs", "conn"} for e in listed)
+    assert len(listed) > 30 and all(set(e) == {"fact", "kwargs", "conn", "when"} for e in listed)
     assert not any("password" in k or k == "_env" for e in listed for k in e["conn"])
     before = [name for name, ex in first.fact_reads if not ex]
     again = live(copy.deepcopy(w))
@@ -166,3 +166,29 @@ def test_a_converged_spark_costs_one_read_too(spark_world, monkeypatch, on):
     assert not r.failed, r.output
     assert [name for name, ex in world.fact_reads if ex] == ["FactBatch"]
     assert len(r.commands) == 2
+
+
+def test_with_yes_the_operations_reads_are_kept_for_the_next_run(agx_world, monkeypatch, on):
+    """`pyinfra -y` (and `specdec rollout`) skips change detection: operations read their facts
+    only while executing (pyinfra 3.10 api/operation.py, `should_check_for_changes`). Those
+    reads are answered once per fact until the run changes the host, and the manifest written
+    at the lock's release lists them: the next run reads the host once under the lock."""
+    w = _converged(agx_world, monkeypatch)
+    first = live(copy.deepcopy(w))
+    assert not deploy(monkeypatch, first, AGX, check_for_changes=False).failed
+    executing = [name for name, ex in first.fact_reads if ex]
+    assert len(executing) > 20, executing  # read while executing, as the lab's runs do
+    assert executing.count("Os") == 1, executing  # asked by many operations, read once
+    manifest = on.parent / "cache" / "fake_orin-1" / "facts.json"
+    listed = json.loads(manifest.read_text())
+    when = [e["when"] for e in listed]
+    assert when.count("execute") >= len(set(executing)) - 1 > 10 and "prepare" in when, when
+    again = live(copy.deepcopy(w))
+    monkeypatch.setenv("SPECDEC_RUN_ID", "t2")
+    r = deploy(monkeypatch, again, AGX, check_for_changes=False)
+    assert not r.failed, r.output
+    # prepare reads only what planning asks for; the operations' facts once, under the lock
+    prepare = [name for name, ex in again.fact_reads if not ex]
+    assert prepare == ["FactBatch"], prepare
+    assert [name for name, ex in again.fact_reads if ex] == ["FactBatch"]
+    assert len(r.commands) == 2, r.commands

@@ -483,3 +483,44 @@ def test_an_existing_login_account_is_not_made_the_service_user(agx_world, monke
     assert str(err.value) == (f"{HOST}: specdec_service_user='svc': is an existing login "
                               f"account on the host (uid {uid}); the service user must be a "
                               "dedicated system account")
+
+
+@pytest.mark.parametrize(("change", "expect"), [
+    ({}, None),
+    ({"groups": []}, "usermod -a -G docker specdec"),
+    ({"shell": "/bin/bash"}, "usermod -s /usr/sbin/nologin specdec"),
+    ({"home": "/home/specdec", "group": "users"},
+     "usermod -d /var/lib/specdec -g specdec specdec"),
+])
+def test_an_existing_service_user_is_corrected_as_server_user_would(
+        agx_world, monkeypatch, change, expect):
+    """roles.docker_access.service_user: pyinfra's server.user arguments, one account read."""
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    w = converged(agx_world, _hp(agx_world, AGX), TOKEN)
+    w.users["specdec"].update(change)
+    cmds = [c for c in run_deploy(monkeypatch, w, AGX).commands
+            if c.startswith(("useradd", "usermod"))]
+    assert cmds == ([expect] if expect else []), cmds
+
+
+def test_user_account_fact_on_a_real_shell():
+    """The one-account read parses as pyinfra's Users does; an absent account is {}."""
+    import getpass
+    import subprocess
+
+    from pyinfra.facts.server import Users
+
+    from roles.facts import UserAccount
+
+    me = getpass.getuser()
+    for name, present in ((me, True), ("no-such-user-specdec", False)):
+        out = subprocess.run(["sh", "-c", UserAccount().command(user=name)],
+                             capture_output=True, text=True, check=True).stdout.splitlines()
+        got = UserAccount().process(out) if out else UserAccount().default()
+        if not present:
+            assert got == {}
+            continue
+        full = Users().process(subprocess.run(["sh", "-c", Users().command()],
+                                              capture_output=True, text=True).stdout.splitlines())
+        keep = ("home", "shell", "group", "groups", "uid", "gid", "comment")
+        assert {k: got[me][k] for k in keep} == {k: full[me][k] for k in keep}
