@@ -31,6 +31,9 @@ from roles import (
     ulimits,
     verify,
 )
+from roles.deployfile import name_deploy_file
+
+name_deploy_file(__file__)  # pyinfra's per-operation stack walk: a dict hit for this file
 
 
 def _escalation() -> dict:

@@ -79,6 +79,7 @@ class _Cache:
     prepared: set[tuple] = field(default_factory=set)
     # what the last run's operations read (the manifest's "execute" entries): read by `refresh`
     wanted: dict[tuple, tuple[type, dict[str, Any], dict[str, Any]]] = field(default_factory=dict)
+    resolved: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # `_resolved`
     manifest: Path | None = None
 
 
@@ -162,12 +163,9 @@ def _key(host: Any, cls: type, args: tuple, kwargs: dict[str, Any]
     # _handle_fact_kwargs): the operation's, the deploy's, the host's data, the config
     ctx = dict(host.current_op_global_arguments or {})
     ctx.update({k: v for k, v in kwargs.items() if k.startswith("_")})
-    try:
-        resolved, _ = pop_global_arguments(host.state, host, ctx)
-    except Exception:  # noqa: BLE001 - pyinfra says what is wrong when it reads the fact
+    conn = _resolved(host, ctx)
+    if conn is None:
         return None
-    ga: dict[str, Any] = dict(resolved)
-    conn = {k: ga[k] for k in _CONN_KEYS if k in ga}
     fkw = {k: v for k, v in kwargs.items() if not k.startswith("_")}
     try:
         if args or fkw:
@@ -178,6 +176,23 @@ def _key(host: Any, cls: type, args: tuple, kwargs: dict[str, Any]
     except (TypeError, ValueError):
         return None
     return key, fkw, conn
+
+
+def _resolved(host: Any, ctx: dict[str, Any]) -> dict[str, Any] | None:
+    """The connector arguments of a read with ``ctx``, as ``pop_global_arguments`` resolves
+    them; remembered per host for the same context (it evaluates every argument's type hints
+    on each call: about 1 ms, which every fact read of every host paid)."""
+    cache = _cache(host)
+    memo = (repr(sorted(ctx.items())), repr(sorted((host.current_deploy_kwargs or {}).items())))
+    if memo in cache.resolved:
+        return dict(cache.resolved[memo])
+    try:
+        resolved, _ = pop_global_arguments(host.state, host, dict(ctx))
+    except Exception:  # noqa: BLE001 - pyinfra says what is wrong when it reads the fact
+        return None
+    ga: dict[str, Any] = dict(resolved)
+    cache.resolved[memo] = {k: ga[k] for k in _CONN_KEYS if k in ga}
+    return dict(cache.resolved[memo])
 
 
 def install(host: Any, manifest: Path | None = None) -> None:

@@ -20,9 +20,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from specdec.catalog import Device, Module
+if TYPE_CHECKING:  # types only: the lab's nvpmodel stand-in imports this module on every call
+    from specdec.catalog import Device, Module
 
 __all__ = [
     "CONF_PATH",

@@ -148,8 +148,9 @@ printf '%s\\n' "$out" | sed 's/x86_64/aarch64/g'
 
 
 def _tool(name: str, install_dir: str) -> str:
+    # -S: stdlib only, no site-packages scan (the real tools are native binaries: start cheaply)
     return (f"#!/bin/sh\n# specdec lab: stand-in for NVIDIA's {name} (see specdec/lab/tegra.py)\n"
-            f'PYTHONPATH=/{install_dir} exec python3 -m specdec.lab.tegra {name} "$@"\n')
+            f'PYTHONPATH=/{install_dir} exec python3 -S -m specdec.lab.tegra {name} "$@"\n')
 
 
 def device_files(device: Device, install_dir: str = "opt/specdec") -> DeviceFiles:
