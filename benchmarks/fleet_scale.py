@@ -46,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from specdec.lab.instance import Instance  # noqa: E402
+from specdec.report import REPORTS_ENV  # noqa: E402
 
 INVENTORY = "inventories/lab.py"
 DEPLOY = "deploys/specdec.py"
@@ -56,7 +57,7 @@ BENCH = {"SPECDEC_BENCH_REQUESTS": "16", "SPECDEC_BENCH_MAX_TOKENS": "64",
 
 
 FACT_CACHE_OFF = "SPECDEC_FACT_CACHE"  # roles/factcache.py: "off" reads every fact live
-STEPS = ("provision", "rollout", "noop")
+STEPS = ("provision", "rollout", "noop", "noop")
 STEP_NAMES = {"provision": "provision", "rollout": "rollout", "noop": "no-op",
               "noop-live": "no-op, facts live"}
 
@@ -70,6 +71,12 @@ class Run:
     maxrss_mib: float
     ssh: int
     tail: str
+
+    @property
+    def changed(self) -> int | None:
+        """Operations that changed a host (pyinfra's "Grand total" row), None if not printed."""
+        m = re.search(r"Grand total\s+(\d+)\s+(\d+|-)", self.tail)
+        return None if m is None else (0 if m.group(2) == "-" else int(m.group(2)))
 
 
 class SynCounter:
@@ -175,13 +182,16 @@ def one_size(size: int, inst: Instance, parallel: int, dropoff: bool,
                         f"scale{size}", "--data", "specdec_reverify=true"], env, syn,
                         log=logs / f"rollout-{size}.log"))
                 else:  # no-op, or no-op with every fact read live (roles/factcache.py)
+                    # the rollout's reports directory: the control node's state (last-verified
+                    # records, the facts each host was asked for) is the rollout's
                     off = {FACT_CACHE_OFF: "off"} if step == "noop-live" else {}
                     n = sum(r.what == STEP_NAMES[step] for r in runs) + 1
-                    runs.append(measured(STEP_NAMES[step], pyinfra, {**env, **off}, syn,
+                    runs.append(measured(STEP_NAMES[step], pyinfra,
+                                         {**env, **off, REPORTS_ENV: str(reports)}, syn,
                                          log=logs / f"{step}-{size}-{n}.log"))
             if dropoff:
                 out["dropoff"] = drill(size, env, par, reports, syn)
-        out["runs"] = [r.__dict__ for r in runs]
+        out["runs"] = [{**r.__dict__, "changed": r.changed} for r in runs]
     finally:
         down = specdec("lab", "down", INVENTORY, env=env)
         if down.returncode != 0:
@@ -260,22 +270,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"fleet_scale: pyinfra --parallel {args.parallel}; control node: this machine "
           f"({os.cpu_count()} CPUs); CPU = user + system seconds of the command's process tree")
     print("| hosts | lab up s | boot median / max s | memory per host median / max MiB | "
-          "step | wall s | rc | CPU s | CPU s / host | peak RSS MiB | RSS MiB / host | "
-          "SSH connections |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "step | wall s | rc | changed ops | CPU s | CPU s / host | peak RSS MiB | "
+          "RSS MiB / host | SSH connections |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         for i, run in enumerate(r["runs"]):
             head = (f"| {r['size']} | {r['up_s']:.0f} | {r['boot_median']:.1f} / "
                     f"{r['boot_max']:.1f} | {r['mem_median']:.0f} / {r['mem_max']:.0f} "
                     if i == 0 else "| | | | ")
             n = r["size"]
-            print(f"{head}| {run['what']} | {run['wall_s']:.1f} | {run['rc']} | "
+            ch = "?" if run.get("changed") is None else run["changed"]
+            print(f"{head}| {run['what']} | {run['wall_s']:.1f} | {run['rc']} | {ch} | "
                   f"{run['cpu_s']:.1f} | {run['cpu_s'] / n:.2f} | {run['maxrss_mib']:.0f} | "
                   f"{run['maxrss_mib'] / n:.1f} | {run['ssh']} |")
     by = {r["size"]: r for r in results}
 
     def first(size: int, what: str) -> dict[str, Any] | None:
-        return next((x for x in by[size]["runs"] if x["what"] == what), None)
+        """The step's first run; for a no-op, its first run that changed nothing."""
+        return next((x for x in by[size]["runs"] if x["what"] == what
+                     and (what != "no-op" or x.get("changed") == 0)), None)
 
     if 8 in by and 32 in by:
         for what in ("provision", "rollout", "no-op"):
@@ -285,7 +298,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                       f"{a32['cpu_s'] / 32 / (a8['cpu_s'] / 8):.2f} (target <= 1.2)")
     if 32 in by:
         for what in ("no-op", "no-op, facts live"):
-            walls = [f"{x['wall_s']:.1f}" for x in by[32]["runs"] if x["what"] == what]
+            runs32 = [x for x in by[32]["runs"] if x["what"] == what]
+            walls = [f"{x['wall_s']:.1f}" + ("" if x.get("changed") == 0 else
+                                             f" ({x.get('changed')} ops changed: not a no-op)")
+                     for x in runs32]
             if walls:
                 print(f"{what} re-run of 32 hosts: {' / '.join(walls)} s (target <= 30)")
     for r in results:
