@@ -18,8 +18,9 @@ from pyinfra.context import ctx_host
 
 from roles.factcache import FACTS_MANIFEST, install, prefetch
 from roles.facts import DeviceIdentity, EngineVersions, UserAccount
-from specdec import apikey, pki
+from specdec import apikey, hostpkgs, pki
 from specdec.catalog import load_catalog
+from specdec.engines.base import HostPackage
 from specdec.errors import SpecdecError, redact
 from specdec.groups.inventory import check_limit, check_plans, groups_of
 from specdec.hftoken import read_token
@@ -140,6 +141,7 @@ class HostPlan:
     settings: HostSettings  # the host's data, parsed (once per run)
     group: Group | None = None  # a serving group's member: the group
     secrets: HostSecrets | None = None  # made in prepare (`host_secrets`)
+    packages: tuple[HostPackage, ...] = ()  # distribution packages (`specdec.hostpkgs`)
 
 
 def inventory_file() -> str | None:
@@ -186,7 +188,8 @@ def plan_host(settings: HostSettings, identity: Any,
         if exc.host is None:
             msg = f"{name}: {msg}"
         raise DeployError(msg) from None
-    return HostPlan(plan, rendered, base, device.is_jetson, settings, group)
+    return HostPlan(plan, rendered, base, device.is_jetson, settings, group,
+                    packages=hostpkgs.host_packages(plan, settings.site_mirror))
 
 
 def gated_repos(plan: Plan) -> list[str]:

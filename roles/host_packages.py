@@ -11,33 +11,18 @@ from pyinfra.api import deploy, operation
 from roles.common import HostPlan
 from roles.facts import PackageState
 from specdec.engines.base import HostPackage
-from specdec.engines.registry import engine_of
-from specdec.plan_types import Plan
 
-__all__ = ["host_packages", "network_packages", "package_present"]
-
-# Every host: nftables for the release's firewall (`specdec.firewall`); a host serving the API:
-# nginx for its proxy (`specdec.proxy`). An nginx specdec installs has the distribution's
-# nginx.service (port 80) masked before the package can start it; one already there is the
-# host's own and left alone. A site's mirror host runs the distribution's nginx.service for its
-# caches (`roles.site_mirror`, which installs nginx there): never masked on it.
-NFTABLES = HostPackage("nftables", "nft")
-NGINX = HostPackage("nginx", "nginx", "nginx.service", off_only_if_installed=True)
-
-
-def network_packages(plan: Plan, site_mirror: bool = False) -> list[HostPackage]:
-    nginx = engine_of(plan).serves_api(plan) and not site_mirror
-    return [NFTABLES, *([NGINX] if nginx else [])]
+__all__ = ["host_packages", "package_present"]
 
 
 @deploy("Host packages")
 def host_packages(hp: HostPlan) -> None:
-    """Each package the plan's engine needs (e.g. a Dynamo frontend member's etcd).
+    """Each package planned for the host (`specdec.hostpkgs`: nftables, nginx for the API
+    proxy, an engine's own, e.g. a Dynamo frontend member's etcd).
 
     + hp: the host's plan and renderings
     """
-    needs = network_packages(hp.plan, hp.settings.site_mirror)
-    for need in [*needs, *engine_of(hp.plan).host_packages(hp.plan)]:
+    for need in hp.packages:
         off = f" and the distribution's {need.unit_off} is off" if need.unit_off and not \
             need.off_only_if_installed else ""
         package_present(name=f"Ensure {need.package} is installed{off}", need=need)
