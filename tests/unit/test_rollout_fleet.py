@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from specdec import pki
 from specdec import rollout as ro
 from specdec import shard as sh
 from specdec.cli import main
@@ -387,33 +388,24 @@ def test_cli_two_shards_share_the_default_store(tmp_path, monkeypatch, capsys):
     assert "same --run-id" in err and "--store is for --shard" in err
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
 def test_etcd_over_tls_with_client_certificates(tmp_path):
-    """etcds:// with a CA and a client certificate (etcd --client-cert-auth); without the
-    client certificate the server refuses."""
-    if shutil.which("etcd") is None or shutil.which("openssl") is None:
-        pytest.fail("etcd and openssl are needed ('make setup' installs them)")
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
-    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.crt", "-days", "1",
-             "-subj", "/CN=specdec-test-ca", cwd=tmp_path)
-    _openssl("req", *ec, "-keyout", "node.key", "-out", "node.csr", "-subj", "/CN=127.0.0.1",
-             cwd=tmp_path)
-    (tmp_path / "ext").write_text("subjectAltName=IP:127.0.0.1\n"
-                                  "extendedKeyUsage=serverAuth,clientAuth\n")
-    _openssl("x509", "-req", "-in", "node.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-             "-CAcreateserial", "-out", "node.crt", "-days", "1", "-extfile", "ext",
-             cwd=tmp_path)
+    """etcds:// with a CA and a client certificate (etcd --client-cert-auth), both made by
+    specdec.pki as for a serving group's etcd; without the client certificate the server
+    refuses."""
+    if shutil.which("etcd") is None:
+        pytest.fail("etcd is needed ('make setup' installs it)")
+    ca = pki.authority(tmp_path / "ca", "fleet-store")
+    node = pki.issue(ca, "node", ["127.0.0.1"])  # server and client use, as a member's
+    d = ca.directory  # ca.crt, node.crt, node.key
+    assert node.cert_pem == (d / "node.crt").read_bytes()
     proc, client = _etcd(
-        tmp_path, "https", "--cert-file", str(tmp_path / "node.crt"),
-        "--key-file", str(tmp_path / "node.key"), "--trusted-ca-file", str(tmp_path / "ca.crt"),
+        tmp_path, "https", "--cert-file", str(d / "node.crt"),
+        "--key-file", str(d / "node.key"), "--trusted-ca-file", str(d / "ca.crt"),
         "--client-cert-auth")
     from specdec.fleetstore import TLSFiles
 
     try:
-        tls = TLSFiles(tmp_path / "ca.crt", tmp_path / "node.crt", tmp_path / "node.key")
+        tls = TLSFiles(d / "ca.crt", d / "node.crt", d / "node.key")
         store = open_store(f"etcds://127.0.0.1:{client}", tls)
         deadline = time.monotonic() + 20
         while True:
@@ -424,7 +416,7 @@ def test_etcd_over_tls_with_client_certificates(tmp_path):
                 assert time.monotonic() < deadline, "etcd did not start"
                 time.sleep(0.2)
         assert store.get("k") == "v"
-        anonymous = open_store(f"etcds://127.0.0.1:{client}", TLSFiles(tmp_path / "ca.crt"))
+        anonymous = open_store(f"etcds://127.0.0.1:{client}", TLSFiles(d / "ca.crt"))
         with pytest.raises(RolloutError, match="failed"):
             anonymous.get("k")
     finally:
