@@ -46,9 +46,11 @@ from specdec import verify as sv
 from specdec.catalog import GIB, load_catalog
 from specdec.errors import SpecdecError, redact
 from specdec.identify import Identity
+from specdec.layout import KEEP_RELEASES
 from specdec.plan_types import http_url
 from specdec.power import PowerState
-from specdec.release import ReleaseState
+from specdec.release import ReleaseState, to_prune
+from specdec.release import remove as remove_releases
 from specdec.report import reports_root, safe_name
 from specdec.verify_spec import HostIO, Roofline, VerifySpec
 
@@ -185,6 +187,14 @@ def verify_release(spec: VerifySpec, changed: tuple[OperationMeta, ...],
         msg = str(result.get("message") or "verification did not complete")
         msg = redact(msg, secret)
         yield fail_command(f"{host.name}: {result.get('outcome', 'failed')}: {msg}")
+        return
+    # releases the verify step made (the tune's points, the baseline) are pruned now, under the
+    # lock, not by the next run (read live: this run changed the host)
+    after = host.get_fact(SpecdecReleases)
+    doomed = to_prune(after.releases, KEEP_RELEASES, (after.current, after.last_good,
+                                                      spec.desired))
+    if doomed:
+        yield remove_releases(doomed)
 
 
 def verify_spec(hp: HostPlan, served: ServeResult, token: HiddenValue | None,

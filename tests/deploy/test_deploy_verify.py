@@ -383,3 +383,33 @@ def test_a_watch_mark_re_verifies_once_and_is_cleared(agx_world, monkeypatch, on
     monkeypatch.setenv("SPECDEC_RUN_ID", "t2")
     assert not deploy(monkeypatch, converged_world(), AGX).failed
     assert report(on.parent / "t2")["outcome"] == "unchanged"
+
+
+@dataclass
+class GrownWorld(LiveWorld):
+    """Once the verify step has benchmarked, the host holds more releases than are kept (the
+    tune's points): the step prunes them itself, so the next run has nothing to change."""
+
+    fake: Any = None
+    grown: release.ReleaseState | None = None
+
+    def fact(self, cls: type, *args: Any, **kwargs: Any) -> Any:
+        if cls is rfacts.SpecdecReleases and self.fake is not None and self.fake.benched:
+            return self.grown
+        return super().fact(cls, *args, **kwargs)
+
+
+def test_releases_the_verify_step_made_are_pruned_in_the_same_run(agx_world, monkeypatch, on):
+    hp = _hp(agx_world, AGX)
+    c = hp.rendered.release_id
+    points = tuple(f"{i:012x}" for i in range(1, 7))  # newest first, after c
+    fake = FakeHost(c, OLD, (c, OLD), {c: Behaviour(bench=FAST)})
+    fake.behaviour[hp.baseline.release_id] = Behaviour(bench=PLAIN)  # type: ignore[union-attr]
+    use_host(monkeypatch, fake)
+    world = GrownWorld(**live(agx_world, after=release.ReleaseState(c, OLD, (c, OLD))).__dict__,
+                       fake=fake, grown=release.ReleaseState(c, c, (c, *points, OLD)))
+    r = deploy(monkeypatch, world, AGX)
+    assert not r.failed, r.output
+    assert report(on)["outcome"] == "kept"
+    # the 5 newest besides current and last-good (both c) stay: the oldest point and OLD go
+    assert release.remove([points[5], OLD]) in r.commands, r.commands
