@@ -171,7 +171,7 @@ def decide_one(world: World, sc: Scenario, pol: GatePolicy, bs: BenchSettings,
             clock += raws[arm].seconds
         seconds += round_s
         restarts += 1
-        scaled += any(v > 1.0 for v in scale.values())
+        scaled += any(v > 1.0 for v in scale.values()) or base_scale > 1.0
         running = order[1]
         dec = decide(res["baseline"], res["candidate"], pol)
         if dec.decision != "inconclusive":
