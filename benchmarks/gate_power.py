@@ -150,6 +150,7 @@ def decide_one(world: World, sc: Scenario, pol: GatePolicy, bs: BenchSettings,
     levels: tuple[int, ...] | None = None
     alloc: dict[str, float] = {}
     scale: dict[int, float] = {}
+    base_scale = 1.0
     running, restarts, scaled = "candidate", 0, 0
     dec = None
     for rnd in range(pol.max_rounds):
@@ -158,7 +159,8 @@ def decide_one(world: World, sc: Scenario, pol: GatePolicy, bs: BenchSettings,
                 for r in (c["concurrency"].get(str(pol.keep_concurrency)) or {}).get(
                     "requests", [])]
         order = (running, "baseline" if running == "candidate" else "candidate")
-        rbs = {arm: round_bench(bs, pol, arm, rnd, levels, alloc, used, scale) for arm in order}
+        rbs = {arm: round_bench(bs, pol, arm, rnd, levels, alloc, used, scale, base_scale)
+               for arm in order}
         raws = {arm: world.bench_raw(setups[arm], rbs[arm], seed) for arm in order}
         round_s = sum(r.seconds for r in raws.values())
         drift = rng.uniform(0.0, noise.drift) if noise.drift else 0.0
@@ -169,12 +171,13 @@ def decide_one(world: World, sc: Scenario, pol: GatePolicy, bs: BenchSettings,
             clock += raws[arm].seconds
         seconds += round_s
         restarts += 1
-        scaled += any(v > 1.0 for v in scale.values())
+        scaled += any(v > 1.0 for v in scale.values()) or base_scale > 1.0
         running = order[1]
         dec = decide(res["baseline"], res["candidate"], pol)
         if dec.decision != "inconclusive":
             break
         levels, alloc, scale = dec.pending, dec.allocation, dec.scale
+        base_scale = dec.baseline_scale
     assert dec is not None
     wanted = "candidate" if dec.decision == "keep" else "baseline"
     restarts += running != wanted

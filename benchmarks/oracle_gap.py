@@ -121,13 +121,15 @@ def gate(world: World, pol: GatePolicy, bs: BenchSettings, rng: random.Random, s
     bases = [first_base] if first_base is not None else []
     cands: list[dict[str, Any]] = []
     gate_s, levels, alloc, scale, dec = 0.0, None, {}, {}, None
+    base_scale = 1.0
     for rnd in range(pol.max_rounds):
         used = [x["prompt_id"] for cc in cands for x in
                 (cc["concurrency"].get(str(pol.keep_concurrency)) or {}).get("requests", [])]
         for arm, out, st in (("candidate", cands, setup), ("baseline", bases, base)):
             if len(out) > rnd:
                 continue
-            r, s = world.bench(st, round_bench(bs, pol, arm, rnd, levels, alloc, used, scale),
+            r, s = world.bench(st, round_bench(bs, pol, arm, rnd, levels, alloc, used, scale,
+                                               base_scale),
                                rng.randrange(1 << 30), rng, noise)
             gate_s += s
             out.append(r)
@@ -135,6 +137,7 @@ def gate(world: World, pol: GatePolicy, bs: BenchSettings, rng: random.Random, s
         if dec.decision != "inconclusive":
             break
         levels, alloc, scale = dec.pending, dec.allocation, dec.scale
+        base_scale = dec.baseline_scale
     return dec, gate_s
 
 

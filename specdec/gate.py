@@ -10,27 +10,32 @@ indifference zone:
   Each is a distance θ = log(measured ratio / threshold ratio), positive on the keep side.
 * **indifference zone**: a keep rule's true θ within ±``indifference`` (m, 0.10) of 0, the c=8
   rule's within [−m, 0) (a ratio from (1 − δ)·e^−m up to the tolerance), may be answered either
-  way; outside it, each rule errs with probability ≤ 1 − ``confidence`` over all looks (a c=1
-  rule's wrong fail: ≤ 1 − ``disable_confidence``).
+  way; outside it, a rule's wrong pass has probability ≤ 1 − ``confidence`` over all looks, its
+  wrong fail (a wrong disable, whichever rule) ≤ 1 − ``disable_confidence``.
 * after each round (a *look*) a rule still open **passes** when its lower bound
   ``θ̂ − z·SE ≥ −m`` (it is not below the zone), **fails** when its upper bound is at most the
   zone's top (``θ̂ + z·SE ≤ m``; the c=8 rule ``≤ 0``: a regression beyond δ shown), and when
   both hold (the interval sits inside the zone) goes by where θ̂ lies in it. A truth outside
   the zone can err one way only, so each boundary has its own budget over every look the gate
   may take (``max_rounds``, the last look included): a pass ``1 − confidence`` (5%) on Pocock's
-  constant group-sequential boundary, a c=1 rule's fail — a gain wrongly disabled — ``1 −
-  disable_confidence`` (0.5%) on a Wang-Tsiatis boundary that asks most of the first looks,
-  whose noise is least known; the c=8 rule 5% both ways (`specdec.gateplan.bounds`). A verdict,
-  once reached, stays.
+  constant group-sequential boundary, a fail — a gain wrongly disabled, by a c=1 rule or by the
+  c=8 guard (one failed rule disables) — ``1 − disable_confidence`` (0.5%) on a Wang-Tsiatis
+  boundary that asks most of the first looks, whose noise is least known
+  (`specdec.gateplan.bounds`): a c=8 ratio measured just below the tolerance in one round does
+  not disable. A verdict, once reached, stays.
 * **keep** when every rule passed; **disable** as soon as a rule failed (the c=1 gain shown
   below 10%, a c=8 regression shown, or a keep threshold shown out of reach); otherwise
-  **measure another round** of the levels whose rules are still open (``Decision.pending``),
-  with as many requests as the rules need to close by the last look at the noise measured
-  so far (``Decision.scale``, `specdec.gateplan`): a noisier host is measured longer, not
-  decided earlier.
+  **measure another round** of the levels whose rules are still open (``Decision.pending``;
+  while an open rule's θ̂ lies on its fail side, only the level of the one nearest its fail
+  boundary: one failed rule disables, so the others' levels would be measured for a keep the
+  data point away from), with as many requests as the rules need to close by the last look at
+  the noise measured so far, or to cross the boundary on θ̂'s side at the next look if that
+  is cheaper (``Decision.scale``, ``Decision.baseline_scale``: at the keep level the arms grow
+  apart, each by its part of the variance; `specdec.gateplan`): a noisier host is measured
+  longer, not decided earlier.
 * **at the round limit** (``max_rounds``, the last look) a rule still open goes by the side of
   its zone's middle θ̂ falls on (the point where both errors take their share once the interval
-  has closed; the c=8 rule: −m/2), ``code`` ``round_limit``: wrong for a truth outside the zone
+  has closed), ``code`` ``round_limit``: wrong for a truth outside the zone
   with the probability reported as the rule's ``error_bound``, which the sample-size plan keeps
   within the per-look budget unless the noise exceeds what ``max_scale`` × the requests and
   ``max_rounds`` rounds can absorb. So every decision, the last look's too, is covered by the
@@ -124,7 +129,9 @@ class Decision:
     allocation: dict[str, float] = field(default_factory=dict)  # candidate's keep-level
     # requests of the next round, by category (shares; empty: one of each, in turn)
     scale: dict[int, float] = field(default_factory=dict)  # level -> the next round's
-    # requests as a multiple of the default (`specdec.gateplan`; absent: 1)
+    # requests as a multiple of the default (`specdec.gateplan`; absent: 1); at the keep
+    # level the candidate's
+    baseline_scale: float = 1.0  # the baseline's keep-level requests, the same way
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -134,7 +141,7 @@ class Decision:
             "held": self.held, "code": self.code, "pending": list(self.pending),
             "allocation": self.allocation,
             "scale": {str(k): v for k, v in self.scale.items()},
-            "figures": self.figures, "policy": self.policy,
+            "baseline_scale": self.baseline_scale, "figures": self.figures, "policy": self.policy,
             "warnings": self.warnings,
             "ci_level": 2.0 * NormalDist().cdf(float(self.figures.get("z") or 0.0)) - 1.0,
         }
@@ -335,6 +342,26 @@ def _reason(dec: str, rules: list[Rule], pol: GatePolicy, look: int) -> tuple[st
     return "more_rounds", "not decisive yet: " + ", ".join(fig(r) for r in open_)
 
 
+def _pending(rules: list[Rule], pol: GatePolicy, look: int) -> tuple[int, ...]:
+    """The levels the next round measures. One failed rule disables, so while an open rule's
+    estimate lies on its fail side (below the zone's middle) only the level of the rule nearest
+    its fail boundary (in its own z: ``(top − θ̂) / SE`` against the next look's ``z``) is
+    measured: the other levels could only matter for a keep the data point away from (their
+    rules stay open and are measured again once no rule leans to fail)."""
+    open_ = [r for r in rules if r.verdict == "unclear"]
+    bnd = {r.name: bounds(pol, r.level != pol.keep_concurrency) for r in open_}
+    leaning = [r for r in open_ if r.distance < bnd[r.name].mid]
+    if not leaning:
+        return tuple(sorted({r.level for r in open_}))
+
+    def nearness(r: Rule) -> float:
+        b = bnd[r.name]
+        return (b.top - r.distance) / max(r.se, 1e-12) / b.z_down(look + 1)
+
+    nxt = max(leaning, key=lambda r: (nearness(r), -r.level))
+    return (nxt.level,)
+
+
 def decide(
     baseline: Result | Sequence[Result],
     candidate: Result | Sequence[Result],
@@ -365,6 +392,7 @@ def decide(
     rules: list[Rule] = []
     scores: list[dict[str, float]] = []
     scale: dict[int, float] = {}
+    base_scale = 1.0
     figures: dict[str, Any] = {"z": z, "look": look, "indifference": pol.indifference}
     obs = {lv: (observations(cands, lv, "candidate"), observations(bases, lv, "baseline"))
            for lv in sorted({k1, k8} if guard else {k1})}
@@ -382,8 +410,16 @@ def decide(
         if rule.verdict == "unclear":
             first = min(o.round for o in c + b)
             share = sum(1 for o in c + b if o.round == first) / len(c + b)
-            want = next_scale(e, pol, bounds(pol, s.guard), look, share)
+            # at the keep level the arms grow apart: the baseline's part of the variance is its
+            # runs' step time (no acceptance to sample)
+            fixed = 0.0
+            if s.level == k1 and e.cand is not None and e.req_var > 0:
+                fixed = min(1.0, max(0.0, (e.req_var - e.cand.var) / e.req_var))
+            want, want_b = next_scale(e, pol, bounds(pol, s.guard), look, share, fixed,
+                                      rule.distance)
             scale[s.level] = max(scale.get(s.level, 1.0), want)
+            if s.level == k1:
+                base_scale = max(base_scale, want_b)
         figures.setdefault("timing_sd", {})[str(s.level)] = round(e.timing_sd, 5)
         if rule.verdict == "unclear" and s.level == k1 and e.cand is not None:
             sc = e.cand.allocation_score()
@@ -407,7 +443,7 @@ def decide(
         dec = "disable"
     else:
         code, reason = _reason(dec, rules, pol, look)
-    pending = tuple(sorted({r.level for r in rules if r.verdict == "unclear"}))
+    pending = _pending(rules, pol, look)
     alloc = {c: sum(sc.get(c, 0.0) for sc in scores) / len(scores)
              for c in sorted({c for sc in scores for c in sc})} if scores else {}
     return Decision(dec, rules, reason, pol.to_dict(), rounds=look, figures=figures,
@@ -417,7 +453,9 @@ def decide(
                     conservative=code == "round_limit",
                     allocation=alloc if dec == "inconclusive" else {},
                     scale={lv: sc for lv, sc in scale.items() if lv in pending and sc > 1.0}
-                    if dec == "inconclusive" else {})
+                    if dec == "inconclusive" else {},
+                    baseline_scale=base_scale if dec == "inconclusive" and k1 in pending
+                    else 1.0)
 
 
 def decide_adaptive(

@@ -1,20 +1,23 @@
 """How much the gate's next round measures: enough requests that every open rule can close.
 
-Each rule's boundaries (`bounds`): a wrong pass within ``1 − confidence``, a c=1 rule's wrong
-fail (a wrong disable) within ``1 − disable_confidence``, each over all ``max_rounds`` looks
+Each rule's boundaries (`bounds`): a wrong pass within ``1 − confidence``, a wrong fail (a
+wrong disable, by any rule) within ``1 − disable_confidence``, each over all ``max_rounds`` looks
 (group-sequential: Pocock's constant boundary for a pass, Wang & Tsiatis' shape `FAIL_SHAPE` for
-a c=1 fail, `boundary_z`). A rule *closes* once its interval is narrow enough that one of its
+a fail, `boundary_z`). A rule *closes* once its interval is narrow enough that one of its
 boundaries must hold: ``(z_up + z_down)·SE ≤ 2m`` for a keep rule (its zone is ±m), ``≤ m`` for
 the c=8 guard (its zone is [−m, 0)). Then no rule is left open at the last look, so every
 decision, the last look's too, is a boundary crossing within its budget.
 
 After a look the gate projects each open rule's SE forward: the data so far (variance ``V``)
 plus ``R`` more rounds, each with a run part ``ρ₁`` (shrinks with rounds only) and a request
-part ``q₁/s`` (shrinks with the requests, ``s`` times the round's default):
-``V_end = 1 / (1/V + R / (ρ₁ + q₁/s))``. The next round's scale ``s`` (per level, the largest
-its open rules ask for) is the smallest of `SCALES` up to ``max_scale`` that closes the rule by
-the last look (``max_rounds``), with `SAFETY` to spare; else the smallest that gets within 10%
-of what ``max_scale`` would (the run noise dominates and more requests buy little).
+part ``q₁·(f/s_b + (1 − f)/s)`` (shrinks with the requests: the candidate's ``s`` times the
+round's default, the baseline's part ``f`` — at the keep level its runs' step time, no
+acceptance to sample — ``s_b`` times; at the guard level ``f`` = 0, both arms by ``s``):
+``V_end = 1 / (1/V + R / (ρ₁ + q₁·(f/s_b + (1 − f)/s)))``. The next round's scales (per level,
+the largest its open rules ask for) are the cheapest of `SCALES` up to ``max_scale`` that close
+the rule by the last look (``max_rounds``), with `SAFETY` to spare, or that let θ̂ cross the
+boundary on its side at the next look; else the cheapest that gets within 10% of what
+``max_scale`` would (the run noise dominates and more requests buy little).
 When measured noise is no higher than the policy assumes, the projection asks for nothing
 more (scale 1); the time budget is at most ``max_rounds`` rounds of at most ``max_scale`` times
 the default requests.
@@ -117,13 +120,14 @@ def bounds(pol: GatePolicy, guard: bool) -> Bounds:
     looks: a pass errs with probability ≤ ``1 − confidence`` (Pocock's constant boundary:
     a gain shown early is kept early); a c=1 rule's fail — a gain wrongly disabled — with
     ≤ ``1 − disable_confidence``, on a boundary that asks more of the early looks, whose noise
-    is least known (`FAIL_SHAPE`); the c=8 guard uses ``1 − confidence`` and Pocock's both ways.
+    is least known (`FAIL_SHAPE`); the c=8 guard's fail too: it disables, and a gain is lost
+    the same way (a c=8 ratio measured 5% low near the tolerance must not disable in one
+    round).
     The last look's middle sits where both errors keep their last z's once the interval has
     closed."""
     k, m = pol.max_rounds, pol.indifference
     up = pocock_z(k, round(1.0 - pol.confidence, 9))
-    down = boundary_z(k, round(1.0 - (pol.confidence if guard else pol.disable_confidence), 9),
-                      0.5 if guard else FAIL_SHAPE)
+    down = boundary_z(k, round(1.0 - pol.disable_confidence, 9), FAIL_SHAPE)
     top = 0.0 if guard else m
     # closed: (up + down)·SE = top + m; the middle leaves up·SE below it, down·SE above it
     mid = -m + (top + m) * up / (up + down[-1])
@@ -135,28 +139,50 @@ def closing_se(b: Bounds) -> float:
     return (b.top + b.m) / (b.up + b.down[-1])
 
 
-def projected_var(e: Estimate, rounds_more: int, scale: float, first_share: float) -> float:
+def projected_var(e: Estimate, rounds_more: int, scale: float, first_share: float,
+                  fixed: float = 0.0, base_scale: float = 1.0) -> float:
     """The rule's variance after ``rounds_more`` rounds at ``scale``; ``first_share``: the
-    share of its requests so far that one default round measures."""
+    share of its requests so far that one default round measures; ``fixed``: the share of the
+    request part that is the baseline's at the keep level, whose requests grow by
+    ``base_scale`` instead (`specdec.rounds.round_bench`)."""
     if e.se <= 0:
         return 0.0
     rounds = max(1, e.rounds)
     run1 = e.run_var * rounds
     req1 = e.req_var / max(first_share, 1e-9) if first_share else e.req_var * rounds
-    per_round = run1 + req1 / scale
+    per_round = run1 + req1 * (fixed / base_scale + (1.0 - fixed) / scale)
     if rounds_more <= 0 or per_round <= 0:
         return e.se ** 2
     return 1.0 / (1.0 / e.se ** 2 + rounds_more / per_round)
 
 
-def next_scale(e: Estimate, pol: GatePolicy, b: Bounds, look: int,
-               first_share: float) -> float:
-    """The next round's request multiplier this open rule asks for."""
+Scales = tuple[float, float]  # the next round's requests as multiples: candidate, baseline
+
+
+def next_scale(e: Estimate, pol: GatePolicy, b: Bounds, look: int, first_share: float,
+               fixed: float = 0.0, theta: float | None = None) -> Scales:
+    """The next round's request multipliers (candidate, baseline) this open rule asks for, the
+    cheapest (fewest requests) that does: ``fixed`` > 0 (the keep level) lets the arms grow
+    apart, the baseline only when its part of the variance (``fixed``) needs it; else both by
+    one factor. Enough to close the rule by the last look (`closing_se`), or, when ``theta``
+    (θ̂) is given, to cross its own side's boundary at the next look where θ̂ lies (a pass
+    above the zone's middle, a fail below it), whichever is cheaper: a rule far from its zone
+    needs no more than one plain round; one near the middle gets the plan that closes it. When
+    neither is within reach, the cheapest within 10% of the largest's variance."""
     scales = [s for s in SCALES if s <= pol.max_scale] or [1.0]
-    target = SAFETY * closing_se(b) ** 2
+    pairs = sorted(((c, bs) for c in scales for bs in (scales if fixed > 0 else [c])),
+                   key=lambda p: (p[0] + p[1], -p[0]))
     more = max(1, pol.max_rounds - look)
-    for s in scales:
-        if projected_var(e, more, s, first_share) <= target:
-            return s
-    best = projected_var(e, more, scales[-1], first_share)
-    return next(s for s in scales if projected_var(e, more, s, first_share) <= 1.1 * best)
+
+    def var(p: Scales, rounds: int) -> float:
+        return projected_var(e, rounds, p[0], first_share, fixed, p[1])
+
+    goals = [(more, SAFETY * closing_se(b) ** 2)]
+    if theta is not None:
+        need = (theta + b.m) / b.up if theta >= b.mid else (b.top - theta) / b.z_down(look + 1)
+        goals.append((1, need * need))
+    for p in pairs:
+        if any(var(p, r) <= t for r, t in goals):
+            return p
+    best = var(pairs[-1], more)
+    return next(p for p in pairs if var(p, more) <= 1.1 * best)

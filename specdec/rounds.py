@@ -111,20 +111,25 @@ def pick(shares: Mapping[str, float], n: int, used: Iterable[str],
 def round_bench(settings: BenchSettings, policy: GatePolicy, arm: str, rnd: int,
                 levels: Sequence[int] | None = None,
                 allocation: Mapping[str, float] | None = None,
-                used: Iterable[str] = (), scale: Mapping[int, float] | None = None
-                ) -> RoundBench:
+                used: Iterable[str] = (), scale: Mapping[int, float] | None = None,
+                baseline_scale: float = 1.0) -> RoundBench:
     """Arm ``arm`` ("baseline"/"candidate") in round ``rnd`` (0-based) at ``levels`` (None:
     the policy's keep and guard levels); the candidate's keep level follows ``allocation``
     (category shares), skipping the prompt ids in ``used``; ``scale`` multiplies a level's
     requests (`specdec.gate.Decision.scale`: the gate measured more noise than it planned
-    for)."""
+    for; at the keep level the candidate's, the baseline's by ``baseline_scale``:
+    `specdec.gate.Decision.baseline_scale`)."""
     keep = policy.keep_concurrency
     want = sorted(set(levels) if levels is not None else
                   {keep, policy.guard_concurrency})
     reqs, offs, ids = [], [], []
     for c in want:
         n0 = settings.keep_requests(arm) if c == keep else settings.guard_requests
-        n = max(n0, round(n0 * (scale or {}).get(c, 1.0)))
+        # at the keep level the arms grow apart: the baseline's part of the variance is its
+        # runs' step time (no acceptance to sample; `specdec.gateplan.next_scale`)
+        grow = baseline_scale if c == keep and arm == "baseline" else \
+            (scale or {}).get(c, 1.0)
+        n = max(n0, round(n0 * grow))
         chosen: tuple[str, ...] = ()
         if c == keep and arm == "candidate" and allocation:
             chosen = pick(allocation, n, used)

@@ -37,6 +37,7 @@ def run_gate(ctx: Ctx, bench: Bench, cand: Arm, base: Arm,
     levels: tuple[int, ...] | None = None
     alloc: dict[str, float] = {}
     scale: dict[int, float] = {}
+    base_scale = 1.0
     dec: Decision | None = None
     for n in range(1, max(1, pol.max_rounds) + 1):
         first = "baseline" if ctx.running == base.release else "candidate"
@@ -48,7 +49,8 @@ def run_gate(ctx: Ctx, bench: Bench, cand: Arm, base: Arm,
             used = [str(r.get("prompt_id")) for res in rounds["candidate"]
                     for r in (res.get("concurrency") or {}).get(str(pol.keep_concurrency), {})
                     .get("requests") or [] if isinstance(r, Mapping)]
-            rb = round_bench(ctx.spec.bench, pol, arm, n - 1, levels, alloc, used, scale)
+            rb = round_bench(ctx.spec.bench, pol, arm, n - 1, levels, alloc, used, scale,
+                             base_scale)
             res, _ = bench.measure(arm, a.release, rb, n)
             rounds[arm].append(res)
             if arm == "baseline" and n == 1:
@@ -61,7 +63,7 @@ def run_gate(ctx: Ctx, bench: Bench, cand: Arm, base: Arm,
         if dec.decision != "inconclusive" or dec.held:
             break
         levels = dec.pending or None  # None: every level
-        alloc, scale = dec.allocation, dec.scale
+        alloc, scale, base_scale = dec.allocation, dec.scale, dec.baseline_scale
         ctx.event(f"round {n} inconclusive ({dec.reason}); measuring another round"
                   + (f" of c={','.join(str(c) for c in dec.pending)}" if dec.pending else ""))
     assert dec is not None

@@ -300,7 +300,12 @@ def test_round_bench_allocates_the_candidates_keep_level() -> None:
     assert r0.levels == (1, 8) and r0.requests == (4, 8) and r0.offsets == (0, 0)
     assert round_bench(bs, pol, "baseline", 1).requests == (3, 8)
     assert round_bench(bs, pol, "baseline", 1).offsets == (3, 8)
-    assert round_bench(bs, pol, "baseline", 1, scale={1: 2.0}).requests == (6, 8)
+    # the keep level's scale is the candidate's: the baseline's c=1 runs only time its steps
+    assert round_bench(bs, pol, "baseline", 1, scale={1: 2.0, 8: 2.0}).requests == (3, 16)
+    assert round_bench(bs, pol, "candidate", 1, scale={1: 2.0}).requests == (8, 8)
+    assert round_bench(bs, pol, "baseline", 1, scale={1: 1.0}, baseline_scale=2.0).requests \
+        == (6, 8)
+    assert round_bench(bs, pol, "candidate", 1, baseline_scale=2.0).requests == (4, 8)
     r = round_bench(bs, pol, "candidate", 1, (1,), {"code": 0.9, "chat": 0.1},
                     used=["code-01", "code-02"])
     assert r.levels == (1,) and r.ids == (("code-03", "code-04", "code-05", "code-06"),)

@@ -13,7 +13,7 @@ from test_gate import BASE, result
 
 from specdec.gate import decide, observations
 from specdec.gateplan import bounds, closing_se, next_scale, projected_var
-from specdec.gatestats import Obs, arm_median, huber, pairwise_sd, timing
+from specdec.gatestats import Estimate, Obs, arm_median, huber, pairwise_sd, timing
 from specdec.plan_types import GatePolicy
 
 
@@ -102,13 +102,18 @@ def test_more_noise_than_planned_asks_for_more_requests_not_an_early_answer() ->
     loud = decide(loud_b, result(1.3, 1.6, seed=6, noise=0.15))
     assert quiet.decision == loud.decision == "inconclusive"
     assert quiet.scale.get(1, 1.0) == 1.0
-    assert loud.scale.get(1, 1.0) > 1.0 and loud.to_dict()["scale"]["1"] == loud.scale[1]
+    # the loud baseline's step time is most of the variance: its requests grow, not only the
+    # candidate's
+    assert loud.baseline_scale > 1.0 and loud.to_dict()["baseline_scale"] == loud.baseline_scale
+    assert quiet.baseline_scale == 1.0
     gain = next(r for r in loud.rules if r.name == "throughput_gain_c1")
     assert gain.se > 1.5 * next(r.se for r in quiet.rules if r.name == "throughput_gain_c1")
     keep, guard = bounds(pol, False), bounds(pol, True)
     assert keep.down[-1] > keep.up  # a wrong disable gets the smaller error budget
     assert keep.down[0] > keep.down[-1]  # and the first looks, whose noise is least known, more
-    assert guard.down == (guard.up,) * 6 and closing_se(guard) < closing_se(keep) / 2 * 1.2
+    # a c=8 fail disables too: the same budget and shape as a c=1 rule's wrong disable
+    assert guard.down == keep.down and guard.up == keep.up
+    assert closing_se(guard) < closing_se(keep) / 2 * 1.2
     # closed, the middle leaves each error its own z: a truth at either edge of the zone
     se = closing_se(keep)
     assert (keep.mid + pol.indifference) / se == pytest.approx(keep.up)
@@ -128,5 +133,35 @@ def test_projected_variance_shrinks_with_rounds_and_requests() -> None:
     v1 = projected_var(e, 1, 1.0, 1.0)
     assert v1 < e.se ** 2 and projected_var(e, 3, 1.0, 1.0) < v1
     assert projected_var(e, 1, 2.0, 1.0) < v1
-    assert next_scale(e, pol, bounds(pol, False), 1, 1.0) == 1.0
+    assert next_scale(e, pol, bounds(pol, False), 1, 1.0) == (1.0, 1.0)
     assert d.rounds == 1 and math.isfinite(e.se)
+
+
+def test_a_rule_leaning_to_fail_is_measured_alone_and_without_more_requests() -> None:
+    # c=1 well below the keep thresholds, c=8 open near its tolerance: one failed rule
+    # disables, so the next round measures c=1 only, and one plain round can close it there
+    d = decide(result(seed=1, n1=3, noise=0.1), result(1.05, 0.95, seed=6, noise=0.1))
+    open_ = {r.name: r for r in d.rules if r.verdict == "unclear"}
+    assert set(open_) == {"throughput_gain_c1", "tpot_p50_reduction_c1", "no_regression_c8"}
+    assert open_["throughput_gain_c1"].distance < -0.2
+    assert d.decision == "inconclusive" and d.pending == (1,)
+    assert d.scale == {} and d.baseline_scale == 1.0
+    # no rule leaning to fail: every open level, as before
+    d = decide(result(seed=1, n1=3, noise=0.1), result(1.45, 0.95, seed=6, noise=0.1))
+    assert d.decision == "inconclusive" and d.pending == (1, 8), d.rules
+
+
+def test_the_plan_grows_the_arm_whose_variance_it_is() -> None:
+    pol = GatePolicy()
+    b = bounds(pol, False)
+    # the candidate's acceptance is most of the request part: the candidate grows alone
+    e = Estimate(1.3, 1.0, 1.7, 0.11, 7, 1, "", {}, None, 0.0018, 0.11 ** 2 - 0.0018)
+    assert next_scale(e, pol, b, 1, 1.0, 0.05, 0.0) == (1.5, 1.0)
+    # the baseline's step time is most of it: the baseline grows instead
+    assert next_scale(e, pol, b, 1, 1.0, 0.95, 0.0) == (1.0, 1.5)
+    # at the guard level (no split) both arms by one factor
+    assert next_scale(e, pol, b, 1, 1.0, 0.0, 0.0) == (1.5, 1.5)
+    # far below the zone: one plain round reaches the fail boundary where θ̂ lies
+    assert next_scale(e, pol, b, 1, 1.0, 0.05, -0.35) == (1.0, 1.0)
+    assert projected_var(e, 1, 1.0, 1.0, 0.05) > projected_var(e, 1, 2.0, 1.0, 0.05) > \
+        projected_var(e, 1, 2.0, 1.0, 0.05, 2.0)
