@@ -12,11 +12,14 @@ fits each method's response curve, k → throughput at c=1 and c=8, from them:
   through the measured points, its slope never below 0 (with one point: anchored at the
   baseline's step time);
 * **which points give ``L_h(k)``** (`Search.pooled`): the lowest point at or above k, and each
-  higher one whose chunk sizes cut at that point's length agree with it (within ``SAME_Z``
-  standard errors): where acceptance depends on how many tokens are drafted, not only on the
-  chain, a higher point's sizes would bias the lower k, so they are not pooled;
+  higher one whose chunk sizes cut at that point's length do not accept less than it by more
+  than ``POOL_Z`` standard errors (one-sided: acceptance that falls with the tokens drafted is
+  how the chain fails, and pooling such a point biases the lower k, while leaving out a good
+  one only costs data);
 * each point is ``POINT_ROUNDS`` rounds of c=1 requests on one release (`point_benches`: one
-  restart), so one run's clock state and which requests it drew weigh less;
+  restart; a round costs seconds, a restart minutes), so one run's clock state and which
+  requests it drew weigh less: with fewer, a point's own tokens per step (n-gram chunk sizes
+  are very dispersed) was often 10–20% off and won the choice by luck;
 * a request of category h then takes ``ttft_h + (n − 1)·t(k)/L_h(k)``; the level's rate is the
   gate's stratified rate (`specdec.gatestats`) over the prompt set's categories. Each curve
   row also carries the step cost ``t(k)`` over the baseline's step per level (``cost_c1``,
@@ -50,8 +53,9 @@ from specdec.gatestats import mixture_median
 from specdec.plan_types import GatePolicy
 from specdec.rounds import BenchSettings, RoundBench, round_bench
 
-__all__ = ["CUTOFF", "FLAT", "K_MAX", "POINT_ROUNDS", "REFINE_GAIN", "REPEAT_MARGIN", "SAME_Z",
-           "SPLIT", "Config", "Search", "TuneResult", "level_fit", "point_benches", "schedule"]
+__all__ = ["CUTOFF", "FLAT", "K_MAX", "POINT_ROUNDS", "POOL_Z", "REFINE_GAIN", "REPEAT_MARGIN",
+           "SAME_Z", "SPLIT", "Config", "Search", "TuneResult", "level_fit", "point_benches",
+           "schedule"]
 
 K_MAX = 8  # the search domain is k = 1..K_MAX
 REFINE_GAIN = 0.02  # measure the curve's predicted best when it promises this much more
@@ -59,8 +63,9 @@ CUTOFF = 0.95  # a later method is refined only if its curve reaches this share 
 REPEAT_MARGIN = 0.15  # two methods this close at their best points: each measured once more
 FLAT = 0.10  # two points of a method this close, far apart: the middle is measured too
 SPLIT = 2  # per-batch-size schedule: batch 1..SPLIT use the c=1 optimum
-POINT_ROUNDS = 3  # rounds of c=1 requests per tune point (the first with the c=8 level too)
+POINT_ROUNDS = 6  # rounds of c=1 requests per tune point (the first with the c=8 level too)
 SAME_Z = 2.0  # two points' chunk sizes differ (the chain does not hold) beyond this z
+POOL_Z = 1.0  # a higher point accepting less than this many standard errors: not pooled
 
 
 def point_benches(settings: BenchSettings, policy: GatePolicy) -> list[RoundBench]:
@@ -296,10 +301,13 @@ class Search:
         return max(1e-9, my + b * (k - mx))
 
     def _same(self, a: LevelFit, b: LevelFit, k: int) -> bool:
-        """Whether two points' chunk sizes cut at ``k + 1`` agree (as the chain says they do
-        for points at k or above): the population-weighted difference of the category means
-        within ``SAME_Z`` standard errors (steps as the units)."""
-        return abs(self._z(a, b, k)) <= SAME_Z
+        """Whether a higher point ``b``'s chunk sizes cut at ``k + 1`` may be pooled into the
+        point ``a`` at k: one-sided, ``b`` accepting less by at most ``POOL_Z`` standard errors
+        (the population-weighted difference of the category means, steps as the units). The
+        alternative is the one the chain can fail by — acceptance falling with the tokens
+        drafted — and a wrong rejection costs only pooled data, a wrong pooling biases L(k),
+        so the threshold is low (one-sided, 16% of pairs left out where the chain holds)."""
+        return self._z(a, b, k) <= POOL_Z
 
     def _z(self, a: LevelFit, b: LevelFit, k: int) -> float:
         """(a's mean chunk size cut at k + 1 − b's) over its standard error."""

@@ -18,6 +18,8 @@ from specdec.rounds import BenchSettings
 from specdec.tune import (
     K_MAX,
     POINT_ROUNDS,
+    POOL_Z,
+    SAME_Z,
     Config,
     Search,
     TuneResult,
@@ -130,6 +132,23 @@ def test_a_higher_point_that_disagrees_with_a_lower_one_is_not_pooled_into_its_k
     assert pooled == [4]
     p = P["code"] * (1 - 0.025 * 3)
     assert l4 == pytest.approx(1 + sum(p ** i for i in range(1, 5)), rel=0.02)
+
+
+def test_the_pooling_test_is_one_sided_and_leaves_out_a_small_fall() -> None:
+    def pair(dilution: float) -> tuple[float, list[int]]:
+        s = search()
+        for k in (4, 8):
+            s.add(Config("eagle3", "head", k), diluted(k, step_time(k), dilution))
+        m = s.methods[0]
+        return s._z(m.points[4][1], m.points[8][1], 4), s.pooled(m, 1, 3)
+
+    # k=8 accepting less by between POOL_Z and SAME_Z standard errors (a two-sided test at
+    # SAME_Z would pool it): left out of k=4's estimate
+    z, pooled = pair(0.004)
+    assert POOL_Z < z < SAME_Z and pooled == [4]
+    # k=8 accepting more, even beyond SAME_Z: not the way the chain fails, pooled
+    z, pooled = pair(-0.008)
+    assert z < -SAME_Z and pooled == [4, 8]
 
 
 def test_in_a_diluted_world_the_search_finds_the_smaller_k() -> None:
