@@ -10,7 +10,16 @@ fits each method's response curve, k → throughput at c=1 and c=8, from them:
   ``k ≤ K_MAX`` exactly;
 * **step time** ``t(k) = a + b·k`` (the drafter's forwards grow with k), a least-squares line
   through the measured points, its slope never below 0 (with one point: anchored at the
-  baseline's step time); chunk sizes of every point at or above k are pooled for ``L_h(k)``;
+  baseline's step time);
+* **which points give ``L_h(k)``** (`Search.pooled`): the lowest point at or above k, and each
+  higher one whose chunk sizes cut at that point's length do not accept less than it by more
+  than ``POOL_Z`` standard errors (one-sided: acceptance that falls with the tokens drafted is
+  how the chain fails, and pooling such a point biases the lower k, while leaving out a good
+  one only costs data);
+* each point is ``POINT_ROUNDS`` rounds of c=1 requests on one release (`point_benches`: one
+  restart; a round costs seconds, a restart minutes), so one run's clock state and which
+  requests it drew weigh less: with fewer, a point's own tokens per step (n-gram chunk sizes
+  are very dispersed) was often 10–20% off and won the choice by luck;
 * a request of category h then takes ``ttft_h + (n − 1)·t(k)/L_h(k)``; the level's rate is the
   gate's stratified rate (`specdec.gatestats`) over the prompt set's categories. Each curve
   row also carries the step cost ``t(k)`` over the baseline's step per level (``cost_c1``,
@@ -19,7 +28,9 @@ fits each method's response curve, k → throughput at c=1 and c=8, from them:
 The search (`Search.next`), per method: the running configuration (free: no restart), then
 ``K_MAX`` (its chunk sizes give ``L_h(k)`` for every k), then the curve's predicted best when it
 is not measured yet (with one point so far: ``K_MAX/2`` when that best is ``K_MAX``, for the
-slope) and promises more than ``REFINE_GAIN`` over the best measured point; when the two points
+slope) and promises more than ``REFINE_GAIN`` over the best measured point; when the best
+measured point is the lowest and a higher one accepts less at its length (the chain fails, so
+the curve below it is a lower bound), the curve's best below it; when the two points
 are far apart and within ``FLAT`` of each other, the middle — at most three points. Two methods
 whose best points end within ``REPEAT_MARGIN`` get those points measured once more (pooled).
 A method after the first gets one point at ``K_MAX``, and more only if its curve can come within
@@ -35,14 +46,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specdec.gatestats import mixture_median
 from specdec.plan_types import GatePolicy
+from specdec.rounds import BenchSettings, RoundBench, round_bench
 
-__all__ = ["CUTOFF", "FLAT", "K_MAX", "REFINE_GAIN", "REPEAT_MARGIN", "SPLIT", "Config",
-           "Search", "TuneResult", "level_fit", "schedule"]
+__all__ = ["CUTOFF", "FLAT", "K_MAX", "POINT_ROUNDS", "POOL_Z", "REFINE_GAIN", "REPEAT_MARGIN",
+           "SAME_Z", "SPLIT", "Config", "Search", "TuneResult", "level_fit", "point_benches",
+           "schedule"]
 
 K_MAX = 8  # the search domain is k = 1..K_MAX
 REFINE_GAIN = 0.02  # measure the curve's predicted best when it promises this much more
@@ -50,6 +63,21 @@ CUTOFF = 0.95  # a later method is refined only if its curve reaches this share 
 REPEAT_MARGIN = 0.15  # two methods this close at their best points: each measured once more
 FLAT = 0.10  # two points of a method this close, far apart: the middle is measured too
 SPLIT = 2  # per-batch-size schedule: batch 1..SPLIT use the c=1 optimum
+POINT_ROUNDS = 6  # rounds of c=1 requests per tune point (the first with the c=8 level too)
+SAME_Z = 2.0  # two points' chunk sizes differ (the chain does not hold) beyond this z
+POOL_Z = 1.0  # a higher point accepting less than this many standard errors: not pooled
+
+
+def point_benches(settings: BenchSettings, policy: GatePolicy) -> list[RoundBench]:
+    """The benchmarks of one tune point, run back to back on one release (no restart): the
+    gate's round-1 candidate benchmark, then ``POINT_ROUNDS - 1`` more rounds at the keep
+    level only, each with the next prompts of every category and no warmup. Each run has its
+    own clock and thermal state, so the point's step time averages that run-level noise."""
+    first = round_bench(settings, policy, "candidate", 0)
+    more = [replace(round_bench(settings, policy, "candidate", r,
+                                levels=[policy.keep_concurrency]), warmup=0)
+            for r in range(1, POINT_ROUNDS)]
+    return [first, *more]
 
 
 @dataclass(frozen=True)
@@ -101,6 +129,15 @@ class LevelFit:
         if not n:
             return 1.0
         return sum(c * min(s, k + 1) for s, c in h.items()) / n
+
+    def truncated(self, cat: str, k: int) -> tuple[int, float, float]:
+        """Steps, mean and variance of the chunk sizes cut at ``k + 1`` (category ``cat``)."""
+        h = self.hist.get(cat) or {}
+        n = sum(h.values())
+        if not n:
+            return 0, 0.0, 0.0
+        mean = sum(c * min(s, k + 1) for s, c in h.items()) / n
+        return n, mean, sum(c * (min(s, k + 1) - mean) ** 2 for s, c in h.items()) / n
 
 
 def _merged(results: Sequence[Mapping[str, Any]], levels: Sequence[int]) -> dict[str, Any]:
@@ -164,6 +201,7 @@ class _Method:
     draft: str | None
     points: dict[int, dict[int, LevelFit]] = field(default_factory=dict)  # k -> level -> fit
     results: dict[int, list[Mapping[str, Any]]] = field(default_factory=dict)
+    visits: dict[int, int] = field(default_factory=dict)  # k -> times measured (restarts)
 
 
 @dataclass(frozen=True)
@@ -220,11 +258,18 @@ class Search:
         self.base = self._fits(result, "baseline")
         self.bench_seconds += seconds
 
-    def add(self, cfg: Config, result: Mapping[str, Any], seconds: float = 0.0) -> None:
-        """A measurement of ``cfg`` (a repeated one is pooled with the earlier ones)."""
+    def add(self, cfg: Config, result: Mapping[str, Any], seconds: float = 0.0,
+            more: Sequence[Mapping[str, Any]] = ()) -> None:
+        """A measurement of ``cfg`` (`point_benches`: ``result`` at every level, ``more`` at
+        the keep level); a repeated one is pooled with the earlier ones."""
         m = self._method(cfg.method, cfg.draft)
         self._fits(result, cfg.label())  # refuse a result without records
-        m.results.setdefault(cfg.k, []).append(result)
+        for r in more:
+            if level_fit(r, self.policy.keep_concurrency) is None:
+                raise ValueError(f"{cfg.label()}: a further round has no per-request records "
+                                 f"at concurrency {self.policy.keep_concurrency}")
+        m.results.setdefault(cfg.k, []).extend([result, *more])
+        m.visits[cfg.k] = m.visits.get(cfg.k, 0) + 1
         m.points[cfg.k] = self._fits(_merged(m.results[cfg.k], self.levels), cfg.label())
         self.bench_seconds += seconds
         self.order.append({"method": cfg.method, "draft": cfg.draft, "k": cfg.k,
@@ -255,10 +300,51 @@ class Search:
         b = max(0.0, sum((x - mx) * (y - my) for x, y in zip(pts, ys, strict=True)) / sxx)
         return max(1e-9, my + b * (k - mx))
 
+    def _same(self, a: LevelFit, b: LevelFit, k: int) -> bool:
+        """Whether a higher point ``b``'s chunk sizes cut at ``k + 1`` may be pooled into the
+        point ``a`` at k: one-sided, ``b`` accepting less by at most ``POOL_Z`` standard errors
+        (the population-weighted difference of the category means, steps as the units). The
+        alternative is the one the chain can fail by — acceptance falling with the tokens
+        drafted — and a wrong rejection costs only pooled data, a wrong pooling biases L(k),
+        so the threshold is low (one-sided, 16% of pairs left out where the chain holds)."""
+        return self._z(a, b, k) <= POOL_Z
+
+    def _z(self, a: LevelFit, b: LevelFit, k: int) -> float:
+        """(a's mean chunk size cut at k + 1 − b's) over its standard error."""
+        w = self._weights(a)
+        diff = var = 0.0
+        for cat, wt in w.items():
+            na, ma, va = a.truncated(cat, k)
+            nb, mb, vb = b.truncated(cat, k)
+            if not na or not nb:
+                continue
+            diff += wt * (ma - mb)
+            var += wt * wt * (va / na + vb / nb)
+        if var > 0:
+            return diff / math.sqrt(var)
+        return 0.0 if diff == 0 else math.copysign(math.inf, diff)
+
+    def _falls(self, m: _Method, k: int) -> bool:
+        """Whether a point above k accepts less than k's own steps at k's length: acceptance
+        falls with the tokens drafted, so below k the curve (k's sizes cut shorter, as a
+        chain) underrates the smaller k."""
+        return any(self._z(m.points[k][c], m.points[q][c], k) > SAME_Z
+                   for q in m.points if q > k for c in self.levels[:1])
+
+    def pooled(self, m: _Method, conc: int, k: int) -> list[int]:
+        """The points whose chunk sizes give ``L(k)``: the lowest measured at or above k (else
+        the largest), and every higher one whose sizes cut at that point's k + 1 agree with it
+        (`_same`); one that does not (acceptance depends on how many are drafted, not only on
+        the chain) would bias the lower k's estimate, so it is left out."""
+        above = sorted(p for p in m.points if p >= k) or [max(m.points)]
+        ref = above[0]
+        return [ref] + [q for q in above[1:]
+                        if self._same(m.points[ref][conc], m.points[q][conc], ref)]
+
     def _hist(self, m: _Method, conc: int, k: int) -> LevelFit:
-        """Chunk sizes of every point measured at k or above (each truncated at k + 1 when
-        used), pooled; below all points: the largest."""
-        above = [p for p in m.points if p >= k] or [max(m.points)]
+        """Chunk sizes of the points `pooled` for k (each truncated at k + 1 when used)."""
+        above = self.pooled(m, conc, k)
+        ref = m.points[above[0]][conc]
         hist: dict[str, dict[int, int]] = {}
         for p in above:
             for cat, h in m.points[p][conc].hist.items():
@@ -269,7 +355,6 @@ class Search:
         for f in (pts[conc] for pts in m.points.values()):
             for cat, v in f.ttft.items():
                 ttft.setdefault(cat, []).append(v)
-        ref = m.points[above[0]][conc]
         return LevelFit(ref.step_s, ref.tokens, {c: sum(v) / len(v) for c, v in ttft.items()},
                         hist, ref.seconds)
 
@@ -328,6 +413,13 @@ class Search:
             if k_hat not in m.points and v_hat > v_meas * (1 + REFINE_GAIN) \
                     and len(m.points) < 3:
                 return Config(m.method, m.draft, k_hat)
+            k_meas, _ = self._best(m, True)
+            if len(m.points) < 3 and k_meas == min(m.points) > 1 and self._falls(m, k_meas):
+                # the chain fails above the best point: look below it, where the curve is a
+                # lower bound
+                lower = [x for x in range(1, k_meas) if x not in m.points]
+                return Config(m.method, m.draft,
+                              max(lower, key=lambda x: self._objective(self.predict(m, x))))
             if len(m.points) == 2 and (i == 0 or best is None or v_meas >= CUTOFF * best):
                 lo, hi = sorted(m.points)
                 v = [self._objective(self.predict(m, x)) for x in (lo, hi)]
@@ -345,7 +437,7 @@ class Search:
         if len(scored) < 2 or scored[1][0][1] < scored[0][0][1] * (1 - REPEAT_MARGIN):
             return None
         for (k, _), m in scored[:2]:
-            if len(m.results.get(k, [])) < 2:
+            if m.visits.get(k, 0) < 2:
                 return Config(m.method, m.draft, k)
         return None
 

@@ -20,8 +20,7 @@ from specdec.phases.host import Ctx, VerifyFailure
 from specdec.plan import speculating
 from specdec.plan_types import Plan
 from specdec.render import render
-from specdec.rounds import round_bench
-from specdec.tune import Config, Search, TuneResult
+from specdec.tune import Config, Search, TuneResult, point_benches
 from specdec.tunecache import entry_id, store, tuned_plan
 from specdec.verify_spec import FileSpec
 
@@ -67,11 +66,13 @@ def run_tune(ctx: Ctx, bench: Bench, base: Arm) -> tuple[Tuned, dict[str, Any]]:
                       else release_files(_point_plan(plan, cfg)))
         restarts += ctx.running != rid
         bench.activate(rid, f"tune {cfg.label()}", files)
-        res, took = bench.measure("candidate", rid, round_bench(ctx.spec.bench, pol,
-                                                                "candidate", 0), 1,
-                                  name=f"tune.{cfg.method}.k{cfg.k}")
+        results, took = [], 0.0
+        for n, rb in enumerate(point_benches(ctx.spec.bench, pol), start=1):
+            res, s = bench.measure("candidate", rid, rb, n, name=f"tune.{cfg.method}.k{cfg.k}")
+            results.append(res)
+            took += s
         try:
-            search.add(cfg, res, took)
+            search.add(cfg, results[0], took, results[1:])
         except ValueError as exc:
             raise VerifyFailure("tune", str(exc)) from None
 

@@ -14,7 +14,19 @@ from specdec.plan import make_plan
 from specdec.plan_types import GatePolicy
 from specdec.render import render, speculative_config
 from specdec.report import index_html
-from specdec.tune import K_MAX, Config, Search, TuneResult, level_fit, schedule
+from specdec.rounds import BenchSettings
+from specdec.tune import (
+    K_MAX,
+    POINT_ROUNDS,
+    POOL_Z,
+    SAME_Z,
+    Config,
+    Search,
+    TuneResult,
+    level_fit,
+    point_benches,
+    schedule,
+)
 from specdec.tunecache import apply_cached, cache_key, entry_id, store, tuned_plan
 from specdec.tunechart import tune_chart
 
@@ -88,6 +100,98 @@ def test_search_measures_a_few_points_and_picks_the_best_k() -> None:
     curve = res.curves[0]["points"]
     assert [p["k"] for p in curve] == list(range(1, K_MAX + 1))
     assert all(p["measured"] == (p["k"] in measured) for p in curve)
+
+
+def diluted(k: int, step_ms: float, dilution: float) -> dict[str, Any]:
+    """`arm` where every position's acceptance falls by ``dilution`` per extra drafted token
+    (a world where drafting fewer tokens is not a truncation of the same chain)."""
+    res = arm(k, step_ms)
+    f = 1.0 - dilution * (k - 1)
+    for lvl in res["concurrency"].values():
+        for r in lvl["requests"]:
+            hist = chain(k, P[r["category"]] * f, 400)
+            per_step = sum(i * n for i, n in enumerate(hist)) / sum(hist)
+            steps = (r["output_tokens"] - 1) / per_step
+            r.update(chunk_hist=hist, chunks=steps + 1, e2el_ms=30.0 + steps * step_ms)
+    return res
+
+
+def test_a_higher_point_that_disagrees_with_a_lower_one_is_not_pooled_into_its_k() -> None:
+    def fitted(dilution: float) -> tuple[Search, list[int], float]:
+        s = search()
+        for k in (4, 8):
+            s.add(Config("eagle3", "head", k), diluted(k, step_time(k), dilution))
+        m = s.methods[0]
+        return s, s.pooled(m, 1, 3), s._hist(m, 1, 4).tokens_per_step("code", 4)
+
+    # the chain holds: k=8's chunk sizes cut at 5 tokens agree with k=4's and are pooled
+    _, pooled, _ = fitted(0.0)
+    assert pooled == [4, 8]
+    # acceptance 17.5% lower at every position when 8 are drafted: k=4's L is its own
+    _, pooled, l4 = fitted(0.025)
+    assert pooled == [4]
+    p = P["code"] * (1 - 0.025 * 3)
+    assert l4 == pytest.approx(1 + sum(p ** i for i in range(1, 5)), rel=0.02)
+
+
+def test_the_pooling_test_is_one_sided_and_leaves_out_a_small_fall() -> None:
+    def pair(dilution: float) -> tuple[float, list[int]]:
+        s = search()
+        for k in (4, 8):
+            s.add(Config("eagle3", "head", k), diluted(k, step_time(k), dilution))
+        m = s.methods[0]
+        return s._z(m.points[4][1], m.points[8][1], 4), s.pooled(m, 1, 3)
+
+    # k=8 accepting less by between POOL_Z and SAME_Z standard errors (a two-sided test at
+    # SAME_Z would pool it): left out of k=4's estimate
+    z, pooled = pair(0.004)
+    assert POOL_Z < z < SAME_Z and pooled == [4]
+    # k=8 accepting more, even beyond SAME_Z: not the way the chain fails, pooled
+    z, pooled = pair(-0.008)
+    assert z < -SAME_Z and pooled == [4, 8]
+
+
+def test_in_a_diluted_world_the_search_finds_the_smaller_k() -> None:
+    # acceptance falls 2.5% a position per extra drafted token: the best k is 3; k=5's own
+    # sizes cut shorter (a chain) underrate every smaller k, so the curve alone stops at k=5
+    # (95.5% of the best); k=8 accepting less than k=5 at k=5's length sends it below k=5
+    def step(k: int) -> float:
+        return step_time(k, per_k=4.0)
+
+    def true(k: int) -> float:
+        f = 1 - 0.025 * (k - 1)
+        return sum(w * (1 + sum((P[c] * f) ** i for i in range(1, k + 1))) / step(k)
+                   for c, w in CATS.items())
+
+    best = max(range(1, K_MAX + 1), key=true)
+    s = search()
+    cfg: Config | None = Config("eagle3", "head", 5)
+    while cfg is not None:
+        s.add(cfg, diluted(cfg.k, step(cfg.k), 0.025))
+        cfg = s.next()
+    k = s.choose().config.k
+    assert best == 3 and true(k) >= 0.98 * true(best)
+
+
+def test_a_tune_point_is_several_rounds_on_one_release() -> None:
+    pol, bs = GatePolicy(), BenchSettings()
+    rbs = point_benches(bs, pol)
+    assert len(rbs) == POINT_ROUNDS >= 2
+    assert rbs[0].levels == (pol.keep_concurrency, pol.guard_concurrency) and rbs[0].warmup
+    assert all(rb.levels == (pol.keep_concurrency,) and not rb.warmup for rb in rbs[1:])
+    assert len({rb.offsets[0] for rb in rbs}) == POINT_ROUNDS  # fresh prompts each round
+    # the further rounds are pooled into the point (step time: the runs' mean), c=8 from the
+    # first; one visit (one restart) however many rounds
+    s = search()
+    s.add(Config("eagle3", "head", 4), arm(4, 60.0), 3.0,
+          [arm(4, 80.0, conc=(1,)) for _ in range(POINT_ROUNDS - 1)])
+    m = s.methods[0]
+    want = (60.0 + 80.0 * (POINT_ROUNDS - 1)) / POINT_ROUNDS / 1000
+    assert m.points[4][1].step_s == pytest.approx(want, rel=1e-6)
+    assert m.points[4][8].step_s == pytest.approx(0.06, rel=1e-6)
+    assert m.visits == {4: 1} and len(s.order) == 1 and s.bench_seconds == 3.0
+    with pytest.raises(ValueError, match="further round"):
+        s.add(Config("eagle3", "head", 5), arm(5, 60.0), 1.0, [arm(5, 60.0, conc=(8,))])
 
 
 def test_a_second_method_that_cannot_come_close_gets_one_point() -> None:
