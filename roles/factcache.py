@@ -51,8 +51,7 @@ OFF_ENV = "SPECDEC_FACT_CACHE"
 _PART = "@@specdec-fact"
 _MISSING = "##PYINFRA_NOCMD##"  # pyinfra 3.10 api/facts.py: the absent requires_command mark
 # what a manifest may name (anything else in it is ignored), and the escalation it records
-_MODULES = ("roles.facts", "pyinfra.facts.apt", "pyinfra.facts.deb", "pyinfra.facts.files",
-            "pyinfra.facts.server", "pyinfra.facts.systemd")
+_MODULES = ("roles.facts", "pyinfra.facts.files", "pyinfra.facts.server", "pyinfra.facts.systemd")
 _SAFE_CONN = ("_sudo", "_sudo_user", "_use_sudo_login", "_preserve_sudo_env", "_su_user",
               "_use_su_login", "_preserve_su_env", "_su_shell", "_doas", "_doas_user", "_dzdo",
               "_dzdo_user", "_shell_executable", "_chdir")
@@ -183,7 +182,9 @@ def _resolved(host: Any, ctx: dict[str, Any]) -> dict[str, Any] | None:
     them; remembered per host for the same context (it evaluates every argument's type hints
     on each call: about 1 ms, which every fact read of every host paid)."""
     cache = _cache(host)
-    memo = (repr(sorted(ctx.items())), repr(sorted((host.current_deploy_kwargs or {}).items())))
+    # the connector arguments depend only on ctx's own connector keys (and the deploy's)
+    memo = (repr(sorted((k, v) for k, v in ctx.items() if k in _CONN_KEYS)),
+            repr(sorted((host.current_deploy_kwargs or {}).items())))
     if memo in cache.resolved:
         return dict(cache.resolved[memo])
     try:

@@ -92,7 +92,7 @@ def prune_releases(keep: int, protect: Sequence[str]):
     + protect: release ids that are never deleted
     """
     state = host.get_fact(SpecdecReleases)
-    doomed = release.to_prune(state.releases, keep, [state.current, state.last_good, *protect])
+    doomed = release.prune_doomed(state, keep, protect)
     if not doomed:
         host.noop(f"{len(state.releases)} release(s) kept")
         return

@@ -49,7 +49,7 @@ from specdec.identify import Identity
 from specdec.layout import KEEP_RELEASES
 from specdec.plan_types import http_url
 from specdec.power import PowerState
-from specdec.release import ReleaseState, to_prune
+from specdec.release import ReleaseState, prune_doomed
 from specdec.release import remove as remove_releases
 from specdec.report import reports_root, safe_name
 from specdec.verify_spec import HostIO, Roofline, VerifySpec
@@ -191,8 +191,7 @@ def verify_release(spec: VerifySpec, changed: tuple[OperationMeta, ...],
     # releases the verify step made (the tune's points, the baseline) are pruned now, under the
     # lock, not by the next run (read live: this run changed the host)
     after = host.get_fact(SpecdecReleases)
-    doomed = to_prune(after.releases, KEEP_RELEASES, (after.current, after.last_good,
-                                                      spec.desired))
+    doomed = prune_doomed(after, KEEP_RELEASES, (spec.desired,))
     if doomed:
         yield remove_releases(doomed)
 

@@ -195,6 +195,12 @@ def remove(release_ids: Sequence[str]) -> str:
     return f"rm -rf -- {paths}"
 
 
+def prune_doomed(state: ReleaseState, keep: int, protect: Iterable[str | None] = ()
+                 ) -> list[str]:
+    """`to_prune` of the host's releases, never its current or last-good one."""
+    return to_prune(state.releases, keep, [state.current, state.last_good, *protect])
+
+
 def prune(keep: int, protect: Iterable[str | None]) -> str:
     """A self-contained command deleting all but the ``keep`` newest unprotected releases."""
     excl = " ".join(f"-e {shlex.quote(_check_id(p))}" for p in protect if p)
