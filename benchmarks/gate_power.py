@@ -362,8 +362,11 @@ def targets(figs: dict[str, dict[str, float]]) -> None:
     for label in ("1x", "2x", "tails", "drift"):
         if label in figs:
             checks.append((f"out-of-zone wrong ≤ 1% ({label})", figs[label]["wrong"] <= 0.01))
-    checks.append(("no wrong disable of a true gain ≥ +40% (every case)",
-                   all(f["big"] == 0 for f in figs.values())))
+    unbiased = [lb for lb in figs if lb != "bias"]
+    checks.append((f"no wrong disable of a true gain ≥ +40% ({', '.join(unbiased)})",
+                   all(figs[lb]["big"] == 0 for lb in unbiased)))
+    if "bias" in figs:  # a bias no estimator can see: printed apart (README "Gate power")
+        checks.append(("no wrong disable of a true gain ≥ +40% (bias)", figs["bias"]["big"] == 0))
     if "1x" in figs:
         checks.append(("bench s/decision median ≤ 60, p90 ≤ 90 (1x)",
                        figs["1x"]["median"] <= 60 and figs["1x"]["p90"] <= 90))

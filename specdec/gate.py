@@ -19,7 +19,7 @@ indifference zone:
   the zone can err one way only, so each boundary has its own budget over every look the gate
   may take (``max_rounds``, the last look included): a pass ``1 − confidence`` (5%) on Pocock's
   constant group-sequential boundary, a fail — a gain wrongly disabled, by a c=1 rule or by the
-  c=8 guard (one failed rule disables) — ``1 − disable_confidence`` (0.5%) on a Wang-Tsiatis
+  c=8 guard (one failed rule disables) — ``1 − disable_confidence`` (0.1%) on a Wang-Tsiatis
   boundary that asks most of the first looks, whose noise is least known
   (`specdec.gateplan.bounds`): a c=8 ratio measured just below the tolerance in one round does
   not disable. A verdict, once reached, stays.

@@ -26,8 +26,9 @@ class GatePolicy:
     keep_concurrency: int = 1
     guard_concurrency: int = 8
     confidence: float = 0.95  # per rule, for a true value outside the indifference zone
-    disable_confidence: float = 0.995  # any rule, for a true value above the zone: it is
-    # not failed (a gain wrongly disabled) with this probability over all looks
+    disable_confidence: float = 0.999  # any rule, for a true value above the zone: it is
+    # not failed (a gain wrongly disabled) with this probability over all looks (0.1%: a
+    # fleet decides hundreds of setups, and a wrong disable loses the whole gain)
     indifference: float = 0.10  # log-ratio zone: ± a keep threshold, below the c=8 one
     max_rounds: int = 6  # rounds at most (looks of the sequential test: the error budget is
     # split over all of them); at the last one an open keep rule disables

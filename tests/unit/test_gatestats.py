@@ -156,11 +156,11 @@ def test_the_plan_grows_the_arm_whose_variance_it_is() -> None:
     b = bounds(pol, False)
     # the candidate's acceptance is most of the request part: the candidate grows alone
     e = Estimate(1.3, 1.0, 1.7, 0.11, 7, 1, "", {}, None, 0.0018, 0.11 ** 2 - 0.0018)
-    assert next_scale(e, pol, b, 1, 1.0, 0.05, 0.0) == (1.5, 1.0)
+    assert next_scale(e, pol, b, 1, 1.0, 0.05, 0.0) == (2.0, 1.0)
     # the baseline's step time is most of it: the baseline grows instead
-    assert next_scale(e, pol, b, 1, 1.0, 0.95, 0.0) == (1.0, 1.5)
+    assert next_scale(e, pol, b, 1, 1.0, 0.95, 0.0) == (1.0, 2.0)
     # at the guard level (no split) both arms by one factor
-    assert next_scale(e, pol, b, 1, 1.0, 0.0, 0.0) == (1.5, 1.5)
+    assert next_scale(e, pol, b, 1, 1.0, 0.0, 0.0) == (2.0, 2.0)
     # far below the zone: one plain round reaches the fail boundary where θ̂ lies
     assert next_scale(e, pol, b, 1, 1.0, 0.05, -0.35) == (1.0, 1.0)
     assert projected_var(e, 1, 1.0, 1.0, 0.05) > projected_var(e, 1, 2.0, 1.0, 0.05) > \
