@@ -67,12 +67,14 @@ def test_tokenizer_found_in_the_hf_cache(tmp_path: Path, monkeypatch: pytest.Mon
 
 def test_ttft_starts_when_the_request_is_on_the_wire() -> None:
     """The server answers its first token TTFT_S after reading the request; at c=8 the
-    measured TTFT p50 stays within a few ms of it (the client's queueing is not counted)."""
+    measured TTFT p50 stays near it (the client's queueing is not counted)."""
     with serve_process("ttft") as url:
         res = run_bench(cfg(url, concurrency=(8,), requests=(32,), max_tokens=2, warmup=0))
     lvl = res["concurrency"]["8"]
     ttfts = [r["ttft_ms"] for r in lvl["requests"]]
     p50 = statistics.median(ttfts)
-    assert TTFT_S * 1000 <= p50 <= TTFT_S * 1000 + 8.0, p50
+    # counting the client's queue would add ~75 ms (32 requests in 4 waves of 50 ms);
+    # half a TTFT of slack leaves room for a loaded machine's scheduling, not for that
+    assert TTFT_S * 1000 <= p50 <= TTFT_S * 1000 * 1.5, p50
     assert lvl["ttft_ms_p50"] == pytest.approx(p50)
     assert all(r["client_queue_ms"] >= 0 for r in lvl["requests"])

@@ -96,12 +96,14 @@ def test_on_host_without_usage_marks_tokens_estimated_and_the_gate_holds(bench_r
 
 def test_on_host_ttft_is_from_the_request_on_the_wire(bench_root: Any) -> None:
     """The server answers TTFT_S after reading the request; at c=8 the on-host client's TTFT
-    p50 stays within a few ms of it (its own queueing is not counted)."""
+    p50 stays near it (its own queueing is not counted)."""
     with serve_process("ttft", KEY) as url:
         res = on_host(url, bench_root, RoundBench((8,), (32,), (0,), 2, 0))
     lvl = res["concurrency"]["8"]
     p50 = statistics.median(r["ttft_ms"] for r in lvl["requests"])
-    assert TTFT_S * 1000 <= p50 <= TTFT_S * 1000 + 8.0, p50
+    # counting the client's queue would add ~75 ms (32 requests in 4 waves of 50 ms);
+    # half a TTFT of slack leaves room for a loaded machine's scheduling, not for that
+    assert TTFT_S * 1000 <= p50 <= TTFT_S * 1000 * 1.5, p50
     assert all(r["client_queue_ms"] >= 0 for r in lvl["requests"])
 
 
