@@ -18,7 +18,8 @@ steps per token (acceptance) are counted, not timed, and the step time — the s
 request of one arm, level and run whatever its prompt — is the only timed part. So, per arm,
 level and round (a *run*), the step time is one robust location of the requests' log step
 times — their median up to ``MEDIAN_UP_TO`` requests, a Huber M-estimate (``HUBER_C``, scale
-below) beyond — which one stray slow request cannot swing;
+below) beyond — which one stray slow request cannot swing, after the step times above a gap
+of ``GAP_Z`` timing sds are set aside (`below_gap`: two strays of four would move a median);
 each request is then counted at that step time. Throttling within a run shifts the location
 like run noise; the gate alternates which arm runs first, round after round, so a drift enters
 the rounds with opposite signs.
@@ -38,7 +39,9 @@ Variance, on the log scale, from three parts:
   at ``PRIOR_DF`` with a prior: the larger of what a request's own chunk sizes imply (``CV²/S``
   over its S steps) and the spread between requests within a category pooled over the
   categories with two or more (a request's chunks do not show how far its prompt lies from its
-  category: a category measured once is not taken as known).
+  category: a category measured once is not taken as known); when every category was measured
+  once (the first look), a median's spread comes from the categories paired in order
+  (collapsed strata, `collapsed`), pooled with the chunks' model at ``PRIOR_DF``.
 
 A request without chunk records (a result with only level figures, a server that does not
 stream per step) is counted as before this split: its own seconds per token, with the model's
@@ -62,14 +65,15 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["HUBER_C", "PRIOR_DF", "ArmFigure", "Estimate", "Obs", "Timing", "arm_median",
-           "arm_rate", "compare", "host_sd", "huber", "mixture_median", "pairwise_sd", "timing",
-           "weights_for"]
+__all__ = ["GAP_Z", "HUBER_C", "PRIOR_DF", "ArmFigure", "Estimate", "Obs", "Timing", "arm_median",
+           "arm_rate", "below_gap", "compare", "host_sd", "huber", "mixture_median",
+           "pairwise_sd", "timing", "weights_for"]
 
 PRIOR_DF = 4.0  # weight of a variance model against observed spread, in degrees of freedom
 HUBER_C = 1.5  # Huber's tuning constant, in units of the timing scale
 HUBER_VAR = 1.1  # variance of a Huber location over n requests: σ²/n × this (small n)
 MEDIAN_UP_TO = 4  # up to this many requests a run's location is their median
+GAP_Z = 6.0  # a run's step times above a gap this many timing sds wide are strays (`below_gap`)
 # variance of the median of n normal values, in units of σ² (n = 1..4; 3: 0.449, 4: 0.298)
 _MEDIAN_VAR = {1: 1.0, 2: 0.5, 3: 0.449, 4: 0.298}
 
@@ -179,6 +183,18 @@ def huber(values: Sequence[float], scale: float, c: float = HUBER_C) -> float:
     return mu
 
 
+def below_gap(values: Sequence[float], gap: float) -> list[float]:
+    """A run's log step times up to the first gap wider than ``gap`` between two of them,
+    from the fastest: what lies above it is stray slow requests, however many (a stray is
+    slow, never fast: no request steps faster than its engine), which a median of a handful
+    would follow once they are half of them."""
+    xs = sorted(values)
+    for i in range(1, len(xs)):
+        if xs[i] - xs[i - 1] > gap:
+            return xs[:i]
+    return xs
+
+
 def pairwise_sd(groups: Sequence[Sequence[float]]) -> float:
     """A robust sd from the within-group pairwise differences (the median absolute
     difference / (√2·0.6745): Shamos' estimator, nearly unbiased for groups of 3-4, unlike a
@@ -200,8 +216,9 @@ def timing(arms: Mapping[str, Sequence[Obs]], request_noise: float, run_noise: f
                 by.setdefault((arm, o.round), []).append(ls)
     raw = pairwise_sd(list(by.values()))
     sd = max(request_noise, raw)
-    loc = {g: huber(v, sd) for g, v in by.items()}
-    count = {g: len(v) for g, v in by.items()}
+    kept = {g: below_gap(v, GAP_Z * sd) for g, v in by.items()}
+    loc = {g: huber(v, sd) for g, v in kept.items()}
+    count = {g: len(v) for g, v in kept.items()}
     # the runs' own spread, per arm, beyond what their requests explain; pooled over the arms
     ss, df = 0.0, 0
     for arm in arms:
@@ -295,9 +312,22 @@ def _arm(arm: str, obs: Sequence[Obs], population: Mapping[str, float] | None, t
     ss = math.fsum(math.fsum((v - math.fsum(vs) / len(vs)) ** 2 for v in vs)
                    for vs in x.values() if len(vs) > 1)
     df = sum(len(vs) - 1 for vs in x.values() if len(vs) > 1)
-    if df:
+    if not df and tpot:  # a median between categories' peaks moves with their spreads
+        ss, df = collapsed(x)
+        model = {c: (PRIOR_DF * v + ss) / (PRIOR_DF + df) for c, v in model.items()}
+    elif df:
         model = {c: max(v, ss / df) for c, v in model.items()}
     return _Arm(groups, w, strat, robust, x, model)
+
+
+def collapsed(x: Mapping[str, Sequence[float]]) -> tuple[float, int]:
+    """Every category measured once: the spread within a category from *collapsed strata*
+    (Cochran, Sampling Techniques, 3rd ed., §5A.12): categories paired in order of their value,
+    each pair's difference read as two draws of one stratum — an overstatement by the
+    difference between paired categories, the safe side while nothing else shows it."""
+    vals = sorted(math.fsum(vs) / len(vs) for vs in x.values() if vs)
+    pairs = [(vals[i], vals[i + 1]) for i in range(0, len(vals) - 1, 2)]
+    return math.fsum((a - b) ** 2 / 2.0 for a, b in pairs), len(pairs)
 
 
 def _round_weights(a: _Arm, infl: Mapping[str, float]) -> dict[int, float]:

@@ -13,7 +13,7 @@ from test_gate import BASE, result
 
 from specdec.gate import decide, observations
 from specdec.gateplan import bounds, closing_se, next_scale, projected_var
-from specdec.gatestats import Estimate, Obs, arm_median, huber, pairwise_sd, timing
+from specdec.gatestats import Estimate, Obs, arm_median, below_gap, huber, pairwise_sd, timing
 from specdec.plan_types import GatePolicy
 
 
@@ -68,6 +68,38 @@ def test_a_category_measured_once_takes_the_spread_between_requests_of_the_other
     # the allocation then sees the code category's uncertainty and measures it again
     score = fig.allocation_score()
     assert score["code"] > 0.5 * score["chat"]
+
+
+def test_two_stray_slow_requests_of_four_do_not_move_the_runs_step_time() -> None:
+    # 3% of requests 3x slow: two of a run's four now and then (0.5% of runs), where a
+    # median of four follows them half-way
+    assert below_gap([0.0, 0.03, 1.1, 1.15], 0.3) == [0.0, 0.03]
+    assert below_gap([0.0, 0.1, 0.2, 0.35], 0.3) == [0.0, 0.1, 0.2, 0.35]  # no gap: all
+    step = math.log(0.05)
+
+    def obs(offs: tuple[float, ...]) -> list[Obs]:
+        return [Obs("chat", 0, 48.0, 48 * 0.05 * math.exp(d), steps=48.0) for d in offs]
+
+    t = timing({"candidate": obs((0.0, 0.02, 1.1, 1.12)), "baseline": obs((0.0, 0.01, 0.02))},
+               0.05, 0.03)
+    assert t.location[("candidate", 0)] == pytest.approx(step + 0.01, abs=0.005)
+    assert t.count[("candidate", 0)] == 2  # its location's variance from what it rests on
+
+
+def test_a_two_peaked_tpot_measured_once_per_category_is_not_taken_as_known() -> None:
+    # n-gram at look 1: two categories accept nothing (TPOT 70 ms), two a lot (25 ms), one
+    # request each; each request's own chunks say its spread is tiny, but where the mixture's
+    # median falls between the peaks depends on the spreads no category has shown: they are
+    # read from the categories paired in order (collapsed strata), pooled with the chunks'
+    tpots = {"chat": 0.070, "code": 0.066, "summarization": 0.030, "repetitive": 0.022}
+    obs = [Obs(c, 0, 48.0, 48 * t, tpot=t, intrinsic=0.0004) for c, t in tpots.items()]
+    fig = arm_median(obs, dict.fromkeys(tpots, 1.0), 0.05)
+    pairs = (math.log(70 / 66) ** 2 + math.log(30 / 22) ** 2) / 2
+    # no chunk records: each request's model is the request noise and its chunks' spread
+    assert fig.sd["chat"] ** 2 == pytest.approx((4 * (0.05 ** 2 + 0.0004) + pairs) / 6)
+    assert math.sqrt(fig.var) > 0.06, fig.var
+    # once a category is measured twice, its own spread speaks instead
+    assert arm_median([*obs, obs[0]], dict.fromkeys(tpots, 1.0), 0.05).sd["code"] < fig.sd["code"]
 
 
 def test_noise_is_estimated_from_what_was_measured_with_the_prior_as_a_floor() -> None:
