@@ -38,8 +38,8 @@ __all__ = ["FAIL_SHAPE", "SAFETY", "SCALES", "Bounds", "boundary_z", "bounds", "
 
 SAFETY = 1.0  # aim the projected variance at this share of the closing variance
 SCALES = (1.0, 1.5, 2.0, 3.0, 4.0)
-FAIL_SHAPE = 0.35  # Wang-Tsiatis shape of the fail boundary (at 0.1% over 6 looks: z 4.24 at
-# look 1, where the noise is least known, then 3.82 .. 3.24)
+FAIL_SHAPE = 0.45  # Wang-Tsiatis shape of the fail boundary (at 0.1% over 6 looks: z 3.68 at
+# look 1, where the noise is least known, then 3.55 .. 3.36)
 
 
 @dataclass(frozen=True)
