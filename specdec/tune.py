@@ -45,7 +45,6 @@ speculation off).
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -53,6 +52,8 @@ from typing import Any
 from specdec.gatestats import mixture_median
 from specdec.plan_types import GatePolicy
 from specdec.rounds import BenchSettings, RoundBench, round_bench
+from specdec.tunefit import LevelFit, level_fit, merged
+from specdec.tunese import point_se
 
 __all__ = ["CUTOFF", "FLAT", "K_MAX", "MAX_ROUNDS", "POINT_ROUNDS", "POOL_Z", "REFINE_GAIN",
            "REPEAT_MARGIN", "SAME_Z", "SPLIT", "TIE_Z", "Config", "Search", "TuneResult",
@@ -116,88 +117,6 @@ def schedule(k1: int, k8: int, max_num_seqs: int) -> tuple[tuple[int, int, int],
         return ()
     top = max(max_num_seqs, SPLIT + 1)
     return ((1, SPLIT, k1), (SPLIT + 1, top, k8))
-
-
-@dataclass(frozen=True)
-class LevelFit:
-    """One level of one bench result, as the curve needs it."""
-
-    step_s: float  # mean seconds per decode step
-    tokens: float  # output tokens per request
-    ttft: dict[str, float]  # seconds, per category
-    hist: dict[str, dict[int, int]]  # chunk size -> count, per category (decode chunks)
-    seconds: float  # mean end-to-end seconds per request
-
-    def tokens_per_step(self, cat: str, k: int) -> float:
-        h = self.hist.get(cat) or {}
-        n = sum(h.values())
-        if not n:
-            return 1.0
-        return sum(c * min(s, k + 1) for s, c in h.items()) / n
-
-    def truncated(self, cat: str, k: int) -> tuple[int, float, float]:
-        """Steps, mean and variance of the chunk sizes cut at ``k + 1`` (category ``cat``)."""
-        h = self.hist.get(cat) or {}
-        n = sum(h.values())
-        if not n:
-            return 0, 0.0, 0.0
-        mean = sum(c * min(s, k + 1) for s, c in h.items()) / n
-        return n, mean, sum(c * (min(s, k + 1) - mean) ** 2 for s, c in h.items()) / n
-
-
-def _merged(results: Sequence[Mapping[str, Any]], levels: Sequence[int]) -> dict[str, Any]:
-    """One bench result holding the requests of several (repeated measurements)."""
-    out: dict[str, Any] = {}
-    for c in levels:
-        reqs: list[Any] = []
-        for r in results:
-            lvl = (r.get("concurrency") or {}).get(str(c))
-            if isinstance(lvl, Mapping):
-                reqs += list(lvl.get("requests") or [])
-        out[str(c)] = {"requests": reqs}
-    return {"concurrency": out}
-
-
-def _f(x: Any) -> float | None:
-    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) and x > 0 else None
-
-
-def level_fit(result: Mapping[str, Any], conc: int) -> LevelFit | None:
-    """The figures of level ``conc`` of a bench JSON (None when it has no usable records)."""
-    lvl = (result.get("concurrency") or {}).get(str(conc))
-    if not isinstance(lvl, Mapping):
-        return None
-    dec_s = steps = tok = sec = 0.0
-    n = 0
-    ttft: dict[str, list[float]] = {}
-    hist: dict[str, dict[int, int]] = {}
-    for r in lvl.get("requests") or []:
-        if not isinstance(r, Mapping) or r.get("error") is not None:
-            continue
-        t, e2e, first = _f(r.get("output_tokens")), _f(r.get("e2el_ms")), _f(r.get("ttft_ms"))
-        chunks = _f(r.get("chunks"))
-        if t is None or e2e is None or first is None or chunks is None or chunks < 2:
-            continue
-        cat = str(r.get("category") or "all")
-        dec_s += (e2e - first) / 1000
-        steps += chunks - 1
-        tok += t
-        sec += e2e / 1000
-        n += 1
-        ttft.setdefault(cat, []).append(first / 1000)
-        h = hist.setdefault(cat, {})
-        sizes = r.get("chunk_hist")
-        if isinstance(sizes, Sequence):
-            for s, c in enumerate(sizes):
-                if isinstance(c, int) and c > 0:
-                    h[s] = h.get(s, 0) + c
-        else:  # no histogram: the mean only (exact for L at the measured k, not below it)
-            size = max(1, round((t - 1) / (chunks - 1)))
-            h[size] = h.get(size, 0) + int(chunks - 1)
-    if not n or steps <= 0:
-        return None
-    return LevelFit(dec_s / steps, tok / n, {c: sum(v) / len(v) for c, v in ttft.items()},
-                    hist, sec / n)
 
 
 @dataclass
@@ -286,7 +205,7 @@ class Search:
                 raise ValueError(f"{cfg.label()}: a further round has no per-request records "
                                  f"at concurrency {self.policy.keep_concurrency}")
         m.results.setdefault(cfg.k, []).extend([result, *more])
-        m.points[cfg.k] = self._fits(_merged(m.results[cfg.k], self.levels), cfg.label())
+        m.points[cfg.k] = self._fits(merged(m.results[cfg.k], self.levels), cfg.label())
         self.bench_seconds += seconds
         self.last = cfg
         if extend:  # the same visit (no restart): more rounds
@@ -455,29 +374,10 @@ class Search:
         return self._repeat()
 
     def _se(self, m: _Method, k: int) -> float:
-        """The relative standard error of point k's c=1 value from its own data: its rounds'
-        step times (their spread: run-level noise) and its requests' tokens per step at k (the
-        spread between requests, per category, population-weighted: a prompt's acceptance
-        holds over its steps, so its steps are not independent draws)."""
+        """The relative standard error of point k's c=1 value (`specdec.tunese.point_se`)."""
         keep = self.levels[0]
         steps = [f.step_s for r in m.results[k] if (f := level_fit(r, keep)) is not None]
-        se_t = (statistics.stdev(steps) / statistics.fmean(steps) / math.sqrt(len(steps))
-                if len(steps) > 1 else 0.0)
-        per: dict[str, list[float]] = {}  # category -> each request's tokens per step at k
-        for r in m.results[k]:
-            lvl = (r.get("concurrency") or {}).get(str(keep)) or {}
-            for q in lvl.get("requests") or []:
-                h = q.get("chunk_hist") if isinstance(q, Mapping) else None
-                n = sum(c for c in h if isinstance(c, int)) if isinstance(h, Sequence) else 0
-                if n and q.get("error") is None:
-                    per.setdefault(str(q.get("category") or "all"), []).append(
-                        sum(c * min(z, k + 1) for z, c in enumerate(h)) / n)
-        tps = var = 0.0
-        for cat, wt in self._weights(m.points[k][keep]).items():
-            xs = per.get(cat) or []
-            tps += wt * (statistics.fmean(xs) if xs else 0.0)
-            var += wt * wt * (statistics.variance(xs) / len(xs) if len(xs) > 1 else 0.0)
-        return math.hypot(se_t, math.sqrt(var) / tps if tps > 0 else 0.0)
+        return point_se(steps, m.results[k], keep, k, self._weights(m.points[k][keep]))
 
     def tied(self, m: _Method) -> list[int]:
         """m's best measured point and those whose value is within ``TIE_Z`` standard errors
