@@ -31,8 +31,13 @@ is not measured yet (with one point so far: ``K_MAX/2`` when that best is ``K_MA
 slope) and promises more than ``REFINE_GAIN`` over the best measured point; when the best
 measured point is the lowest and a higher one accepts less at its length (the chain fails, so
 the curve below it is a lower bound), the curve's best below it; when the two points
-are far apart and within ``FLAT`` of each other, the middle — at most three points. Two methods
-whose best points end within ``REPEAT_MARGIN`` get those points measured once more (pooled).
+are far apart and within ``FLAT`` of each other, the middle — at most three points. While the
+release running now is tied with its method's best measured point (or is the best with another
+tied: within ``TIE_Z`` standard errors of their difference, each point's from its rounds' step
+times and its requests' tokens per step, `specdec.tunese`), it gets ``POINT_ROUNDS`` more
+rounds (no restart), up to ``MAX_ROUNDS``: a close call gets more data where it is cheap. Two
+methods whose best points end within ``REPEAT_MARGIN`` get those points measured once more
+(pooled; more rounds of the running one count).
 A method after the first gets one point at ``K_MAX``, and more only if its curve can come within
 ``CUTOFF`` of the best so far. The choice (`Search.choose`) is by the gate's
 objective, on the fitted curve at measured points: the highest c=1 throughput whose c=8
