@@ -157,7 +157,7 @@ def trial(world: World, h: Host, plan: Plan, truths: dict[Any, Truth], pol: Gate
         while cfg is not None:
             st = Setup(h.row, cfg.method, cfg.draft, cfg.k, variant=variant)
             runs = [world.bench(st, rb, rng.randrange(1 << 30), rng, noise)
-                    for rb in point_benches(bs, pol)]
+                    for rb in point_benches(bs, pol, search.first_round(cfg))]
             search.add(cfg, runs[0][0], sum(s for _, s in runs), [r for r, _ in runs[1:]])
             cfg = search.next()
         tuned = search.choose()

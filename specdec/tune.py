@@ -31,8 +31,13 @@ is not measured yet (with one point so far: ``K_MAX/2`` when that best is ``K_MA
 slope) and promises more than ``REFINE_GAIN`` over the best measured point; when the best
 measured point is the lowest and a higher one accepts less at its length (the chain fails, so
 the curve below it is a lower bound), the curve's best below it; when the two points
-are far apart and within ``FLAT`` of each other, the middle — at most three points. Two methods
-whose best points end within ``REPEAT_MARGIN`` get those points measured once more (pooled).
+are far apart and within ``FLAT`` of each other, the middle — at most three points. While the
+release running now is tied with its method's best measured point (or is the best with another
+tied: within ``TIE_Z`` standard errors of their difference, each point's from its rounds' step
+times and its requests' tokens per step, `specdec.tunese`), it gets ``POINT_ROUNDS`` more
+rounds (no restart), up to ``MAX_ROUNDS``: a close call gets more data where it is cheap. Two
+methods whose best points end within ``REPEAT_MARGIN`` get those points measured once more
+(pooled; more rounds of the running one count).
 A method after the first gets one point at ``K_MAX``, and more only if its curve can come within
 ``CUTOFF`` of the best so far. The choice (`Search.choose`) is by the gate's
 objective, on the fitted curve at measured points: the highest c=1 throughput whose c=8
@@ -52,10 +57,12 @@ from typing import Any
 from specdec.gatestats import mixture_median
 from specdec.plan_types import GatePolicy
 from specdec.rounds import BenchSettings, RoundBench, round_bench
+from specdec.tunefit import LevelFit, level_fit, merged
+from specdec.tunese import point_se
 
-__all__ = ["CUTOFF", "FLAT", "K_MAX", "POINT_ROUNDS", "POOL_Z", "REFINE_GAIN", "REPEAT_MARGIN",
-           "SAME_Z", "SPLIT", "Config", "Search", "TuneResult", "level_fit", "point_benches",
-           "schedule"]
+__all__ = ["CUTOFF", "FLAT", "K_MAX", "MAX_ROUNDS", "POINT_ROUNDS", "POOL_Z", "REFINE_GAIN",
+           "REPEAT_MARGIN", "SAME_Z", "SPLIT", "TIE_Z", "Config", "Search", "TuneResult",
+           "level_fit", "point_benches", "schedule"]
 
 K_MAX = 8  # the search domain is k = 1..K_MAX
 REFINE_GAIN = 0.02  # measure the curve's predicted best when it promises this much more
@@ -66,18 +73,22 @@ SPLIT = 2  # per-batch-size schedule: batch 1..SPLIT use the c=1 optimum
 POINT_ROUNDS = 6  # rounds of c=1 requests per tune point (the first with the c=8 level too)
 SAME_Z = 2.0  # two points' chunk sizes differ (the chain does not hold) beyond this z
 POOL_Z = 1.0  # a higher point accepting less than this many standard errors: not pooled
+TIE_Z = 1.0  # two points closer than this many standard errors of their difference: tied
+MAX_ROUNDS = 3 * POINT_ROUNDS  # a tied point is measured further up to this many rounds
 
 
-def point_benches(settings: BenchSettings, policy: GatePolicy) -> list[RoundBench]:
+def point_benches(settings: BenchSettings, policy: GatePolicy, first: int = 0
+                  ) -> list[RoundBench]:
     """The benchmarks of one tune point, run back to back on one release (no restart): the
     gate's round-1 candidate benchmark, then ``POINT_ROUNDS - 1`` more rounds at the keep
     level only, each with the next prompts of every category and no warmup. Each run has its
-    own clock and thermal state, so the point's step time averages that run-level noise."""
-    first = round_bench(settings, policy, "candidate", 0)
+    own clock and thermal state, so the point's step time averages that run-level noise.
+    ``first`` > 0 (`Search.first_round`: more rounds of the release running now): rounds
+    ``first..first + POINT_ROUNDS - 1``, all at the keep level only."""
     more = [replace(round_bench(settings, policy, "candidate", r,
                                 levels=[policy.keep_concurrency]), warmup=0)
-            for r in range(1, POINT_ROUNDS)]
-    return [first, *more]
+            for r in range(max(1, first), first + POINT_ROUNDS)]
+    return more if first else [round_bench(settings, policy, "candidate", 0), *more]
 
 
 @dataclass(frozen=True)
@@ -111,88 +122,6 @@ def schedule(k1: int, k8: int, max_num_seqs: int) -> tuple[tuple[int, int, int],
         return ()
     top = max(max_num_seqs, SPLIT + 1)
     return ((1, SPLIT, k1), (SPLIT + 1, top, k8))
-
-
-@dataclass(frozen=True)
-class LevelFit:
-    """One level of one bench result, as the curve needs it."""
-
-    step_s: float  # mean seconds per decode step
-    tokens: float  # output tokens per request
-    ttft: dict[str, float]  # seconds, per category
-    hist: dict[str, dict[int, int]]  # chunk size -> count, per category (decode chunks)
-    seconds: float  # mean end-to-end seconds per request
-
-    def tokens_per_step(self, cat: str, k: int) -> float:
-        h = self.hist.get(cat) or {}
-        n = sum(h.values())
-        if not n:
-            return 1.0
-        return sum(c * min(s, k + 1) for s, c in h.items()) / n
-
-    def truncated(self, cat: str, k: int) -> tuple[int, float, float]:
-        """Steps, mean and variance of the chunk sizes cut at ``k + 1`` (category ``cat``)."""
-        h = self.hist.get(cat) or {}
-        n = sum(h.values())
-        if not n:
-            return 0, 0.0, 0.0
-        mean = sum(c * min(s, k + 1) for s, c in h.items()) / n
-        return n, mean, sum(c * (min(s, k + 1) - mean) ** 2 for s, c in h.items()) / n
-
-
-def _merged(results: Sequence[Mapping[str, Any]], levels: Sequence[int]) -> dict[str, Any]:
-    """One bench result holding the requests of several (repeated measurements)."""
-    out: dict[str, Any] = {}
-    for c in levels:
-        reqs: list[Any] = []
-        for r in results:
-            lvl = (r.get("concurrency") or {}).get(str(c))
-            if isinstance(lvl, Mapping):
-                reqs += list(lvl.get("requests") or [])
-        out[str(c)] = {"requests": reqs}
-    return {"concurrency": out}
-
-
-def _f(x: Any) -> float | None:
-    return float(x) if isinstance(x, int | float) and not isinstance(x, bool) and x > 0 else None
-
-
-def level_fit(result: Mapping[str, Any], conc: int) -> LevelFit | None:
-    """The figures of level ``conc`` of a bench JSON (None when it has no usable records)."""
-    lvl = (result.get("concurrency") or {}).get(str(conc))
-    if not isinstance(lvl, Mapping):
-        return None
-    dec_s = steps = tok = sec = 0.0
-    n = 0
-    ttft: dict[str, list[float]] = {}
-    hist: dict[str, dict[int, int]] = {}
-    for r in lvl.get("requests") or []:
-        if not isinstance(r, Mapping) or r.get("error") is not None:
-            continue
-        t, e2e, first = _f(r.get("output_tokens")), _f(r.get("e2el_ms")), _f(r.get("ttft_ms"))
-        chunks = _f(r.get("chunks"))
-        if t is None or e2e is None or first is None or chunks is None or chunks < 2:
-            continue
-        cat = str(r.get("category") or "all")
-        dec_s += (e2e - first) / 1000
-        steps += chunks - 1
-        tok += t
-        sec += e2e / 1000
-        n += 1
-        ttft.setdefault(cat, []).append(first / 1000)
-        h = hist.setdefault(cat, {})
-        sizes = r.get("chunk_hist")
-        if isinstance(sizes, Sequence):
-            for s, c in enumerate(sizes):
-                if isinstance(c, int) and c > 0:
-                    h[s] = h.get(s, 0) + c
-        else:  # no histogram: the mean only (exact for L at the measured k, not below it)
-            size = max(1, round((t - 1) / (chunks - 1)))
-            h[size] = h.get(size, 0) + int(chunks - 1)
-    if not n or steps <= 0:
-        return None
-    return LevelFit(dec_s / steps, tok / n, {c: sum(v) / len(v) for c, v in ttft.items()},
-                    hist, sec / n)
 
 
 @dataclass
@@ -241,6 +170,7 @@ class Search:
         self.base: dict[int, LevelFit] = {}
         self.order: list[dict[str, Any]] = []
         self.bench_seconds = 0.0
+        self.last: Config | None = None  # the release measured last (running now)
 
     @property
     def levels(self) -> tuple[int, int]:
@@ -257,23 +187,39 @@ class Search:
     def add_baseline(self, result: Mapping[str, Any], seconds: float = 0.0) -> None:
         self.base = self._fits(result, "baseline")
         self.bench_seconds += seconds
+        self.last = None  # the baseline runs now
+
+    def first_round(self, cfg: Config) -> int:
+        """`point_benches`' ``first`` for measuring ``cfg`` next: the rounds it has when it is
+        the release running now (more rounds of it, no restart), else 0."""
+        if cfg != self.last:
+            return 0
+        return len(self._method(cfg.method, cfg.draft).results.get(cfg.k) or [])
 
     def add(self, cfg: Config, result: Mapping[str, Any], seconds: float = 0.0,
             more: Sequence[Mapping[str, Any]] = ()) -> None:
         """A measurement of ``cfg`` (`point_benches`: ``result`` at every level, ``more`` at
-        the keep level); a repeated one is pooled with the earlier ones."""
+        the keep level; all at the keep level when it continues the release running now,
+        `first_round`); a repeated one is pooled with the earlier ones."""
         m = self._method(cfg.method, cfg.draft)
-        self._fits(result, cfg.label())  # refuse a result without records
-        for r in more:
+        extend = cfg == self.last and cfg.k in m.points
+        if not extend:
+            self._fits(result, cfg.label())  # refuse a result without records
+        for r in ([result, *more] if extend else more):
             if level_fit(r, self.policy.keep_concurrency) is None:
                 raise ValueError(f"{cfg.label()}: a further round has no per-request records "
                                  f"at concurrency {self.policy.keep_concurrency}")
         m.results.setdefault(cfg.k, []).extend([result, *more])
-        m.visits[cfg.k] = m.visits.get(cfg.k, 0) + 1
-        m.points[cfg.k] = self._fits(_merged(m.results[cfg.k], self.levels), cfg.label())
+        m.points[cfg.k] = self._fits(merged(m.results[cfg.k], self.levels), cfg.label())
         self.bench_seconds += seconds
+        self.last = cfg
+        if extend:  # the same visit (no restart): more rounds
+            self.order[-1]["rounds"] += 1 + len(more)
+            self.order[-1]["seconds"] = round(self.order[-1]["seconds"] + seconds, 3)
+            return
+        m.visits[cfg.k] = m.visits.get(cfg.k, 0) + 1
         self.order.append({"method": cfg.method, "draft": cfg.draft, "k": cfg.k,
-                           "seconds": round(seconds, 3)})
+                           "rounds": 1 + len(more), "seconds": round(seconds, 3)})
 
     def _method(self, method: str, draft: str | None) -> _Method:
         for m in self.methods:
@@ -398,6 +344,9 @@ class Search:
         """The next configuration to measure, or None when the search is done."""
         if not self.base:
             raise ValueError("measure the baseline first")
+        more = self._more()
+        if more is not None:
+            return more
         best = max((self._best(m, True)[1] for m in self.methods if m.points),
                    default=None)
         for i, m in enumerate(self.methods):
@@ -429,6 +378,37 @@ class Search:
                     return Config(m.method, m.draft, (lo + hi + 1) // 2)
         return self._repeat()
 
+    def _se(self, m: _Method, k: int) -> float:
+        """The relative standard error of point k's c=1 value (`specdec.tunese.point_se`)."""
+        keep = self.levels[0]
+        steps = [f.step_s for r in m.results[k] if (f := level_fit(r, keep)) is not None]
+        return point_se(steps, m.results[k], keep, k, self._weights(m.points[k][keep]))
+
+    def tied(self, m: _Method) -> list[int]:
+        """m's best measured point and those whose value is within ``TIE_Z`` standard errors
+        of their difference from it (`_se`), best first: which of them wins is noise."""
+        vals = {k: self._objective(self.predict(m, k)) for k in sorted(m.points)}
+        top = max(vals, key=lambda k: vals[k])
+        se = {k: self._se(m, k) for k in vals}
+        return [top] + [k for k, v in vals.items() if k != top and
+                        vals[top] - v <= TIE_Z * abs(vals[top]) * math.hypot(se[top], se[k])]
+
+    def _more(self) -> Config | None:
+        """More rounds of the release running now (no restart) while it is tied with its
+        method's best (or is the best with another tied), up to ``MAX_ROUNDS``, when the
+        method is within ``CUTOFF`` of the best so far."""
+        c = self.last
+        if c is None:
+            return None
+        m = self._method(c.method, c.draft)
+        if c.k not in m.points or len(m.results[c.k]) >= MAX_ROUNDS:
+            return None
+        best = max(self._best(x, True)[1] for x in self.methods if x.points)
+        if self._best(m, True)[1] < CUTOFF * best:
+            return None
+        tied = self.tied(m)
+        return c if len(tied) > 1 and c.k in tied else None
+
     def _repeat(self) -> Config | None:
         """Two methods whose best points are within ``REPEAT_MARGIN``: measure each best
         point once more (one round of four requests cannot tell them apart reliably)."""
@@ -437,7 +417,8 @@ class Search:
         if len(scored) < 2 or scored[1][0][1] < scored[0][0][1] * (1 - REPEAT_MARGIN):
             return None
         for (k, _), m in scored[:2]:
-            if m.visits.get(k, 0) < 2:
+            # measured twice: two visits, or as many rounds (more rounds of a running point)
+            if m.visits.get(k, 0) < 2 and len(m.results[k]) < 2 * POINT_ROUNDS:
                 return Config(m.method, m.draft, k)
         return None
 

@@ -67,7 +67,8 @@ def run_tune(ctx: Ctx, bench: Bench, base: Arm) -> tuple[Tuned, dict[str, Any]]:
         restarts += ctx.running != rid
         bench.activate(rid, f"tune {cfg.label()}", files)
         results, took = [], 0.0
-        for n, rb in enumerate(point_benches(ctx.spec.bench, pol), start=1):
+        first = search.first_round(cfg)
+        for n, rb in enumerate(point_benches(ctx.spec.bench, pol, first), start=first + 1):
             res, s = bench.measure("candidate", rid, rb, n, name=f"tune.{cfg.method}.k{cfg.k}")
             results.append(res)
             took += s

@@ -17,6 +17,7 @@ from specdec.report import index_html
 from specdec.rounds import BenchSettings
 from specdec.tune import (
     K_MAX,
+    MAX_ROUNDS,
     POINT_ROUNDS,
     POOL_Z,
     SAME_Z,
@@ -192,6 +193,66 @@ def test_a_tune_point_is_several_rounds_on_one_release() -> None:
     assert m.visits == {4: 1} and len(s.order) == 1 and s.bench_seconds == 3.0
     with pytest.raises(ValueError, match="further round"):
         s.add(Config("eagle3", "head", 5), arm(5, 60.0), 1.0, [arm(5, 60.0, conc=(8,))])
+
+
+def rounds(k: int, n: int, spread: float = 0.04) -> list[dict[str, Any]]:
+    """``n`` further keep-level rounds at k whose step times alternate by ``spread`` (each run
+    its own clock state)."""
+    return [arm(k, step_time(k) * (1 + spread * (-1) ** i), conc=(1,)) for i in range(n)]
+
+
+def test_more_rounds_of_the_running_point_while_it_is_tied() -> None:
+    # k = 3 and 4 are within 0.5% on this curve, well within their standard errors (1.7%):
+    # the running one (k = 4) is measured further, no restart, up to MAX_ROUNDS
+    s = search()
+    for k in (3, 4):
+        s.add(Config("eagle3", "head", k), arm(k, step_time(k)), 1.0,
+              rounds(k, POINT_ROUNDS - 1))
+    m = s.methods[0]
+    assert sorted(s.tied(m)) == [3, 4]
+    assert s.first_round(Config("eagle3", "head", 3)) == 0  # not running: a restart
+    cfg = s.next()
+    assert cfg == Config("eagle3", "head", 4) and s.first_round(cfg) == POINT_ROUNDS
+    rbs = point_benches(BenchSettings(), s.policy, s.first_round(cfg))
+    assert len(rbs) == POINT_ROUNDS and all(not rb.warmup for rb in rbs)
+    assert all(rb.levels == (s.policy.keep_concurrency,) for rb in rbs)
+    first = {rb.offsets[0] for rb in point_benches(BenchSettings(), s.policy)}
+    assert not first & {rb.offsets[0] for rb in rbs}  # fresh prompts
+    while cfg == Config("eagle3", "head", 4):
+        got = rounds(4, POINT_ROUNDS)
+        s.add(cfg, got[0], 2.0, got[1:])
+        cfg = s.next()
+    # one visit (restart) of k = 4 however many rounds, and the order says how many
+    assert len(m.results[4]) == MAX_ROUNDS and m.visits == {3: 1, 4: 1}
+    assert [(p["k"], p["rounds"]) for p in s.order] == [(3, POINT_ROUNDS), (4, MAX_ROUNDS)]
+    assert s.bench_seconds == 2.0 + 2.0 * (MAX_ROUNDS // POINT_ROUNDS - 1)
+    # the baseline measured in between: nothing of the tune runs, first_round is 0
+    s.add_baseline(arm(0, step_time(0)))
+    assert s.first_round(Config("eagle3", "head", 4)) == 0
+
+
+def test_the_repeat_of_two_close_methods_counts_more_rounds_of_the_running_point() -> None:
+    # two methods within REPEAT_MARGIN: each best point is measured twice; when it runs
+    # already, that is more rounds of it (no restart), which count as the second measurement
+    # (else the search would ask for it again and again)
+    s = search(methods=(("eagle3", "head"), ("ngram", None)))
+    s.add(Config("eagle3", "head", 4), arm(4, step_time(4)), 1.0, rounds(4, POINT_ROUNDS - 1))
+    ngram = Config("ngram", None, 4)
+    s.add(ngram, arm(4, step_time(4, per_k=5.0)), 1.0, rounds(4, POINT_ROUNDS - 1))
+    assert s._repeat() == ngram and s.first_round(ngram) == POINT_ROUNDS
+    got = rounds(4, POINT_ROUNDS)
+    s.add(ngram, got[0], 1.0, got[1:])
+    assert s._repeat() == Config("eagle3", "head", 4)
+
+
+def test_no_more_rounds_when_the_points_are_far_apart() -> None:
+    # k = 1 is 6% below k = 8, beyond their standard errors: no more rounds of the running k = 8
+    s = search()
+    for k in (1, 8):
+        s.add(Config("eagle3", "head", k), arm(k, step_time(k)), 1.0,
+              rounds(k, POINT_ROUNDS - 1))
+    assert s.tied(s.methods[0]) == [8]
+    assert s.next() != Config("eagle3", "head", 8)
 
 
 def test_a_second_method_that_cannot_come_close_gets_one_point() -> None:
