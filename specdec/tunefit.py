@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["LevelFit", "level_fit", "merged"]
+__all__ = ["LevelFit", "cut_mean", "level_fit", "merged"]
 
 
 @dataclass(frozen=True)
@@ -22,20 +22,24 @@ class LevelFit:
     seconds: float  # mean end-to-end seconds per request
 
     def tokens_per_step(self, cat: str, k: int) -> float:
-        h = self.hist.get(cat) or {}
-        n = sum(h.values())
-        if not n:
-            return 1.0
-        return sum(c * min(s, k + 1) for s, c in h.items()) / n
+        mean = cut_mean(self.hist.get(cat) or {}, k)
+        return 1.0 if mean is None else mean
 
     def truncated(self, cat: str, k: int) -> tuple[int, float, float]:
         """Steps, mean and variance of the chunk sizes cut at ``k + 1`` (category ``cat``)."""
         h = self.hist.get(cat) or {}
-        n = sum(h.values())
-        if not n:
+        mean = cut_mean(h, k)
+        if mean is None:
             return 0, 0.0, 0.0
-        mean = sum(c * min(s, k + 1) for s, c in h.items()) / n
+        n = sum(h.values())
         return n, mean, sum(c * (min(s, k + 1) - mean) ** 2 for s, c in h.items()) / n
+
+
+def cut_mean(hist: Mapping[int, int], k: int) -> float | None:
+    """Tokens per step had ``k`` been drafted: the mean chunk size of a histogram (size ->
+    count) with every size cut at ``k + 1`` (None: no chunks)."""
+    n = sum(hist.values())
+    return sum(c * min(s, k + 1) for s, c in hist.items()) / n if n else None
 
 
 def merged(results: Sequence[Mapping[str, Any]], levels: Sequence[int]) -> dict[str, Any]:

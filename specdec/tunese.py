@@ -8,6 +8,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from specdec.tunefit import cut_mean
+
 __all__ = ["point_se", "tokens_per_step"]
 
 
@@ -22,11 +24,11 @@ def tokens_per_step(results: Sequence[Mapping[str, Any]], conc: int, k: int
             if not isinstance(q, Mapping) or q.get("error") is not None:
                 continue
             h = q.get("chunk_hist")
-            sizes = [c if isinstance(c, int) else 0 for c in h] if isinstance(h, list) else []
-            n = sum(sizes)
-            if n:
-                out.setdefault(str(q.get("category") or "all"), []).append(
-                    sum(c * min(z, k + 1) for z, c in enumerate(sizes)) / n)
+            sizes = {z: c for z, c in enumerate(h) if isinstance(c, int)} if isinstance(
+                h, list) else {}
+            mean = cut_mean(sizes, k)
+            if mean is not None:
+                out.setdefault(str(q.get("category") or "all"), []).append(mean)
     return out
 
 
