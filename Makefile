@@ -27,15 +27,15 @@ $(STAMP)/pip: pyproject.toml
 	$(PIP) install -q --disable-pip-version-check -e '.[dev]'
 	@touch $@
 
-# The lab's Dynamo venv (ai-dynamo-runtime + ai-dynamo from PyPI, specdec/lab/dynamo.py): built
+# The lab's Dynamo venv (ai-dynamo-runtime + ai-dynamo from PyPI, specdec_lab/dynamo.py): built
 # once under /var/cache/specdec-lab/, keyed by what goes in; a no-op when it is there.
 dynamo-venv: $(STAMP)/apt $(STAMP)/pip
-	$(PYTHON) -c 'from specdec.lab.dynamo import ensure_venv; ensure_venv(log=print)'
+	$(PYTHON) -c 'from specdec_lab.dynamo import ensure_venv; ensure_venv(log=print)'
 
-# The real huggingface_hub releases the catalog's images carry (specdec/lab/hubclient.py), from
+# The real huggingface_hub releases the catalog's images carry (specdec_lab/hubclient.py), from
 # PyPI under /var/cache/specdec-lab/: the lab's images and the Hub tests run them.
 hub-clients: $(STAMP)/apt $(STAMP)/pip
-	$(PYTHON) -c 'from specdec.lab.hubclient import ensure_client, versions; [ensure_client(v, print) for v in versions()]'
+	$(PYTHON) -c 'from specdec_lab.hubclient import ensure_client, versions; [ensure_client(v, print) for v in versions()]'
 
 setup: $(STAMP)/apt $(STAMP)/pip dynamo-venv hub-clients
 

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from specdec.emulator.local import emulator, lab_truth, reset_truth
+from specdec_lab.emulator.local import emulator, lab_truth, reset_truth
 
 HEAD = "RedHatAI/Qwen3-8B-speculator.eagle3"
 FLAVOURS = {

@@ -4,7 +4,7 @@ set apart, and the speculative-decoding rows.
 Not a test: it prints figures (``tests/unit/test_calibration.py`` holds the held-out rows and
 the speculative rows within 15%). Run: ``python3 benchmarks/calibration.py [--sources]``.
 
-For every figure of `specdec.emulator.calibration.FIGURES` (device, power mode, engine,
+For every figure of `specdec_lab.emulator.calibration.FIGURES` (device, power mode, engine,
 weights, published batch-1 decode tok/s): the emulator's rate for the same device, mode and
 weights, the error, and the catalog bandwidth and efficiency it used; fit rows first (they set
 the efficiency, `fitted_efficiencies`), then the held-out rows (predicted). Then
@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 
 from specdec.catalog import load_catalog
-from specdec.emulator.calibration import (
+from specdec_lab.emulator.calibration import (
     FIGURES,
     REFERENCE_ENGINES,
     SPEC_FIGURES,

@@ -10,7 +10,7 @@ with the figures that cause it.
 How the mocker is set up for the same device and model (it has no device model of its own
 without ``aisimulate``): a ``--planner-profile-data`` profile whose decode ITL at low load is
 the published vLLM Qwen3-8B bf16 rate on DGX Spark (13.1 tok/s, the calibration figure in
-specdec/emulator/calibration.py) and which grows with the KV the step reads (the catalog's KV
+specdec_lab/emulator/calibration.py) and which grows with the KV the step reads (the catalog's KV
 bytes per token over the Spark's 273 GB/s at vLLM's 0.73 efficiency); speculation with
 ``--ais-nextn k --ais-nextn-accept-rates`` set to the conditional acceptance rates the
 emulator's run measured (from its workers' per-position counters), so both accept alike.
@@ -46,10 +46,10 @@ sys.path.insert(0, str(ROOT))
 from specdec.bench.device_time import to_device_time  # noqa: E402
 from specdec.bench.metrics import parse_vllm, spec_delta  # noqa: E402
 from specdec.catalog import GIB, load_catalog  # noqa: E402
-from specdec.emulator.calibration import FIGURES  # noqa: E402
-from specdec.emulator.dyntok import write_model_card  # noqa: E402
-from specdec.emulator.local import free_port  # noqa: E402
 from specdec.engines.dynamo.facts import SYSTEM_PORT_MAX  # noqa: E402
+from specdec_lab.emulator.calibration import FIGURES  # noqa: E402
+from specdec_lab.emulator.dyntok import write_model_card  # noqa: E402
+from specdec_lab.emulator.local import free_port  # noqa: E402
 
 DEVICE, MODEL = "dgx-spark", "Qwen/Qwen3-8B"
 SCALE = 0.1  # wall seconds per device second, both systems (emulator time scale, mocker 1/x)
@@ -208,7 +208,7 @@ def figures(res: dict[str, Any]) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from specdec.lab.dynamo import ensure_venv
+    from specdec_lab.dynamo import ensure_venv
 
     venv = ensure_venv(log=lambda m: print(m, file=sys.stderr))
     cat = load_catalog()
@@ -220,7 +220,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     prof = spark_profile(work / "spark-qwen3-8b.npz")
     spec_cfg = json.dumps({"method": "eagle3", "model": head, "num_speculative_tokens": args.k,
                            "draft_tensor_parallel_size": 1})
-    emu = ["-c", "import sys; from specdec.emulator.dynamo_worker import main; "
+    emu = ["-c", "import sys; from specdec_lab.emulator.dynamo_worker import main; "
            "sys.argv[0] = 'dynamo.vllm'; raise SystemExit(main())", "--model", MODEL,
            "--served-model-name", MODEL, "--max-model-len", "4096", "--max-num-seqs", "16"]
     emu_env = {"SPECDEC_EMU_DEVICE": DEVICE, "SPECDEC_EMU_TIME_SCALE": str(SCALE),
@@ -323,7 +323,7 @@ def explain(gaps: list[tuple[str, float, float, float]], f: dict[str, dict[str, 
                 f"- {label} ({gap:+.0%}): the mocker's profile makes a step depend only on the KV "
                 f"it reads ({prof['kv_ms_per_token'] * 1000:.2f} us per KV token on top of "
                 f"{prof['itl0_ms']:.1f} ms); the emulator also charges each sequence's compute "
-                "and the per-step work that grows with the batch (specdec/emulator/timing.py), "
+                "and the per-step work that grows with the batch (specdec_lab/emulator/timing.py), "
                 "so its c=8 steps are slower than the profile's.")
         else:
             out.append(

@@ -45,8 +45,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specdec.lab.instance import Instance  # noqa: E402
-from specdec.report import REPORTS_ENV  # noqa: E402
+from specdec.report.fleet import REPORTS_ENV  # noqa: E402
+from specdec_lab.instance import Instance  # noqa: E402
 
 INVENTORY = "inventories/lab.py"
 DEPLOY = "deploys/specdec.py"

@@ -1,10 +1,10 @@
 """Rollout wall time for 10 to 10,000 devices, in device time: the real rollout scheduler in
 virtual time.
 
-The scheduler is `specdec.rollout.run_rollout` itself (batches over deploy units, canary,
+The scheduler is `specdec.fleet.rollout.run_rollout` itself (batches over deploy units, canary,
 --max-fail-percent / --max-unreachable-percent, unreachable hosts and ``--resume``) and, for
-several control nodes, `specdec.shard` (the same mapping, canary verdict, budget and claims
-through a `specdec.fleetstore.LocalStore`). Only pyinfra is simulated: a runner that takes a
+several control nodes, `specdec.fleet.shard` (the same mapping, canary verdict, budget and claims
+through a `specdec.fleet.store.LocalStore`). Only pyinfra is simulated: a runner that takes a
 batch's ``--limit`` hosts, advances a virtual clock by what the batch would take, and writes
 each host's report as the deploy would. A batch takes, one after the other as pyinfra runs its
 operations in lockstep (pyinfra 3.10 ``api/operations.py`` ``_run_single_op``: every host
@@ -47,11 +47,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from specdec import rollout as ro  # noqa: E402
-from specdec import shard as sh  # noqa: E402
 from specdec.catalog import load_catalog  # noqa: E402
-from specdec.fleetstore import LocalStore  # noqa: E402
-from specdec.report import skipped_report, write_host_report  # noqa: E402
+from specdec.fleet import rollout as ro  # noqa: E402
+from specdec.fleet import shard as sh  # noqa: E402
+from specdec.fleet.store import LocalStore  # noqa: E402
+from specdec.report.fleet import skipped_report, write_host_report  # noqa: E402
 
 GB = 1e9
 
@@ -137,7 +137,7 @@ def _makespan(durations: Sequence[float], slots: int) -> float:
 
 
 class SimPyinfra:
-    """The runner `specdec.rollout.run_rollout` calls: one batch in virtual time."""
+    """The runner `specdec.fleet.rollout.run_rollout` calls: one batch in virtual time."""
 
     def __init__(self, devices: Mapping[str, Device], p: Params, mirror: bool,
                  clock: Clock, inventory_size: int) -> None:

@@ -15,15 +15,17 @@ when the c=1 gain ≥ 30%, the c=1 TPOT p50 reduction ≥ 20% and the c=8 ratio 
 
 A scenario whose truth is within the policy's indifference zone (``indifference`` m, on the log
 of the ratio to a threshold that decides its truth: within ±m of a c=1 keep threshold, or a c=8
-ratio from (1 − δ)·e^−m up to 1 − δ; the zone the gate's guarantee leaves out, `specdec.gate`)
+ratio from (1 − δ)·e^−m up to 1 − δ; the zone the gate's guarantee leaves out,
+`specdec.gate.decide`)
 is drawn, decided and reported in its own columns (how often the gate differs from the truth
 there), not in the wrong-decision rate.
 
-Each scenario is decided the way the deploy's verify step decides it (`specdec.phases.gate`):
+Each scenario is decided the way the deploy's verify step decides it (`specdec.verify.phases.gate`):
 rounds of both arms, the arm that runs first measured first (the candidate in round 1: it was
 just released), then one switch, so the order alternates round after round; each arm with the
-deploy's `specdec.rounds.BenchSettings` for the levels, requests and categories the gate asks
-for (`specdec.rounds.round_bench`); `specdec.gate.decide` after each round until it answers.
+deploy's `specdec.gate.rounds.BenchSettings` for the levels, requests and categories the gate
+asks for (`specdec.gate.rounds.round_bench`); `specdec.gate.decide.decide` after each round until
+it answers.
 Once per **noise case** (`simlab.Noise`): the policy's own noise (1×: 5% per request, 3% per
 run and level), 1.5× and 2× of it, heavy tails (3% of requests 3× slower), drift (the host
 slowing linearly over each round by up to 10%, each round its own) and a fixed bias (the
@@ -51,10 +53,10 @@ from typing import Any
 from simlab import ROWS, Noise, Setup, Truth, World, restart_s
 
 from specdec.catalog import load_catalog
-from specdec.emulator.textgen import stable_int
-from specdec.gate import decide
-from specdec.plan_types import GatePolicy
-from specdec.rounds import BenchSettings, round_bench
+from specdec.gate.decide import decide
+from specdec.gate.rounds import BenchSettings, round_bench
+from specdec.plan.types import GatePolicy
+from specdec_lab.emulator.textgen import stable_int
 
 BASE_NOISE = Noise(req=0.05, run=0.03)
 CASES: dict[str, Noise] = {

@@ -8,10 +8,10 @@ namespace and, for the link, the lab's NFQUEUE link emulator):
     flock /run/specdec-heavy.lock python3 benchmarks/link_effect.py --trials 2
 
 Setup: one lab-style host (a network namespace ``specdec-lab-<instance>-bench`` with the lab's
-/30 veth, `specdec.lab.host.create_netns`) runs two vLLM emulators of an AGX Orin 64GB (at half the
+/30 veth, `specdec_lab.host.create_netns`) runs two vLLM emulators of an AGX Orin 64GB (at half the
 device's speed in wall time: ``--time-scale 0.5``; the link is scaled alike, so in device time it is
 80 ms ± 30 ms): the candidate (Qwen3-8B with its EAGLE-3 head, k=3)
-and the baseline (no speculation). The link is the lab's own (`specdec.lab.link.apply` with
+and the baseline (no speculation). The link is the lab's own (`specdec_lab.link.apply` with
 ``lab_link: {delay_ms: 80, jitter_ms: 30}``: each direction of the veth; this kernel has no
 ``sch_netem``, so it is the NFQUEUE emulator). The control client is ``specdec bench`` on this
 machine across the veth; the host client is `specdec.bench.onhost` run inside the namespace
@@ -23,8 +23,8 @@ Per (link, mode):
   p50 against the emulator's own (``/lab/truth``: chunk write times on the server), both in
   device time (the clients convert an emulator's figures); TTFT too (the client's includes the
   link's request and response delay; the server's does not);
-* gate: ``--trials`` full gates as the deploy runs them (`specdec.rounds` rounds, ABAB, up to
-  ``max_rounds``; `specdec.gate.decide`), each its decision and rounds.
+* gate: ``--trials`` full gates as the deploy runs them (`specdec.gate.rounds` rounds, ABAB, up to
+  ``max_rounds``; `specdec.gate.decide.decide`), each its decision and rounds.
 """
 
 from __future__ import annotations
@@ -45,17 +45,17 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's specdec
 
-from specdec import verify as sv  # noqa: E402
 from specdec.bench import remote  # noqa: E402
-from specdec.emulator.local import lab_truth, reset_truth  # noqa: E402
-from specdec.gate import decide  # noqa: E402
-from specdec.lab import host as hostmod  # noqa: E402
-from specdec.lab import link as linkmod  # noqa: E402
-from specdec.lab.instance import Instance  # noqa: E402
-from specdec.lab.spec import LabHost  # noqa: E402
-from specdec.lab.system import Proc, run, stop_process  # noqa: E402
-from specdec.plan_types import GatePolicy  # noqa: E402
-from specdec.rounds import BenchSettings, RoundBench, round_bench  # noqa: E402
+from specdec.gate.decide import decide  # noqa: E402
+from specdec.gate.rounds import BenchSettings, RoundBench, round_bench  # noqa: E402
+from specdec.plan.types import GatePolicy  # noqa: E402
+from specdec.verify import verifier as sv  # noqa: E402
+from specdec_lab import host as hostmod  # noqa: E402
+from specdec_lab import link as linkmod  # noqa: E402
+from specdec_lab.emulator.local import lab_truth, reset_truth  # noqa: E402
+from specdec_lab.instance import Instance  # noqa: E402
+from specdec_lab.spec import LabHost  # noqa: E402
+from specdec_lab.system import Proc, run, stop_process  # noqa: E402
 
 MODEL = "Qwen/Qwen3-8B"
 HEAD = "RedHatAI/Qwen3-8B-speculator.eagle3"
@@ -91,7 +91,7 @@ class Host:
             with open(self.work / f"{arm}.log", "wb") as log:
                 self.procs.append(subprocess.Popen(
                     ["ip", "netns", "exec", self.h.netns, sys.executable, "-m",
-                     "specdec.emulator", "vllm", "serve", MODEL, *args, "--host", "0.0.0.0",
+                     "specdec_lab.emulator", "vllm", "serve", MODEL, *args, "--host", "0.0.0.0",
                      "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT,
                     stdin=subprocess.DEVNULL, cwd=ROOT))
         deadline = time.monotonic() + 90

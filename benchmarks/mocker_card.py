@@ -2,7 +2,7 @@
 
 Run with the lab's Dynamo venv (it has ``tokenizers``): ``python3 mocker_card.py OUTDIR``.
 The mocker emits token ids drawn from the tokenizer's vocabulary; with the emulator's card
-(`specdec.emulator.dyntok`: single bytes, no merges) most ids are lone bytes of multi-byte
+(`specdec_lab.emulator.dyntok`: single bytes, no merges) most ids are lone bytes of multi-byte
 UTF-8 sequences and the frontend's detokenizer returns empty text (measured: 16 completion
 tokens, content null), so the mocker gets a tokenizer whose ids decode to text on their own.
 The training corpus is the interpreter's own stdlib sources: offline and always present.

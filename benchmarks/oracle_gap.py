@@ -21,14 +21,15 @@ pinned draft model at k=5 on the vLLM 0.9.2 image: no tuning, the gate only):
   ``max_tokens``, greedy). The best speedup is the highest c=1 throughput ratio among the setups
   the seed's rule keeps (gain ≥ 30%, TPOT p50 reduction ≥ 20%, c=8 ratio ≥ 1 − δ); 1.0 when
   none is kept (speculation off is then the best answer).
-* **the deploy**: the plan (`specdec.plan.make_plan`, ``k: auto``), then the tune phase's search
-  (`specdec.tune.Search`, the same points and choice the verify step makes) and the gate's
-  rounds (`specdec.gate.decide`) on simulated benchmarks of the host (`simlab.World.bench`,
+* **the deploy**: the plan (`specdec.plan.planner.make_plan`, ``k: auto``), then the tune phase's
+search
+  (`specdec.tune.search.Search`, the same points and choice the verify step makes) and the gate's
+  rounds (`specdec.gate.decide.decide`) on simulated benchmarks of the host (`simlab.World.bench`,
   with timing noise), ``--trials`` times with different seeds. Its speedup is the kept
   configuration's true c=1 throughput ratio, 1.0 when it disables.
 * **both worlds** (``--variants``): ``chain`` (the emulator's default: the tuner's own model of
   acceptance and step time) and ``measured`` (acceptance that is not an exact chain, drafting
-  cost concave in k from vLLM issue #20780: `specdec.emulator.acceptance`), so the tuner's model
+  cost concave in k from vLLM issue #20780: `specdec_lab.emulator.acceptance`), so the tuner's model
   is tested, not assumed.
 
 Printed per world and host: the oracle's best, what the deploy kept (per trial), the worst and
@@ -50,14 +51,14 @@ from typing import Any
 from simlab import PINS, ROWS, Noise, Setup, Truth, World
 
 from specdec.bench.prompts import builtin_prompts
-from specdec.emulator.textgen import stable_int
 from specdec.errors import SpecdecError
-from specdec.gate import decide
-from specdec.phases.tune import per_batch_supported
-from specdec.plan import make_plan
-from specdec.plan_types import GatePolicy, Plan
-from specdec.rounds import BenchSettings, round_bench
-from specdec.tune import K_MAX, Config, Search, point_benches
+from specdec.gate.decide import decide
+from specdec.gate.rounds import BenchSettings, round_bench
+from specdec.plan.planner import make_plan
+from specdec.plan.types import GatePolicy, Plan
+from specdec.tune.search import K_MAX, Config, Search, point_benches
+from specdec.verify.phases.tune import per_batch_supported
+from specdec_lab.emulator.textgen import stable_int
 
 METHODS = ("eagle3", "draft_model", "ngram")
 K_ORACLE = 16

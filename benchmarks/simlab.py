@@ -1,17 +1,17 @@
 """The lab's hosts on the emulator's pure engine core, for the gate and tuning benchmarks.
 
-No HTTP, no sleeping: `specdec.emulator.core.EngineCore` steps on a virtual clock, so a
+No HTTP, no sleeping: `specdec_lab.emulator.core.EngineCore` steps on a virtual clock, so a
 benchmark of one arm is the same sequence of engine steps the lab's engine would run, in
 device seconds (real time scale). Used by ``gate_power.py`` and ``oracle_gap.py``.
 
 * `ROWS`: every host of ``inventories/lab.py`` (device, engine, model).
 * `Setup`: a speculation setup on a row (method, draft, k, per-batch-size k, sampling
   temperature as an acceptance-degradation knob, an optional c=8 slowdown, the emulator's
-  speculation world: ``chain`` or ``measured``, `specdec.emulator.acceptance.VARIANTS`).
+  speculation world: ``chain`` or ``measured``, `specdec_lab.emulator.acceptance.VARIANTS`).
 * `World.truth`: the setup's population figures over the whole built-in prompt set and several
   seeds (c=1 throughput gain, c=1 TPOT p50 reduction, c=8 steady-state throughput ratio).
 * `World.bench`: one arm's benchmark the way `specdec bench` runs it for a gate round
-  (`specdec.rounds.RoundBench`), as a bench JSON, with optional timing noise (`Noise`: per
+  (`specdec.gate.rounds.RoundBench`), as a bench JSON, with optional timing noise (`Noise`: per
   request, per run, stray slow requests, drift within a round, a bias between arms).
 * `restart_s`: what one engine restart costs on the row's device (cited).
 """
@@ -33,12 +33,12 @@ sys.path.insert(0, str(ROOT))  # this checkout's specdec
 from specdec.bench.prompts import builtin_prompts  # noqa: E402
 from specdec.bench.stats import hd_quantile  # noqa: E402
 from specdec.catalog import load_catalog  # noqa: E402
-from specdec.emulator.core import EngineCore, EngineModel, SeqRequest  # noqa: E402
-from specdec.emulator.profiles import device_profile, model_spec  # noqa: E402
-from specdec.emulator.setup import setup_for  # noqa: E402
-from specdec.emulator.textgen import category_of, chat_prompt_tokens, stable_int  # noqa: E402
-from specdec.emulator.timing import StepCost, StepLoad  # noqa: E402
-from specdec.rounds import RoundBench  # noqa: E402
+from specdec.gate.rounds import RoundBench  # noqa: E402
+from specdec_lab.emulator.core import EngineCore, EngineModel, SeqRequest  # noqa: E402
+from specdec_lab.emulator.profiles import device_profile, model_spec  # noqa: E402
+from specdec_lab.emulator.setup import setup_for  # noqa: E402
+from specdec_lab.emulator.textgen import category_of, chat_prompt_tokens, stable_int  # noqa: E402
+from specdec_lab.emulator.timing import StepCost, StepLoad  # noqa: E402
 
 
 def _lab_table() -> list[tuple[str, dict[str, Any]]]:

@@ -7,7 +7,7 @@ down):
     flock /run/specdec-heavy.lock python3 benchmarks/site_fanout.py --hosts 8
 
 1. **Rollout.** ``specdec lab up`` (``inventories/lab.py``, the first N rows, Dynamo group off)
-   as one site whose mirror is the first host (`specdec.lab.site`), then a provisioning deploy
+   as one site whose mirror is the first host (`specdec_lab.sites`), then a provisioning deploy
    (``pyinfra -y inventories/lab.py deploys/specdec.py --data specdec_verify=false``): every host
    downloads its model and draft through the mirror with its image's own huggingface_hub. The
    lab's Hub counts the bytes it sent per revision: the target is one copy per revision, not one
@@ -39,13 +39,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's specdec
 
-from specdec.lab import hubsvc  # noqa: E402
-from specdec.lab.fleet import ssh_argv  # noqa: E402
-from specdec.lab.hubrepo import hub_repo  # noqa: E402
-from specdec.lab.instance import Instance  # noqa: E402
-from specdec.lab.site import host_download  # noqa: E402
-from specdec.lab.spec import LabHost, lab_hosts  # noqa: E402
-from specdec.site import HUB_PORT  # noqa: E402
+from specdec.plan.sites import HUB_PORT  # noqa: E402
+from specdec_lab import hubsvc  # noqa: E402
+from specdec_lab.fleet import ssh_argv  # noqa: E402
+from specdec_lab.hubrepo import hub_repo  # noqa: E402
+from specdec_lab.instance import Instance  # noqa: E402
+from specdec_lab.sites import host_download  # noqa: E402
+from specdec_lab.spec import LabHost, lab_hosts  # noqa: E402
 
 INVENTORY = "inventories/lab.py"
 SCRATCH = "/tmp/specdec-fanout"

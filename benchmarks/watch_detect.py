@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from simlab import ROOT, ROWS, Setup, World  # noqa: E402
 from watchsim import Phase, closed_loop_rate, gate_facts, look, run  # noqa: E402
 
-from specdec.plan_types import GatePolicy  # noqa: E402
+from specdec.plan.types import GatePolicy  # noqa: E402
 
 CODE, CHAT = {"code": 0.8, "chat": 0.2}, {"chat": 0.9, "code": 0.1}
 MIXES = {"code-heavy": CODE, "chat-heavy": CHAT,
@@ -156,8 +156,8 @@ _ON_HOST = ("for r in $(pgrep -f 'specdec watc[h]. on the host: reads'); do "
 
 def _on_host(env: dict[str, str], host: str) -> tuple[float, float, float]:
     """(reader CPU s, its sshd session's CPU s, bytes the session wrote) on the host, now."""
-    from specdec.lab.fleet import ssh_argv
-    from specdec.lab.spec import lab_hosts
+    from specdec_lab.fleet import ssh_argv
+    from specdec_lab.spec import lab_hosts
 
     h = next(x for x in lab_hosts("inventories/lab.py") if x.name == host)
     out = subprocess.run(ssh_argv(h, _ON_HOST), capture_output=True, text=True, timeout=30,

@@ -20,14 +20,14 @@ from typing import Any
 from simlab import World
 
 from specdec.bench.prompts import builtin_prompts
-from specdec.emulator.core import EngineCore, EngineModel, SeqRequest
-from specdec.emulator.textgen import chat_prompt_tokens, stable_int
-from specdec.plan_types import GatePolicy
-from specdec.rounds import BenchSettings, round_bench
+from specdec.gate.rounds import BenchSettings, round_bench
+from specdec.plan.types import GatePolicy
 from specdec.watch.estimate import estimate
 from specdec.watch.gatefacts import Cost, _bench_cost, _tokens_per_step
 from specdec.watch.verdict import Levels, Tracker
 from specdec.watch.window import Sample, Window
+from specdec_lab.emulator.core import EngineCore, EngineModel, SeqRequest
+from specdec_lab.emulator.textgen import chat_prompt_tokens, stable_int
 
 __all__ = ["Phase", "Run", "closed_loop_rate", "gate_facts", "look", "run"]
 

@@ -13,10 +13,10 @@ from pyinfra import host
 from pyinfra.api import operation
 from pyinfra.facts.files import File
 from pyinfra.operations import systemd
+from specdec.roles import deploy_lock, deploy_unlock
+from specdec.roles.facts import SpecdecReleases
 
-from roles import deploy_lock, deploy_unlock
-from roles.facts import SpecdecReleases
-from specdec import guard, layout, release
+from specdec.host import guard, layout, release
 
 
 @operation()

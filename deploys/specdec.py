@@ -13,8 +13,7 @@ lock was held. `verify` checks what `serve` activated (see roles/verify.py).
 """
 
 from pyinfra import host
-
-from roles import (
+from specdec.roles import (
     deploy_lock,
     deploy_unlock,
     docker_access,
@@ -31,7 +30,7 @@ from roles import (
     ulimits,
     verify,
 )
-from roles.deployfile import name_deploy_file
+from specdec.roles.deployfile import name_deploy_file
 
 name_deploy_file(__file__)  # pyinfra's per-operation stack walk: a dict hit for this file
 

@@ -18,12 +18,12 @@ SPECDEC_LAB_TIME_SCALE=X (emulator speed, default 0.1), SPECDEC_LAB_ACCEPTANCE=c
 group below, default 1), SPECDEC_LAB_FAULTS="host=fault,..."
 (emulator faults: crash_at_start, slow_start:S, hang_after:N, 5xx_burst:START:COUNT,
 slowdown:F, oom). A row may set lab_link: {delay_ms, jitter_ms, loss_pct}, netem's delay,
-jitter and loss on that host's link (specdec/lab/link.py). See specdec/lab/fleetdata.py for the
+jitter and loss on that host's link (specdec_lab/link.py). See specdec_lab/fleetdata.py for the
 data every host gets (SSH settings, the lab's 8 MiB memlock ceiling as specdec_memlock, image,
 SPECDEC_EMU_* in specdec_env).
 """
 
-from specdec.lab.fleetdata import fleet
+from specdec_lab.fleetdata import fleet
 
 _TABLE = [
     # AGX Orin 64GB, docker: Llama-3.1-8B with its EAGLE-3 head; speculation should pay here.

@@ -1,24 +1,25 @@
 """Thin pyinfra ``@deploy`` roles, one concern each, converging a host to its rendered plan.
 
-Every decision comes from the plan (`specdec.plan`) and its rendering (`specdec.render`); the
+Every decision comes from the plan (`specdec.plan.planner`) and its rendering
+(`specdec.render.files`); the
 roles only compare facts with it and send what differs. `deploys/specdec.py` composes them.
 """
 
 from __future__ import annotations
 
-from roles.common import DeployError, HostPlan, plan_host, prepare_host, read_hf_token
-from roles.docker_access import docker_access
-from roles.hf_token import hf_token
-from roles.host_packages import host_packages
-from roles.images import images
-from roles.jetson_tuning import jetson_tuning
-from roles.lock import deploy_lock, deploy_unlock, renew_lease
-from roles.model_prefetch import model_prefetch
-from roles.secrets import host_secrets
-from roles.serve import ServeResult, serve
-from roles.site_mirror import site_mirror
-from roles.ulimits import ulimits
-from roles.verify import verify
+from specdec.roles.common import DeployError, HostPlan, plan_host, prepare_host, read_hf_token
+from specdec.roles.docker_access import docker_access
+from specdec.roles.hf_token import hf_token
+from specdec.roles.host_packages import host_packages
+from specdec.roles.images import images
+from specdec.roles.jetson_tuning import jetson_tuning
+from specdec.roles.lock import deploy_lock, deploy_unlock, renew_lease
+from specdec.roles.model_prefetch import model_prefetch
+from specdec.roles.secrets import host_secrets
+from specdec.roles.serve import ServeResult, serve
+from specdec.roles.site_mirror import site_mirror
+from specdec.roles.ulimits import ulimits
+from specdec.roles.verify import verify
 
 __all__ = [
     "DeployError",

@@ -15,24 +15,25 @@ import gevent.event
 from pyinfra.api import HiddenValue
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.context import ctx_host
+from specdec.roles.factcache import FACTS_MANIFEST, install, prefetch
+from specdec.roles.facts import DeviceIdentity, EngineVersions, UserAccount
 
-from roles.factcache import FACTS_MANIFEST, install, prefetch
-from roles.facts import DeviceIdentity, EngineVersions, UserAccount
-from specdec import apikey, hostpkgs, pki
 from specdec.catalog import load_catalog
+from specdec.config import apikey, pki
+from specdec.config.hftoken import read_token
+from specdec.config.hostdata import parse_host_settings
+from specdec.config.settings import HostSettings
 from specdec.engines.base import HostPackage
 from specdec.errors import SpecdecError, redact
 from specdec.groups.inventory import check_limit, check_plans, groups_of
-from specdec.hftoken import read_token
-from specdec.hostdata import parse_host_settings
-from specdec.plan import baseline, plan_host_settings
-from specdec.plan_types import Group, Plan
-from specdec.render import Rendered, render
-from specdec.report import CACHE_DIR, reports_root, safe_name
-from specdec.settings import HostSettings
-from specdec.site import resolve as resolve_sites
-from specdec.tunecache import apply_cached
-from specdec.tunestore import TuneStore, location, open_store
+from specdec.plan import packages as hostpkgs
+from specdec.plan.planner import baseline, plan_host_settings
+from specdec.plan.sites import resolve as resolve_sites
+from specdec.plan.types import Group, Plan
+from specdec.render.files import Rendered, render
+from specdec.report.fleet import CACHE_DIR, reports_root, safe_name
+from specdec.tune.cache import apply_cached
+from specdec.tune.store import TuneStore, location, open_store
 from specdec.watch import marks as watch_marks
 
 __all__ = [
@@ -141,7 +142,7 @@ class HostPlan:
     settings: HostSettings  # the host's data, parsed (once per run)
     group: Group | None = None  # a serving group's member: the group
     secrets: HostSecrets | None = None  # made in prepare (`host_secrets`)
-    packages: tuple[HostPackage, ...] = ()  # distribution packages (`specdec.hostpkgs`)
+    packages: tuple[HostPackage, ...] = ()  # distribution packages (`specdec.plan.packages`)
 
 
 def inventory_file() -> str | None:
@@ -164,7 +165,7 @@ def inventory_file() -> str | None:
 
 
 def tune_store(settings: HostSettings) -> TuneStore:
-    """The tune cache for this host (`specdec.tunestore`: the same location `specdec rollout`
+    """The tune cache for this host (`specdec.tune.store`: the same location `specdec rollout`
     and `specdec plan` use for this inventory)."""
     try:
         return open_store(location(inventory=inventory_file(), data_value=settings.tune_cache))
@@ -300,7 +301,7 @@ def _prepare_all(state: Any) -> _Prepared:
                 settings[h.name] = parse_host_settings(h.name, h.data)
         groups = groups_of(settings[h.name] for h in state.inventory)
         check_limit(groups, [h.name for h in targeted])
-        # a site's hosts download and pull through its mirror (specdec.site)
+        # a site's hosts download and pull through its mirror (specdec.plan.sites)
         settings.update({s.host: s for s in resolve_sites([settings[h.name]
                                                            for h in state.inventory])})
     except SpecdecError as exc:

@@ -9,7 +9,7 @@ an SSH round trip, and a run takes the slowest link's round trips times the oper
 * prepare (read-only): each distinct fact (class, arguments, escalation) is read once and kept;
   `prefetch` first reads, in one command, the facts the last run on this control node asked
   of the host (``reports/cache/<host>/facts.json``, written by `save` when the lock is
-  released: fact classes of pyinfra and `roles.facts`, their arguments, escalation without
+  released: fact classes of pyinfra and `specdec.roles.facts`, their arguments, escalation without
   passwords or environment). With ``pyinfra -y`` (and `specdec rollout`) pyinfra skips change
   detection, so operations read their facts only while executing: the list is what makes
   the next run read them all in one command;
@@ -51,7 +51,8 @@ OFF_ENV = "SPECDEC_FACT_CACHE"
 _PART = "@@specdec-fact"
 _MISSING = "##PYINFRA_NOCMD##"  # pyinfra 3.10 api/facts.py: the absent requires_command mark
 # what a manifest may name (anything else in it is ignored), and the escalation it records
-_MODULES = ("roles.facts", "pyinfra.facts.files", "pyinfra.facts.server", "pyinfra.facts.systemd")
+_MODULES = ("specdec.roles.facts", "pyinfra.facts.files", "pyinfra.facts.server",
+"pyinfra.facts.systemd")
 _SAFE_CONN = ("_sudo", "_sudo_user", "_use_sudo_login", "_preserve_sudo_env", "_su_user",
               "_use_su_login", "_preserve_su_env", "_su_shell", "_doas", "_doas_user", "_dzdo",
               "_dzdo_user", "_shell_executable", "_chdir")

@@ -11,17 +11,17 @@ from pyinfra.api.exceptions import FactProcessError
 from pyinfra.facts.server import Users
 from typing_extensions import override
 
-from specdec import power, prefetch, release
 from specdec.engines.registry import ENGINES
 from specdec.engines.version import Version
-from specdec.identify import (
+from specdec.host import power, prefetch, release
+from specdec.host.identify import (
     IDENTITY_FILES,
     NVIDIA_SMI_CMD,
     Identity,
     identity_paths,
     parse_identity,
 )
-from specdec.power import PowerState
+from specdec.host.power import PowerState
 
 __all__ = [
     "BootId",
@@ -97,7 +97,7 @@ def split_identity_output(lines: list[str]) -> dict[str, str | None]:
 
 
 class DeviceIdentity(FactBase[Identity | None]):
-    """Which catalog device the host is (`specdec.identify.Identity`).
+    """Which catalog device the host is (`specdec.host.identify.Identity`).
 
     Raises `specdec.errors.IdentifyError` (one line) for unsupported hardware.
     """
@@ -140,7 +140,7 @@ def hf_repo_dir(repo: str) -> str:
 
 class HfCached(FactBase[bool]):
     """Whether ``repo`` (or its ``local_dir`` copy) was downloaded completely: its completion
-    record lists every file of the snapshot and each one is there (`specdec.prefetch`)."""
+    record lists every file of the snapshot and each one is there (`specdec.host.prefetch`)."""
 
     @staticmethod
     @override
@@ -176,7 +176,7 @@ class ImageDigest(FactBase[str | None]):
 
 
 class SpecdecReleases(FactBase[release.ReleaseState]):
-    """`specdec.release.ReleaseState`: current / last-good targets, releases, decisions."""
+    """`specdec.host.release.ReleaseState`: current / last-good targets, releases, decisions."""
 
     @staticmethod
     @override
@@ -261,7 +261,7 @@ class UserAccount(Users):
 
 
 class JetsonPower(FactBase[PowerState | None]):
-    """The host's power mode (`specdec.power.PowerState`): /etc/nvpmodel.conf (mode ids and
+    """The host's power mode (`specdec.host.power.PowerState`): /etc/nvpmodel.conf (mode ids and
     names), ``nvpmodel -q`` (else the status file) and ``jetson_clocks --show``. None when the
     host has no nvpmodel conf (DGX Spark, or nvpmodel not installed). Read-only."""
 

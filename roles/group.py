@@ -2,7 +2,8 @@
 
 A group's members verify as one. Each member's verify operation runs on its own host, as every
 host's does; the first member to get there verifies the whole group through its endpoint, using
-every member's connection (`roles.hostio.MemberIO`), and the others wait for it and take their
+every member's connection (`specdec.roles.hostio.MemberIO`), and the others wait for it and take
+their
 own report. pyinfra runs an operation on every host before the next one, so when the first
 member gets there every member's release is active, or that member has failed (the group then
 rolls back).
@@ -19,16 +20,16 @@ from pyinfra import host
 from pyinfra.api import FunctionCommand, HiddenValue, deploy, operation
 from pyinfra.api.operation import OperationMeta
 from pyinfra.context import ctx_host
+from specdec.roles.common import HostPlan, escalation
+from specdec.roles.hostio import MemberIO, previous_report, write_report
+from specdec.roles.lock import connector_args, fail_command, release_now
+from specdec.roles.serve import ServeResult
 
-from roles.common import HostPlan, escalation
-from roles.hostio import MemberIO, previous_report, write_report
-from roles.lock import connector_args, fail_command, release_now
-from roles.serve import ServeResult
 from specdec.errors import redact
 from specdec.groups.verify import Reached, failed_report, verify_group
-from specdec.plan_types import Group
-from specdec.verify import FAILURE_OUTCOMES
-from specdec.verify_spec import VerifySpec
+from specdec.plan.types import Group
+from specdec.verify.spec import VerifySpec
+from specdec.verify.verifier import FAILURE_OUTCOMES
 
 __all__ = ["verify_group_release", "verify_serving_group"]
 
@@ -136,7 +137,7 @@ def verify_serving_group(hp: HostPlan, spec: VerifySpec, served: ServeResult,
     """Register this member's verification with its group, then verify the group.
 
     + hp: the member's plan and renderings (``hp.group``: its group)
-    + spec: what to verify on this member (`roles.verify.verify_spec`)
+    + spec: what to verify on this member (`specdec.roles.verify.verify_spec`)
     + served: what serve activated and which of its operations restart the engine
     + token: the HF token (only to keep it out of reports)
     """

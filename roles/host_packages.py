@@ -7,9 +7,9 @@ import shlex
 
 from pyinfra import host
 from pyinfra.api import deploy, operation
+from specdec.roles.common import HostPlan
+from specdec.roles.facts import PackageState
 
-from roles.common import HostPlan
-from roles.facts import PackageState
 from specdec.engines.base import HostPackage
 
 __all__ = ["host_packages", "package_present"]
@@ -17,7 +17,7 @@ __all__ = ["host_packages", "package_present"]
 
 @deploy("Host packages")
 def host_packages(hp: HostPlan) -> None:
-    """Each package planned for the host (`specdec.hostpkgs`: nftables, nginx for the API
+    """Each package planned for the host (`specdec.plan.packages`: nftables, nginx for the API
     proxy, an engine's own, e.g. a Dynamo frontend member's etcd).
 
     + hp: the host's plan and renderings

@@ -12,22 +12,22 @@ from typing import Any
 from pyinfra import host
 from pyinfra.api import StringCommand
 from pyinfra.context import ctx_host
+from specdec.roles.lock import host_run, keep_lease, run_dir
 
-from roles.lock import host_run, keep_lease, run_dir
-from specdec import apikey
-from specdec import verify as sv
 from specdec.bench import remote
-from specdec.readback import check_tree, parse_json
-from specdec.report import reports_root, write_host_report
-from specdec.rounds import RoundBench
-from specdec.verify_spec import VerifySpec
+from specdec.config import apikey
+from specdec.config.readback import check_tree, parse_json
+from specdec.gate.rounds import RoundBench
+from specdec.report.fleet import reports_root, write_host_report
+from specdec.verify import verifier as sv
+from specdec.verify.spec import VerifySpec
 from specdec.watch import marks as watch_marks
 
 __all__ = ["MemberIO", "PyinfraIO", "previous_report", "write_report"]
 
 
 class PyinfraIO:
-    """`specdec.verify_spec.HostIO` on a pyinfra host, inside an executing operation."""
+    """`specdec.verify.spec.HostIO` on a pyinfra host, inside an executing operation."""
 
     def __init__(self, conn: dict[str, Any], spec: VerifySpec) -> None:
         self.conn = conn
@@ -70,7 +70,7 @@ class PyinfraIO:
 
 
 class MemberIO(PyinfraIO):
-    """`specdec.verify_spec.HostIO` on another host of the run (a serving group's member)."""
+    """`specdec.verify.spec.HostIO` on another host of the run (a serving group's member)."""
 
     def __init__(self, member: Any, conn: dict[str, Any], spec: VerifySpec) -> None:
         super().__init__(conn, spec)
@@ -116,7 +116,7 @@ def write_report(rep: dict[str, Any], secret: str | None, spec: VerifySpec | Non
 
 def previous_report(spec: VerifySpec) -> dict[str, Any] | None:
     """This host's last verified report (its figures are carried into an unchanged run's):
-    read back, so checked as input (`specdec.readback`); a bad one is not carried."""
+    read back, so checked as input (`specdec.config.readback`); a bad one is not carried."""
     last = last_verified(spec)
     try:
         doc = check_tree(parse_json(last.read_bytes(), "report"), "report") \

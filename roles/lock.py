@@ -1,9 +1,9 @@
-"""The per-host deploy lock: taken first, released last (see `specdec.lock`).
+"""The per-host deploy lock: taken first, released last (see `specdec.host.lock`).
 
 The operations talk to the host only at execution time and report "No changes": a re-run of an
 unchanged plan stays a no-op. A held, live lock fails the host with one line before anything is
 changed; a stale one (its pyinfra process on this control node is gone, or its lease ran out on
-the host's monotonic clock, `specdec.lock`) is taken over. The lease is renewed before each
+the host's monotonic clock, `specdec.host.lock`) is taken over. The lease is renewed before each
 long phase (`renew_lease`), during a long command (`leased`: a pull, a download) and between
 the verify step's host commands (`keep_lease`); a lease found taken over fails the host at
 once, without another change. When the verify step fails a host it releases the lock itself (a
@@ -12,8 +12,8 @@ failed host runs no later operation).
 pyinfra gathers the facts the roles plan from in its prepare phase, before any operation runs,
 so before the lock. `deploy_lock` returns the release state those decisions are based on, and
 once the lock is held it reads that state again, with every other fact the deploy planned
-from, in one command (`roles.factcache.refresh`): if it moved in between (another rollout, or
-the host's guard), the host fails with one line before anything is changed.
+from, in one command (`specdec.roles.factcache.refresh`): if it moved in between (another
+rollout, or the host's guard), the host fails with one line before anything is changed.
 
 Also the run context shared by the lock and verify roles: the run id (``$SPECDEC_RUN_ID``, set
 by `specdec rollout`, else one per pyinfra process) and the reports directory.
@@ -33,14 +33,14 @@ from pyinfra.api import StringCommand, deploy, operation
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 from pyinfra.api.state import BaseStateCallback
 from pyinfra.connectors.fake import FakeConnector
+from specdec.roles.factcache import lock_only, refresh, save
+from specdec.roles.facts import SpecdecReleases
 
-from roles.factcache import lock_only, refresh, save
-from roles.facts import SpecdecReleases
-from specdec import layout
-from specdec import lock as speclock
 from specdec.errors import redact
-from specdec.release import ReleaseState
-from specdec.report import (
+from specdec.host import layout
+from specdec.host import lock as speclock
+from specdec.host.release import ReleaseState
+from specdec.report.fleet import (
     RUN_ID_ENV,
     new_run_id,
     reports_root,
@@ -124,7 +124,7 @@ def fail_command(message: str) -> StringCommand:
 
 def lock_run(command: str, conn: dict[str, Any], timeout: float | None = None
              ) -> tuple[bool, list[str]]:
-    """`host_run` for a command that touches only the deploy lock (`roles.factcache`: not a
+    """`host_run` for a command that touches only the deploy lock (`specdec.roles.factcache`: not a
     change of the host the facts describe)."""
     with lock_only(host):
         return host_run(command, conn, timeout)

@@ -1,6 +1,7 @@
 """Prefetch the target and draft/head weights (and assets) the engine will read offline.
 
-Commands and checks come from `specdec.prefetch`; the token reaches the Hugging Face CLI only as
+Commands and checks come from `specdec.host.prefetch`; the token reaches the Hugging Face CLI only
+as
 a file (HF_TOKEN_PATH), never on a command line.
 """
 
@@ -9,13 +10,13 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import deploy, operation
 from pyinfra.facts.files import Sha256File
+from specdec.roles.common import HostPlan
+from specdec.roles.facts import HfCached
+from specdec.roles.lock import leased
 
-from roles.common import HostPlan
-from roles.facts import HfCached
-from roles.lock import leased
-from specdec import layout, prefetch
 from specdec.engines.trtllm.facts import TIKTOKEN_FILES
-from specdec.site import download_env
+from specdec.host import layout, prefetch
+from specdec.plan.sites import download_env
 
 __all__ = ["model_prefetch", "prefetch_repo", "tiktoken_encoding"]
 
@@ -24,7 +25,7 @@ __all__ = ["model_prefetch", "prefetch_repo", "tiktoken_encoding"]
 def prefetch_repo(repo: str, image: str | None, owner: str, local_dir: str | None = None,
                   endpoint: tuple[tuple[str, str], ...] = ()):
     """Download ``repo`` unless a complete copy is cached, as ``owner`` (the cache is theirs:
-    root writes nothing into it, `specdec.prefetch`).
+    root writes nothing into it, `specdec.host.prefetch`).
 
     + repo: Hugging Face repo id
     + image: run the download in this image (docker runtime), or None (native)

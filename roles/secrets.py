@@ -2,7 +2,8 @@
 group's CA and member certificate and key, the operator's certificate for the API.
 
 Each value is read (or made) on the control node and travels only as a
-`pyinfra.api.HiddenValue`. As for the HF token (`roles.hf_token`): uploaded from an in-memory
+`pyinfra.api.HiddenValue`. As for the HF token (`specdec.roles.hf_token`): uploaded from an
+in-memory
 buffer whose repr is ``<secret>``, to a new 0600 file in the same directory, renamed over the
 old one once complete; change detection compares sha256 digests only; the operation has an
 explicit name, so pyinfra never prints its arguments. The directories are root:root 0700.
@@ -19,9 +20,9 @@ from pyinfra.api import FileUploadCommand, HiddenValue, StringCommand, deploy, o
 from pyinfra.api.operation import OperationMeta
 from pyinfra.facts.files import File, Sha256File
 from pyinfra.operations import files
+from specdec.roles.common import HostPlan, HostSecrets, SecretIO
 
-from roles.common import HostPlan, HostSecrets, SecretIO
-from specdec import layout
+from specdec.host import layout
 
 __all__ = ["converge_secret", "host_secrets", "secret_file", "upload_secret"]
 

@@ -21,11 +21,11 @@ from pyinfra.api import deploy, operation
 from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
+from specdec.roles.common import HostPlan
+from specdec.roles.facts import SpecdecReleases
 
-from roles.common import HostPlan
-from roles.facts import SpecdecReleases
-from specdec import guard, layout, release
-from specdec.render import Rendered
+from specdec.host import guard, layout, release
+from specdec.render.files import Rendered
 
 __all__ = ["ServeResult", "activate", "prune_releases", "serve"]
 
@@ -60,7 +60,7 @@ def activate(release_id: str, guard_seconds: int):
 @operation(is_idempotent=False)
 def restart_aux(old: str, new: str):
     """Restart the auxiliary units (etcd, Dynamo frontend) whose files differ between two
-    release directories (`specdec.release.aux_restart`).
+    release directories (`specdec.host.release.aux_restart`).
 
     + old: the release directory that ran before
     + new: the release directory that runs now

@@ -1,6 +1,7 @@
-"""A site's mirror on the host with ``specdec_site_mirror: true`` (`specdec.site`): nginx caching
+"""A site's mirror on the host with ``specdec_site_mirror: true`` (`specdec.plan.sites`): nginx
+caching
 the Hugging Face Hub, and one docker-registry pull-through cache per upstream registry, their
-files rendered by `specdec.mirror_config`.
+files rendered by `specdec.render.mirror`.
 
 It runs before the images and the weights (deploys/specdec.py): pyinfra runs each operation on
 every host before the next, so the site's hosts pull and download through a mirror that is up;
@@ -17,12 +18,12 @@ from pyinfra.api import deploy, operation
 from pyinfra.facts.files import FileContents
 from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
+from specdec.roles.common import DeployError, HostPlan
+from specdec.roles.host_packages import package_present
 
-from roles.common import DeployError, HostPlan
-from roles.host_packages import package_present
 from specdec.engines.base import HostPackage
-from specdec.mirror_config import CACHE_DIR, NGINX_CONF, render_mirror
-from specdec.site import SiteMirror, mirror_of
+from specdec.plan.sites import SiteMirror, mirror_of
+from specdec.render.mirror import CACHE_DIR, NGINX_CONF, render_mirror
 
 __all__ = ["nginx_checked", "site_mirror"]
 

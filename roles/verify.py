@@ -1,11 +1,12 @@
-"""Verify the activated release (thin: the logic is `specdec.verify`).
+"""Verify the activated release (thin: the logic is `specdec.verify.verifier`).
 
 Runs after `serve`. At execution time it reads the host's release pointers again and decides:
 
 * nothing to verify (the desired release is current *and* last-good, the engine was not
   restarted, no ``--data specdec_reverify=true``) and the engine answers ``/health`` → report
   ``unchanged``, "No changes", and the deploy lock released here (nothing else follows);
-* otherwise a Python callback on the control node (`specdec.verify.Verifier`): health, process
+* otherwise a Python callback on the control node (`specdec.verify.verifier.Verifier`): health,
+process
   checks, benchmarks, gate, then keep / disable / roll back. A rolled-back or failed host is
   then failed with a one-line reason (never counted as a success), after its deploy lock is
   released.
@@ -14,7 +15,7 @@ Every outcome writes ``reports/<run-id>/<host>.json`` and refreshes the fleet su
 Where the benchmark client runs is ``specdec_bench_mode`` (`specdec.bench.remote`): by default
 on the host beside the engine (uploaded, run over SSH against loopback, its JSON collected from
 stdout), else in the engine's image, or on the control node as a subprocess.
-Benchmark knobs (per gate round and arm, `specdec.rounds.BenchSettings`) come from the
+Benchmark knobs (per gate round and arm, `specdec.gate.rounds.BenchSettings`) come from the
 environment of the control node: ``SPECDEC_BENCH_REQUESTS`` (4, candidate at c=1),
 ``SPECDEC_BENCH_BASELINE_REQUESTS`` (2, baseline at c=1), ``SPECDEC_BENCH_GUARD_REQUESTS`` (8,
 at c=8), ``SPECDEC_BENCH_MAX_TOKENS`` (64), ``SPECDEC_BENCH_WARMUP`` (2),
@@ -33,26 +34,26 @@ from typing import Any
 from pyinfra import host
 from pyinfra.api import FunctionCommand, HiddenValue, deploy, operation
 from pyinfra.api.operation import OperationMeta
+from specdec.roles.common import DeployError, HostPlan, tune_store
+from specdec.roles.facts import DeviceIdentity, JetsonPower, SpecdecReleases
+from specdec.roles.group import verify_serving_group
+from specdec.roles.hostio import PyinfraIO, previous_report, write_report
+from specdec.roles.lock import LockLost, connector_args, fail_command, release_now, run_dir, run_id
+from specdec.roles.lock import skip_host as _skip_host
+from specdec.roles.serve import ServeResult
 
-from roles.common import DeployError, HostPlan, tune_store
-from roles.facts import DeviceIdentity, JetsonPower, SpecdecReleases
-from roles.group import verify_serving_group
-from roles.hostio import PyinfraIO, previous_report, write_report
-from roles.lock import LockLost, connector_args, fail_command, release_now, run_dir, run_id
-from roles.lock import skip_host as _skip_host
-from roles.serve import ServeResult
-from specdec import apikey
-from specdec import verify as sv
 from specdec.catalog import GIB, load_catalog
+from specdec.config import apikey
 from specdec.errors import SpecdecError, redact
-from specdec.identify import Identity
-from specdec.layout import KEEP_RELEASES
-from specdec.plan_types import http_url
-from specdec.power import PowerState
-from specdec.release import ReleaseState, prune_doomed
-from specdec.release import remove as remove_releases
-from specdec.report import reports_root, safe_name
-from specdec.verify_spec import HostIO, Roofline, VerifySpec
+from specdec.host.identify import Identity
+from specdec.host.layout import KEEP_RELEASES
+from specdec.host.power import PowerState
+from specdec.host.release import ReleaseState, prune_doomed
+from specdec.host.release import remove as remove_releases
+from specdec.plan.types import http_url
+from specdec.report.fleet import reports_root, safe_name
+from specdec.verify import verifier as sv
+from specdec.verify.spec import HostIO, Roofline, VerifySpec
 
 __all__ = ["PyinfraIO", "bench_settings", "make_io", "verify", "verify_spec"]
 
@@ -151,7 +152,7 @@ def verify_release(spec: VerifySpec, changed: tuple[OperationMeta, ...],
                    token: HiddenValue | None = None):
     """Verify the running release; keep, disable or roll back.
 
-    + spec: what to verify (`specdec.verify_spec.VerifySpec`)
+    + spec: what to verify (`specdec.verify.spec.VerifySpec`)
     + changed: serve's operations whose change restarted the engine
     + token: the HF token (only to keep it out of reports; compared by hash on the host)
     """

@@ -16,9 +16,9 @@ touched).
 
 The redaction lives here too (`redact`, `one_line`), for every other text shown or written:
 events, reports, logs. A Hugging Face user access token is ``hf_`` followed by letters and
-digits (https://huggingface.co/docs/hub/security-tokens); `specdec.hftoken` accepts nothing
+digits (https://huggingface.co/docs/hub/security-tokens); `specdec.config.hftoken` accepts nothing
 else, so every token specdec handles is caught by `TOKEN_SHAPED`; so is every API key
-(``sdk_`` and letters and digits, `specdec.apikey`). Redact *before* truncating:
+(``sdk_`` and letters and digits, `specdec.config.apikey`). Redact *before* truncating:
 a cut token is no longer token-shaped. (This module stays dependency-free: the engine emulator
 image ships it.)
 """

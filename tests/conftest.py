@@ -1,5 +1,5 @@
 """Every test: the control node's own state (generated API keys, serving groups' CAs:
-`specdec.apikey.state_dir`) in a temporary directory, never the user's."""
+`specdec.config.apikey.state_dir`) in a temporary directory, never the user's."""
 
 from __future__ import annotations
 

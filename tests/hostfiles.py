@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from specdec.emulator import hf
+from specdec_lab.emulator import hf
 
 __all__ = ["engine_yaml_on_host"]
 

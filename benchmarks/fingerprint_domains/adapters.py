@@ -2,13 +2,14 @@
 private names, and public ones the refactor under way moves (Dynamo groups and units).
 
 After a refactor that moves one of these, adjust it here (and say so when comparing digests).
-Every other module calls only public names: `specdec.plan.make_plan` / `baseline` /
-`speculating`, `specdec.render.render` / `engine_argv` / `speculative_config`,
-`specdec.tunecache.apply_cached` / `store`, `specdec.cli.main`, the on-host bench core
+Every other module calls only public names: `specdec.plan.planner.make_plan` / `baseline` /
+`speculating`, `specdec.render.files.render` / `engine_argv` / `speculative_config`,
+`specdec.tune.cache.apply_cached` / `store`, `specdec.cli.main`, the on-host bench core
 (`specdec.bench.onhost.cli.parse_args`, `run.run_bench`), `specdec.bench.client.run_bench_async`,
-`specdec.emulator.setup.setup_for`, `specdec.emulator.core.EngineCore` / `simulate`,
-`python3 -m specdec.emulator`, `specdec.gate.decide` / `decide_adaptive`, `specdec.tune.Search`,
-`specdec.report.summary_markdown` / `index_html`.
+`specdec_lab.emulator.setup.setup_for`, `specdec_lab.emulator.core.EngineCore` / `simulate`,
+`python3 -m specdec_lab.emulator`, `specdec.gate.decide.decide` / `decide_adaptive`,
+`specdec.tune.search.Search`,
+`specdec.report.fleet.summary_markdown` / `index_html`.
 """
 
 from __future__ import annotations
@@ -28,13 +29,13 @@ LAB_ENV_UNSET = ("SPECDEC_LAB_TIME_SCALE", "SPECDEC_LAB_FAULTS", "HF_TOKEN")
 @contextmanager
 def lab_inventory_pinned(env: dict[str, str]) -> Iterator[None]:
     """`inventories/lab.py` as on a machine where the lab was never built: the lab's image
-    mirrors carry no ``@sha256:`` digest (private: `specdec.lab.images.digests_file`, the
+    mirrors carry no ``@sha256:`` digest (private: `specdec_lab.images.digests_file`, the
     cache of pushed digests, is pointed at a file that does not exist)."""
     # `load_inventory` loads in this process once pyinfra_cli is imported: the patched
     # digests_file below then applies to the inventory too
     import pyinfra_cli.inventory  # noqa: F401
 
-    import specdec.lab.images as images
+    import specdec_lab.images as images
 
     saved_env = {k: os.environ.get(k) for k in (*env, *LAB_ENV_UNSET)}
     saved = images.digests_file
@@ -54,7 +55,7 @@ def lab_inventory_pinned(env: dict[str, str]) -> Iterator[None]:
 
 
 def engine_step_fields(result: Any) -> dict[str, Any]:
-    """One `specdec.emulator.core.StepResult` as data (all its fields: a dataclass today)."""
+    """One `specdec_lab.emulator.core.StepResult` as data (all its fields: a dataclass today)."""
     import dataclasses
 
     return dataclasses.asdict(result)
@@ -67,8 +68,8 @@ def dynamo_groups(hosts: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     try:
         from specdec.dynamo.group import groups_of
     except ImportError:
+        from specdec.config.hostdata import parse_host_settings
         from specdec.groups.inventory import groups_of
-        from specdec.hostdata import parse_host_settings
 
         return groups_of([parse_host_settings(n, d) for n, d in hosts])
     return groups_of(hosts)

@@ -197,9 +197,9 @@ def _control(argv: list[str], tmp: Path) -> dict[str, Any]:
 
 
 def _deploy_argvs() -> list[list[str]]:
-    """The argv the deploy's gate rounds give the client (`specdec.rounds.round_bench`)."""
-    from specdec.plan_types import GatePolicy
-    from specdec.rounds import BenchSettings, round_bench
+    """The argv the deploy's gate rounds give the client (`specdec.gate.rounds.round_bench`)."""
+    from specdec.gate.rounds import BenchSettings, round_bench
+    from specdec.plan.types import GatePolicy
 
     out = []
     allocs = (None, {"code": 1.0}, {"chat": 0.5, "code": 0.3, "repetitive": 0.2})

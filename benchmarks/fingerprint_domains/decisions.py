@@ -47,14 +47,14 @@ def _result(s1: float | dict[str, float], s8: float | None, seed: int, n1: int =
 
 
 def _policies() -> list[Any]:
-    from specdec.plan_types import GatePolicy
+    from specdec.plan.types import GatePolicy
 
     return [GatePolicy(), GatePolicy(indifference=0.07, run_noise=0.02, max_rounds=6),
             GatePolicy(confidence=0.99, keep_min_throughput_gain=0.2, max_regression_c8=0.05)]
 
 
 def gate(dom: Domain, quick: bool) -> None:
-    from specdec.gate import decide, decide_adaptive
+    from specdec.gate.decide import decide, decide_adaptive
 
     s1s: list[Any] = [0.8, 1.0, 1.1, 1.2, 1.3, 1.45, 1.6, 2.0,
                       {"chat": 1.0, "code": 1.15, "summarization": 2.0, "repetitive": 3.0}]
@@ -135,8 +135,8 @@ def _bench(alpha: dict[str, float], k: int, step: tuple[float, float],
 
 
 def tune(dom: Domain, quick: bool) -> None:
-    from specdec.plan_types import GatePolicy
-    from specdec.tune import Search, level_fit
+    from specdec.plan.types import GatePolicy
+    from specdec.tune.search import Search, level_fit
 
     n = 0
     for mi, methods in enumerate(METHOD_SETS):
@@ -157,7 +157,7 @@ def tune(dom: Domain, quick: bool) -> None:
 
 def _search(methods: Any, alpha: dict[str, float], step: tuple[float, float], per_batch: bool,
             seqs: int, pol: Any, search: Any, level_fit: Any) -> dict[str, Any]:
-    from specdec.tune import Config
+    from specdec.tune.search import Config
 
     try:
         s = search(methods, pol, CATS, per_batch, seqs)
@@ -197,9 +197,9 @@ def _host_report(host: str, outcome: str, base: tuple[float, float, float] = (20
 
 
 def _reports() -> list[dict[str, Any]]:
-    from specdec.plan_types import GatePolicy
-    from specdec.report import skipped_report
-    from specdec.tune import Search, level_fit
+    from specdec.plan.types import GatePolicy
+    from specdec.report.fleet import skipped_report
+    from specdec.tune.search import Search, level_fit
 
     fixed = {"started_at": "2000-01-01T00:00:00+00:00", "finished_at": "2000-01-01T00:01:00+00:00"}
     tuned = _search(METHOD_SETS[1], ALPHAS[0], (0.05, 0.012), True, 8, GatePolicy(), Search,
@@ -233,7 +233,7 @@ def _reports() -> list[dict[str, Any]]:
 
 
 def reports(dom: Domain) -> None:
-    from specdec.report import figures, index_html, summary_markdown
+    from specdec.report.fleet import figures, index_html, summary_markdown
 
     reps = _reports()
     sets = {"all": reps, "none": [], "first": reps[:1], "groups": reps[9:11],

@@ -54,8 +54,8 @@ def engine_cases(quick: bool) -> list[tuple[int, str, dict[str, Any]]]:
 
 
 def _steps(c: dict[str, Any]) -> dict[str, Any]:
-    from specdec.emulator.core import EngineCore, SeqRequest, SimPrompt, simulate
-    from specdec.emulator.setup import setup_for
+    from specdec_lab.emulator.core import EngineCore, SeqRequest, SimPrompt, simulate
+    from specdec_lab.emulator.setup import setup_for
 
     kw = {k: c[k] for k in ("k_by_batch", "max_concurrency", "enforce_eager",
                             "max_num_batched_tokens") if k in c}
@@ -172,15 +172,15 @@ def _requests(model: str, trt: bool) -> list[tuple[str, str, Any]]:
 
 
 def _host(device: str, data: dict[str, Any]) -> Any:
-    from specdec.plan import make_plan
+    from specdec.plan.planner import make_plan
 
     return make_plan("emu", {"specdec_device": device, "specdec_runtime": "native", **data})
 
 
 def emulator_http(dom: Domain, repo: Path) -> None:
     """Each setup: a plan's engine command line (its engine.yaml for trtllm-serve) run by
-    ``python3 -m specdec.emulator`` on loopback, then a fixed sequence of requests."""
-    from specdec.render import engine_argv, render
+    ``python3 -m specdec_lab.emulator`` on loopback, then a fixed sequence of requests."""
+    from specdec.render.files import engine_argv, render
 
     setups = [("agx-vllm-eagle3", "agx-orin-64gb", {"specdec_model": "meta-llama/Llama-3.1-8B"
                "-Instruct", "specdec_method": "eagle3", "specdec_num_speculative_tokens": 3}),
@@ -213,7 +213,7 @@ def _serve(repo: Path, tmp: Path, device: str, plan: Any, argv: list[str]) -> di
                SPECDEC_EMU_DEVICE=device, SPECDEC_EMU_TIME_SCALE="0.001", SPECDEC_EMU_SEED="7",
                SPECDEC_EMU_ENGINE_VERSION=plan.engine_version, PYTHONUNBUFFERED="1")
     log = (tmp / "log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "specdec.emulator", *argv, "--host",
+    proc = subprocess.Popen([sys.executable, "-m", "specdec_lab.emulator", *argv, "--host",
                              "127.0.0.1", "--port", str(port)], cwd=repo, env=env, stdout=log,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:

@@ -105,7 +105,7 @@ def plan_cases(quick: bool) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _identity(dev: str, how: str) -> Any:
-    from specdec.identify import Identity
+    from specdec.host.identify import Identity
 
     cat = _catalog()
     if how == "other":
@@ -118,7 +118,7 @@ def _identity(dev: str, how: str) -> Any:
 
 def _members(data: dict[str, Any]) -> list[tuple[str, Any]]:
     """The host's plans: one host, or both members of a generated Dynamo pair."""
-    from specdec.plan import make_plan
+    from specdec.plan.planner import make_plan
 
     data = dict(data)
     ident = data.pop("_identity", None)
@@ -145,7 +145,7 @@ def _diff(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 def _plan_record(p: Any, ref: dict[str, Any] | None = None) -> dict[str, Any]:
     """The plan's JSON (as a diff against ``ref`` when given), its release id and, when it
     speculates, its baseline (as a diff against the plan)."""
-    from specdec.plan import baseline
+    from specdec.plan.planner import baseline
 
     d = json.loads(p.to_json())
     rec: dict[str, Any] = {"plan" if ref is None else "plan_diff": d if ref is None
@@ -161,7 +161,7 @@ def _plan_record(p: Any, ref: dict[str, Any] | None = None) -> dict[str, Any]:
 
 
 def _render_record(p: Any) -> dict[str, Any]:
-    from specdec.render import engine_argv, render, speculative_config
+    from specdec.render.files import engine_argv, render, speculative_config
 
     out: dict[str, Any] = {}
     try:
@@ -184,7 +184,7 @@ def _render_record(p: Any) -> dict[str, Any]:
 
 
 def _baseline_render(p: Any) -> dict[str, Any]:
-    from specdec.plan import baseline
+    from specdec.plan.planner import baseline
 
     try:
         b = baseline(p)
@@ -196,9 +196,9 @@ def _baseline_render(p: Any) -> dict[str, Any]:
 def _tune_lines(key: str, i: int, p: Any, root: Path) -> list[tuple[str, tuple[str, bool]]]:
     """Tune-cache application (an entry stored for the plan's key) and `speculating`, each as
     a diff against the plan."""
-    from specdec.plan import speculating
-    from specdec.tune import Config, TuneResult, schedule
-    from specdec.tunecache import apply_cached, store
+    from specdec.plan.planner import speculating
+    from specdec.tune.cache import apply_cached, store
+    from specdec.tune.search import Config, TuneResult, schedule
 
     out: list[tuple[str, tuple[str, bool]]] = []
     ref = json.loads(p.to_json())

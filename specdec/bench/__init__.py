@@ -17,7 +17,8 @@ Both raise/print `specdec.errors.BenchError` (or `ConfigError` for bad arguments
 a dict: ``concurrency`` → level → vLLM-style keys (``median_tpot_ms``, ``output_throughput``,
 ``p99_ttft_ms``, …) and the seed's (``tpot_ms_p50``, ``ttft_ms_p50``, ``throughput_tok_s``), plus
 ``steady_output_throughput``, ``errors``, ``spec_decode`` (per level) and ``requests`` (per-request
-records paired by ``index``/``prompt_id`` in `specdec.gate`); top-level ``spec_decode`` (all levels;
+records paired by ``index``/``prompt_id`` in `specdec.gate.decide`); top-level ``spec_decode`` (all
+levels;
 None when the server has no speculation counters), ``server`` and ``warnings``. Definitions are in
 `specdec.bench.client`. Modules: ``client`` (the run), ``config`` (`BenchConfig`), ``transport``
 (httpx), ``onhost`` (the measurement core, also shipped to hosts as one stdlib zipapp), ``remote``

@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
+from specdec.config.yamlfile import read_yaml
 from specdec.errors import ConfigError
-from specdec.yamlfile import read_yaml
 
 __all__ = ["Prompt", "PromptSet", "builtin_prompts", "load_prompts"]
 

@@ -39,10 +39,10 @@ from typing import Any
 
 from specdec.bench.onhost.cli import MARKER
 from specdec.bench.prompts import PromptSet, builtin_prompts
+from specdec.config.readback import check_tree, parse_json
+from specdec.config.settings import BENCH_MODES, DEFAULT_BENCH_MODE
 from specdec.errors import BenchError, GateError
-from specdec.gateinput import check_result
-from specdec.readback import check_tree, parse_json
-from specdec.settings import BENCH_MODES, DEFAULT_BENCH_MODE
+from specdec.gate.inputs import check_result
 
 __all__ = [
     "BENCH_DIR",
@@ -61,7 +61,7 @@ __all__ = [
 MODES, DEFAULT_MODE = BENCH_MODES, DEFAULT_BENCH_MODE
 BENCH_DIR = "/var/lib/specdec/bench"
 NOBODY = "65534"  # the client's user and group (Debian / Ubuntu: nobody, nogroup)
-KEY_FILE = "/etc/specdec/api_key"  # specdec.layout.API_KEY_FILE (read by root, into stdin)
+KEY_FILE = "/etc/specdec/api_key"  # specdec.host.layout.API_KEY_FILE (read by root, into stdin)
 _CHUNK = 48 * 1024  # base64 characters per upload command (a shell argument is capped at 128K)
 Run = Callable[[str, float | None], tuple[bool, list[str]]]
 _PACKAGE = "specdec.bench.onhost"
@@ -156,7 +156,7 @@ def upload_commands(b: Bundle) -> list[str]:
 def verified(b: Bundle) -> str:
     """A check that fails unless the bench directory, the bundle's and both files are root's,
     writable by root only, not symbolic links, and carry their sha256: what runs is what was
-    uploaded (the state directory above them is root's 0755, `roles.docker_access`)."""
+    uploaded (the state directory above them is root's 0755, `specdec.roles.docker_access`)."""
     q = shlex.quote
     paths = " ".join(q(p) for p in [b.base, b.dir, b.script_path, b.prompts_path])
     sums = (f"printf '%s  %s\\n' {b.sha(b.script)} {q(b.script_path)} {b.sha(b.prompts)} "

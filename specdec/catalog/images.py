@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from specdec.config.hygiene import split_reference
 from specdec.engines.version import Version, version_in_tag
 from specdec.errors import ConfigError
-from specdec.hygiene import split_reference
 
 __all__ = ["HUB_CLIS", "Image", "ImageRef", "parse_image_ref", "parse_images"]
 
@@ -40,7 +40,7 @@ class ImageRef:
 
 
 def parse_image_ref(text: str) -> ImageRef | None:
-    """Docker's reference grammar (`specdec.hygiene.split_reference`); None when ``text`` is
+    """Docker's reference grammar (`specdec.config.hygiene.split_reference`); None when ``text`` is
     not a reference."""
     if not isinstance(text, str) or len(text) > 512:
         return None

@@ -15,14 +15,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
-from specdec import layout
 from specdec.catalog import Model
+from specdec.config.keys import KeyReader
+from specdec.config.settings import HostSettings
 from specdec.engines.ranges import first_version
 from specdec.engines.support import Support, Target, with_first_ok
 from specdec.engines.version import Version
-from specdec.hostkeys import KeyReader
-from specdec.plan_types import DynamoPlan, Group, Plan, Socket
-from specdec.settings import HostSettings
+from specdec.host import layout
+from specdec.plan.types import DynamoPlan, Group, Plan, Socket
 
 __all__ = ["LOOPBACK", "Endpoints", "Engine", "GroupSeat", "HostPackage", "MetricsSource",
            "ReleaseFile",
@@ -232,7 +232,7 @@ class Engine(ABC):
         """Distribution packages the release's units need on the host."""
         return []
 
-    # -- the network (`specdec.sockets`) ---------------------------------------------------
+    # -- the network (`specdec.plan.sockets`) ---------------------------------------------------
     def serves_api(self, plan: Plan) -> bool:
         """Whether the host serves the OpenAI API (specdec's API proxy fronts it on
         ``plan.port``; the engine itself listens on loopback only)."""
@@ -240,7 +240,7 @@ class Engine(ABC):
 
     def secret_env(self, plan: Plan) -> list[tuple[str, str]]:
         """Secrets the engine reads from its environment: (variable, credential name of
-        `specdec.layout.CREDENTIALS`), e.g. its own API key check behind the proxy. Set at
+        `specdec.host.layout.CREDENTIALS`), e.g. its own API key check behind the proxy. Set at
         start from the credential, never written into a unit."""
         return []
 
@@ -250,7 +250,8 @@ class Engine(ABC):
         return ()
 
     def sockets(self, plan: Plan) -> list[Socket]:
-        """Every socket the engine's units listen on; the API proxy's are `specdec.sockets`'."""
+        """Every socket the engine's units listen on; the API proxy's are
+        `specdec.plan.sockets`'."""
         return [Socket(layout.SERVICE_NAME, f"{self.label} HTTP, behind the API proxy", LOOPBACK,
                        plan.engine_port, (), "the API proxy and the benchmark on this host")]
 

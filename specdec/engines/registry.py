@@ -8,7 +8,7 @@ from specdec.engines.support import Support, Target
 from specdec.engines.trtllm.engine import TrtllmEngine
 from specdec.engines.version import Version
 from specdec.engines.vllm.engine import VllmEngine
-from specdec.plan_types import Plan
+from specdec.plan.types import Plan
 
 __all__ = ["DEFAULT_ENGINE", "ENGINES", "engine", "engine_of", "support"]
 

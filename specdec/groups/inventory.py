@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from specdec.config.settings import HostSettings
 from specdec.engines.registry import engine
 from specdec.errors import ConfigError
-from specdec.plan_types import Group, Plan
-from specdec.settings import HostSettings
-from specdec.sockets import member_reach
+from specdec.plan.sockets import member_reach
+from specdec.plan.types import Group, Plan
 
 __all__ = ["Group", "check_limit", "check_plans", "groups_of", "plans_by_group", "units"]
 
@@ -54,7 +54,7 @@ def groups_of(hosts: Iterable[HostSettings]) -> dict[str, Group]:
         if frontend not in names:
             raise ConfigError(f"specdec_group_frontend={frontend!r}: not a member of group "
                               f"{group!r} (members: {', '.join(names)})", host=rows[0][0])
-        # the group's firewall lets its members in by address (`specdec.sockets.member_reach`)
+        # the group's firewall lets its members in by address (`specdec.plan.sockets.member_reach`)
         member_reach([(n, a) for n, a, _ in rows])
         seen: dict[str, str] = {}
         for n, addr, _ in rows:

@@ -9,15 +9,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specdec import layout, release
 from specdec.bench.metrics import Counters, add_counters, parse_vllm
 from specdec.engines.base import GroupSeat
 from specdec.engines.registry import engine_of
 from specdec.errors import BenchError
-from specdec.phases.health import unit_failure
-from specdec.phases.host import SERVICE, Ctx, VerifyFailure, now_iso
-from specdec.verify import Verifier
-from specdec.verify_spec import HostIO, VerifySpec
+from specdec.host import layout, release
+from specdec.verify.phases.health import unit_failure
+from specdec.verify.phases.host import SERVICE, Ctx, VerifyFailure, now_iso
+from specdec.verify.spec import HostIO, VerifySpec
+from specdec.verify.verifier import Verifier
 
 __all__ = ["GroupFailure", "GroupOps", "Member", "stop_failing"]
 

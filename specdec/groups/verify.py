@@ -1,5 +1,5 @@
 """Verification of a serving group through its one endpoint (plain Python, like
-`specdec.verify`: every host command and request goes through a member's `HostIO`).
+`specdec.verify.verifier`: every host command and request goes through a member's `HostIO`).
 
 A group verifies, keeps, disables and rolls back as one:
 
@@ -12,7 +12,8 @@ A group verifies, keeps, disables and rolls back as one:
    the baseline (every member on its speculation-off release), in ABAB rounds as a single host;
    acceptance from the members' own speculation counters (Dynamo: its workers' system servers
    carry vLLM's ``vllm:spec_decode_*``);
-4. **gate** — `specdec.gate.decide`; keep or disable on every member, each committed under its
+4. **gate** — `specdec.gate.decide.decide`; keep or disable on every member, each committed under
+its
    own guard;
 5. any failure on any member restores *every* member's last-good release (the frontend
    member's other units with it, where they differ) and confirms the group serves again →
@@ -32,26 +33,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specdec import layout, release
 from specdec.bench.device_time import to_device_time
 from specdec.bench.metrics import spec_delta
 from specdec.errors import SpecdecError, one_line
+from specdec.gate.rounds import RoundBench
 from specdec.groups.members import GroupFailure, GroupOps, Member, stop_failing
-from specdec.phases.bench import Bench, bench_summary
-from specdec.phases.gate import Arm, run_gate
-from specdec.phases.host import VerifyFailure, now_iso, upload_command
-from specdec.phases.process import check_process
-from specdec.plan_types import Group
-from specdec.rounds import RoundBench
-from specdec.verify import Verifier, needs_verification, unchanged_report
-from specdec.verify_spec import FileSpec, HostIO, VerifySpec
+from specdec.host import layout, release
+from specdec.plan.types import Group
+from specdec.verify.phases.bench import Bench, bench_summary
+from specdec.verify.phases.gate import Arm, run_gate
+from specdec.verify.phases.host import VerifyFailure, now_iso, upload_command
+from specdec.verify.phases.process import check_process
+from specdec.verify.spec import FileSpec, HostIO, VerifySpec
+from specdec.verify.verifier import Verifier, needs_verification, unchanged_report
 
 __all__ = ["GroupBench", "GroupVerifier", "Reached", "failed_report", "verify_group"]
 
 
 class GroupBench(Bench):
-    """`specdec.phases.bench.Bench` for a whole group, so the gate's rounds
-    (`specdec.phases.gate.run_gate`) run unchanged: activating an arm switches every member,
+    """`specdec.verify.phases.bench.Bench` for a whole group, so the gate's rounds
+    (`specdec.verify.phases.gate.run_gate`) run unchanged: activating an arm switches every member,
     a measurement goes through the frontend, and no baseline is cached (it is the group's)."""
 
     def __init__(self, gv: GroupVerifier) -> None:

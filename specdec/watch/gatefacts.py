@@ -3,9 +3,9 @@ and when, the acceptance length and gains it measured, the tokens per sequence-s
 candidate, and the step cost of speculation relative to the baseline per batch size.
 
 The step cost comes from the tune's fitted curve at the running k (``tune.curves[].points[]``
-``cost_c1``/``cost_c8``, `specdec.tune`) when the tuned configuration is what runs; else from
+``cost_c1``/``cost_c8``, `specdec.tune.search`) when the tuned configuration is what runs; else from
 the gate's own benchmark files of the candidate and the baseline (mean seconds per decode step
-at each level, `specdec.tune.level_fit`). Both are device time, and only their ratio is used.
+at each level, `specdec.tune.search.level_fit`). Both are device time, and only their ratio is used.
 A measured cost below 1 is timing noise (a speculative step verifies at least the token a plain
 decode step computes, and drafts besides; the tune's step fit holds to the same), so it is read
 as 1.
@@ -20,9 +20,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from specdec.report import CACHE_DIR, load_reports, safe_name
-from specdec.tune import level_fit
-from specdec.verify import VERIFIED
+from specdec.report.fleet import CACHE_DIR, load_reports, safe_name
+from specdec.tune.search import level_fit
+from specdec.verify.verifier import VERIFIED
 
 __all__ = ["Cost", "GateFacts", "gate_facts", "load_gate_report"]
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from specdec.report import CACHE_DIR, safe_name
+from specdec.report.fleet import CACHE_DIR, safe_name
 
 __all__ = ["MARK", "clear", "get", "mark", "marked"]
 

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from specdec.plan_types import GatePolicy
+from specdec.plan.types import GatePolicy
 from specdec.watch import marks
 from specdec.watch.estimate import Estimate, estimate
 from specdec.watch.gatefacts import GateFacts

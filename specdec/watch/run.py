@@ -24,8 +24,8 @@ from typing import Any
 
 from specdec.engines.registry import engine_of
 from specdec.errors import SpecdecError, one_line
-from specdec.plan_types import GatePolicy, Group
-from specdec.report import latest_run, write_fleet
+from specdec.plan.types import GatePolicy, Group
+from specdec.report.fleet import latest_run, write_fleet
 from specdec.watch import store
 from specdec.watch.gatefacts import gate_facts, load_gate_report
 from specdec.watch.monitor import Monitor, Running

@@ -9,7 +9,7 @@ from typing import Any
 
 from specdec.engines.registry import ENGINES
 from specdec.errors import ConfigError
-from specdec.plan_types import DynamoPlan, FitReport, GatePolicy, Plan, Socket
+from specdec.plan.types import DynamoPlan, FitReport, GatePolicy, Plan, Socket
 
 __all__ = ["plan_from_json", "time_scale"]
 

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from specdec.config.hygiene import check_host_name, check_text
 from specdec.errors import ConfigError
-from specdec.hygiene import check_host_name, check_text
 
 __all__ = ["Connection", "Session", "connection", "reader_code", "reader_command"]
 

@@ -5,7 +5,8 @@ Speculation on: the estimated speed-up S (`specdec.watch.estimate`) against two 
 keep level K = ``1 + keep_min_throughput_gain`` (1.30) and the floor F = ``1 + disable_below_gain``
 (1.10), each as a distance θ = log(S / level) with the estimate's standard error SE, the gate's
 indifference zone ±m (``indifference``, 0.10: a true θ inside it may be answered either way) and
-the gate's ``z`` (`specdec.gate.z_for`). SE_s is the part of SE that moves from look to look (the
+the gate's ``z`` (`specdec.gate.decide.z_for`). SE_s is the part of SE that moves from look to look
+(the
 sampling; the step cost's part is fixed while a release runs). A look *clears* a level
 
 * upwards to an edge e (0 or m) when the gate would pass it, ``θ − z·SE ≥ −m``, and the estimate
@@ -45,8 +46,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from specdec.gate import z_for
-from specdec.plan_types import GatePolicy
+from specdec.gate.decide import z_for
+from specdec.plan.types import GatePolicy
 
 __all__ = ["CANNOT_TELL", "FAVOURABLE", "MARGINAL", "NO_TRAFFIC", "NOT_PAYING", "PAYING",
            "VERDICTS", "Levels", "Tracker", "clears"]

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from specdec.bench.client import BenchConfig, run_bench
-from specdec.emulator.local import emulator, lab_truth, reset_truth
 from specdec.errors import BenchError
+from specdec_lab.emulator.local import emulator, lab_truth, reset_truth
 
 ORIN = {"SPECDEC_EMU_DEVICE": "agx-orin-64gb", "SPECDEC_EMU_TIME_SCALE": "0.02",
         "SPECDEC_EMU_SEED": "7"}

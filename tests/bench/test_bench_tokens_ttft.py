@@ -10,8 +10,8 @@ import pytest
 from fakeserver import TTFT_S, serve, serve_process
 
 from specdec.bench.client import BenchConfig, run_bench
-from specdec.emulator.textgen import tokenizer_json
-from specdec.gate import decide
+from specdec.gate.decide import decide
+from specdec_lab.emulator.textgen import tokenizer_json
 
 pytest.importorskip("tokenizers")  # the optional dependency (pip install 'specdec[tokens]')
 

@@ -25,8 +25,8 @@ from fakeserver import TTFT_S, serve, serve_process
 from specdec.bench import metrics, onhost, remote
 from specdec.bench.client import BenchConfig, run_bench
 from specdec.errors import BenchError
-from specdec.gate import decide
-from specdec.rounds import RoundBench
+from specdec.gate.decide import decide
+from specdec.gate.rounds import RoundBench
 
 RB = RoundBench((1, 8), (4, 8), (0, 0), 12, 1, 4)
 KEY = "sdk_" + "Test0key" * 5  # the fake server requires it, as a host's API proxy does

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from specdec.contract.cases import pinned_versions
-from specdec.contract.trtllm_schema import rendered_yamls, yaml_problems
+from specdec_lab.contract.cases import pinned_versions
+from specdec_lab.contract.trtllm_schema import rendered_yamls, yaml_problems
 
 pytestmark = pytest.mark.contract
 

@@ -1,4 +1,4 @@
-"""Contract tests against the real vLLM releases the catalog pins (`specdec.contract`).
+"""Contract tests against the real vLLM releases the catalog pins (`specdec_lab.contract`).
 
 Each release is installed from PyPI into its own environment under /var/cache/specdec-contract
 (minutes the first time, reused after) and judges, with its own CLI parser, EngineArgs,
@@ -13,9 +13,9 @@ from functools import cache
 
 import pytest
 
-from specdec.contract.cases import example_hosts, golden_plans, pinned_versions
-from specdec.contract.controls import ARCH_PREFIX, full_suite
-from specdec.contract.run import Report, run_vllm
+from specdec_lab.contract.cases import example_hosts, golden_plans, pinned_versions
+from specdec_lab.contract.controls import ARCH_PREFIX, full_suite
+from specdec_lab.contract.run import Report, run_vllm
 
 pytestmark = pytest.mark.contract
 

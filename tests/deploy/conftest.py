@@ -11,11 +11,11 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # `roles` is a top-level package of the checkout
 
-from specdec.identify import parse_identity  # noqa: E402
+from specdec.host.identify import parse_identity  # noqa: E402
 from tests.deploy.harness import World  # noqa: E402
 from tests.unit.test_identify import AGX64, SPARK  # noqa: E402
 
-TOKEN = "hf_MARKERtoken123456789abcd"  # a valid token shape (specdec.hftoken)
+TOKEN = "hf_MARKERtoken123456789abcd"  # a valid token shape (specdec.config.hftoken)
 
 
 @pytest.fixture
@@ -37,7 +37,7 @@ def _no_ambient_token(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def on(monkeypatch, tmp_path):
     """The lock and verify roles switched on for @fake hosts; the run's report directory."""
-    monkeypatch.setattr("roles.lock.SKIP_ON_FAKE_CONNECTOR", False)
+    monkeypatch.setattr("specdec.roles.lock.SKIP_ON_FAKE_CONNECTOR", False)
     monkeypatch.setenv("SPECDEC_REPORTS_DIR", str(tmp_path / "reports"))
     monkeypatch.setenv("SPECDEC_RUN_ID", "t1")
     monkeypatch.setenv("HF_TOKEN", TOKEN)

@@ -11,7 +11,7 @@ AUTO = {"specdec_device": "agx-orin-64gb", "specdec_model": "meta-llama/Llama-3.
 
 def _entry(plan: Any, **over: Any) -> dict[str, Any]:
     """A good entry for ``plan`` (what the tune phase stores), with ``over`` in its config."""
-    from specdec.tunecache import cache_key
+    from specdec.tune.cache import cache_key
 
     cfg = {"method": "eagle3", "draft": plan.draft, "k": 4, "k_by_batch": [], **over}
     return {"key": cache_key(plan), "result": {"config": cfg, "curves": [], "measured": [],

@@ -33,23 +33,24 @@ from pyinfra.context import ctx_host, ctx_state
 from pyinfra.facts import files as ffacts
 from pyinfra.facts import server as sfacts
 from pyinfra.facts import systemd as sdfacts
+from specdec.roles import facts as rfacts
+from specdec.roles.common import HostPlan
+from specdec.roles.docker_access import merged_daemon_json
+from specdec.roles.factcache import FactBatch
+from specdec.roles.facts import DAEMON_JSON
+from specdec.roles.images import image_present  # noqa: F401  (import check)
+from specdec.roles.jetson_tuning import CLOCKS_MARKER
 
-from roles import facts as rfacts
-from roles.common import HostPlan
-from roles.docker_access import merged_daemon_json
-from roles.factcache import FactBatch
-from roles.facts import DAEMON_JSON
-from roles.images import image_present  # noqa: F401  (import check)
-from roles.jetson_tuning import CLOCKS_MARKER
-from specdec import apikey, guard, layout, power, release
 from specdec.catalog import load_catalog
+from specdec.config import apikey
 from specdec.engines.trtllm.facts import TIKTOKEN_FILES
-from specdec.lab.identity import device_files
-from specdec.lab.tegra import CLOCKS_STATE, Tegra
+from specdec.host import guard, layout, power, release
+from specdec_lab.identity import device_files
+from specdec_lab.tegra import CLOCKS_STATE, Tegra
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploys" / "specdec.py"
-_LAB_CONFS = ROOT / "specdec" / "lab" / "nvpmodel"
+_LAB_CONFS = ROOT / "specdec_lab" / "nvpmodel"
 
 
 @dataclass
@@ -285,7 +286,7 @@ def run_deploy(monkeypatch: Any, world: World, data: dict[str, Any], *,
     fake_lookup = FakeConnector._lookup_response
 
     def lookup(self: FakeConnector, command: str) -> Any:
-        if command.endswith(">&2; exit 1"):  # roles.lock.fail_command: fails, as in a shell
+        if command.endswith(">&2; exit 1"):  # specdec.roles.lock.fail_command: fails, as in a shell
             return False, CommandOutput([OutputLine("stderr", command.split("'")[1])])
         answer = world.respond(command)
         if answer is None:
@@ -294,7 +295,7 @@ def run_deploy(monkeypatch: Any, world: World, data: dict[str, Any], *,
         return ok, CommandOutput([OutputLine("stdout", ln) for ln in lines])
 
     monkeypatch.setattr(FakeConnector, "_lookup_response", lookup)
-    monkeypatch.setattr(sys.modules["roles.jetson_tuning"], "REBOOT_DELAY_S", 0.0)
+    monkeypatch.setattr(sys.modules["specdec.roles.jetson_tuning"], "REBOOT_DELAY_S", 0.0)
     fast = {"fake_delay": 0, "fake_delay_jitter": 0}
     inv = Inventory(([(name, {**fast, **data}), *((n, {**fast, **d}) for n, d in others)], {}))
     state = State(inventory=inv, config=Config(DIFF=verbose), check_for_changes=check_for_changes)
@@ -418,8 +419,9 @@ def _path(root: str, rel: str) -> Path:
 
 
 def host_plan(world: World, data: dict[str, Any]) -> HostPlan:
-    from roles.common import plan_host
-    from specdec.hostdata import parse_host_settings
+    from specdec.roles.common import plan_host
+
+    from specdec.config.hostdata import parse_host_settings
 
     native = data.get("specdec_runtime") == "native"
     return plan_host(parse_host_settings(HOST, data), world.identity,

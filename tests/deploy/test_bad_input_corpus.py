@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 from pyinfra.api import State
+from specdec.roles.common import DeployError
 
-from roles.common import DeployError
 from specdec.cli import main
 from specdec.errors import TOKEN_SHAPED
 from tests.deploy import corpus_env, corpus_host, corpus_network
@@ -75,7 +75,7 @@ def _setup(case: Case, monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Any],
 
 
 def _patch_loader(monkeypatch: pytest.MonkeyPatch, host: str, data: dict[str, Any]) -> None:
-    monkeypatch.setattr("specdec.inventory._load_in_child",
+    monkeypatch.setattr("specdec.config.inventory._load_in_child",
                         lambda path, cwd: [(host, [], dict(data))])
 
 
@@ -108,7 +108,7 @@ def test_corpus_rollout(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     inv.write_text("")
     _patch_loader(monkeypatch, case.host, data)
     started: list[Any] = []
-    monkeypatch.setattr("specdec.rollout.run_rollout", lambda *a, **k: started.append(a))
+    monkeypatch.setattr("specdec.fleet.rollout.run_rollout", lambda *a, **k: started.append(a))
     rc = main(["rollout", str(inv), "--reports", str(tmp_path / "r"), "--run-id", "c1"])
     out, err = capsys.readouterr()
     assert rc == 2 and not started and not (tmp_path / "r" / "c1").exists()
@@ -196,9 +196,9 @@ def test_tune_cache_entry_is_input(name: str, tmp_path: Path, monkeypatch: pytes
                                    capsys: pytest.CaptureFixture[str]) -> None:
     """An entry of the tune cache that fails its checks is ignored with one line in the plan's
     notes, and the host searches again (k auto); a good one is used (k tuned)."""
-    from specdec.plan import make_plan
-    from specdec.tunecache import entry_id
-    from specdec.tunestore import DirStore, location
+    from specdec.plan.planner import make_plan
+    from specdec.tune.cache import entry_id
+    from specdec.tune.store import DirStore, location
 
     plan = make_plan(HOST, AUTO)
     assert plan.k_auto and len(plan.tune_methods) == 2

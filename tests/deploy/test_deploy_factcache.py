@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -14,12 +15,12 @@ import pytest
 from pyinfra.api import FactBase
 from pyinfra.facts import files as ffacts
 from pyinfra.facts import server as sfacts
+from specdec.roles import facts as rfacts
+from specdec.roles.factcache import FactBatch
 from typing_extensions import override
 
-from roles import facts as rfacts
-from roles.factcache import FactBatch
-from specdec import release
-from specdec.render import LIMITS_PATH
+from specdec.host import release
+from specdec.render.files import LIMITS_PATH
 from tests.deploy.conftest import TOKEN
 from tests.deploy.harness import SPARK, World, converged
 from tests.deploy.harness import host_plan as _hp
@@ -45,7 +46,7 @@ def _converged(agx_world: World, monkeypatch: pytest.MonkeyPatch) -> World:
     c = hp.rendered.release_id
     w = converged(agx_world, hp, TOKEN)
     w.releases = release.ReleaseState(current=c, last_good=c, releases=(c,))
-    monkeypatch.setattr("specdec.verify.http_get",
+    monkeypatch.setattr("specdec.verify.verifier.http_get",
                         lambda url, timeout, key=None: (200, "") if key else (401, ""))
     return w
 
@@ -82,6 +83,10 @@ def test_batch_on_a_real_shell_matches_each_fact(tmp_path):
     own processing); a failing part and an absent file are told apart."""
     f = tmp_path / "a file"
     f.write_text("one\n@@specdec-fact 1\n@@specdec-fact-rc 0 0\ntwo\n")  # no forged parts
+    # an access time after the modification time: reading it (relatime) does not move it, so
+    # the batch's stat and the fact's own agree whatever second each runs in
+    mtime = f.stat().st_mtime
+    os.utime(f, (mtime + 5, mtime))
     parts = ((ffacts.File, {"path": str(f)}), (ffacts.Sha1File, {"path": str(f)}),
              (ffacts.FileContents, {"path": str(f)}), (ffacts.File, {"path": str(tmp_path / "x")}),
              (ffacts.Directory, {"path": str(tmp_path)}), (sfacts.Which, {"command": "sh"}),
@@ -159,7 +164,7 @@ def test_a_converged_spark_costs_one_read_too(spark_world, monkeypatch, on):
     c = hp.rendered.release_id
     w = converged(spark_world, hp, TOKEN)
     w.releases = release.ReleaseState(current=c, last_good=c, releases=(c,))
-    monkeypatch.setattr("specdec.verify.http_get",
+    monkeypatch.setattr("specdec.verify.verifier.http_get",
                         lambda url, timeout, key=None: (200, "") if key else (401, ""))
     world = live(w)
     r = deploy(monkeypatch, world, SPARK)

@@ -1,4 +1,5 @@
-"""roles.facts: commands are read-only and never fail the host; outputs parse as documented."""
+"""specdec.roles.facts: commands are read-only and never fail the host; outputs parse as
+documented."""
 
 from __future__ import annotations
 
@@ -6,8 +7,7 @@ import subprocess
 
 import pytest
 from pyinfra.api.exceptions import FactProcessError
-
-from roles.facts import (
+from specdec.roles.facts import (
     DeviceIdentity,
     DockerDaemonConfig,
     HfCached,
@@ -18,9 +18,10 @@ from roles.facts import (
     identity_command,
     split_identity_output,
 )
-from specdec import release
+
 from specdec.errors import IdentifyError
-from specdec.identify import IDENTITY_FILES
+from specdec.host import release
+from specdec.host.identify import IDENTITY_FILES
 from tests.deploy.harness import identity_output as _as_output
 from tests.unit.test_identify import AGX64, SPARK
 
@@ -101,9 +102,9 @@ def test_image_digest():
 def test_jetson_power_fact() -> None:
     from pathlib import Path
 
-    from specdec.power import choose_target
+    from specdec.host.power import choose_target
 
-    conf = (Path(__file__).resolve().parents[2] / "specdec/lab/nvpmodel/"
+    conf = (Path(__file__).resolve().parents[2] / "specdec_lab/nvpmodel/"
             "nvpmodel_p3767_0003_super.conf").read_text().splitlines()
     fact = JetsonPower()
     out = ["@@specdec-power conf", *conf, "@@specdec-power status", "pmode:0000 fmode:quiet",

@@ -1,4 +1,4 @@
-"""specdec.release: the shell it builds, run for real against a temporary state directory."""
+"""specdec.host.release: the shell it builds, run for real against a temporary state directory."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from specdec import release
+from specdec.host import release
 
 
 @pytest.fixture
 def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setattr("specdec.layout.STATE_DIR", str(tmp_path))
-    monkeypatch.setattr("specdec.layout.CURRENT", str(tmp_path / "current"))
-    monkeypatch.setattr("specdec.layout.LAST_GOOD", str(tmp_path / "last-good"))
-    monkeypatch.setattr("specdec.layout.RELEASES_DIR", str(tmp_path / "releases"))
+    monkeypatch.setattr("specdec.host.layout.STATE_DIR", str(tmp_path))
+    monkeypatch.setattr("specdec.host.layout.CURRENT", str(tmp_path / "current"))
+    monkeypatch.setattr("specdec.host.layout.LAST_GOOD", str(tmp_path / "last-good"))
+    monkeypatch.setattr("specdec.host.layout.RELEASES_DIR", str(tmp_path / "releases"))
     return tmp_path
 
 

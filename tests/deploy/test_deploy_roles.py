@@ -9,13 +9,13 @@ import re
 import shlex
 
 import pytest
+from specdec.roles.common import DeployError
+from specdec.roles.facts import DAEMON_JSON
+from specdec.roles.jetson_tuning import CLOCKS_MARKER, TUNING_JSON
 
-from roles.common import DeployError
-from roles.facts import DAEMON_JSON
-from roles.jetson_tuning import CLOCKS_MARKER, TUNING_JSON
-from specdec import guard, layout, release
-from specdec.identify import parse_identity
-from specdec.render import LIMITS_PATH
+from specdec.host import guard, layout, release
+from specdec.host.identify import parse_identity
+from specdec.render.files import LIMITS_PATH
 from tests.deploy.conftest import TOKEN
 from tests.deploy.harness import (
     AGX,
@@ -449,7 +449,7 @@ def test_spark_gpt_oss_gets_its_local_head_and_tiktoken(spark_world, monkeypatch
 
 
 def test_host_data_is_parsed_once_per_host_per_run(agx_world, monkeypatch):
-    import specdec.hostdata as hostdata
+    import specdec.config.hostdata as hostdata
 
     parsed: list[str] = []
     check = hostdata._check_unknown
@@ -494,7 +494,8 @@ def test_an_existing_login_account_is_not_made_the_service_user(agx_world, monke
 ])
 def test_an_existing_service_user_is_corrected_as_server_user_would(
         agx_world, monkeypatch, change, expect):
-    """roles.docker_access.service_user: pyinfra's server.user arguments, one account read."""
+    """specdec.roles.docker_access.service_user: pyinfra's server.user arguments, one account
+    read."""
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     w = converged(agx_world, _hp(agx_world, AGX), TOKEN)
     w.users["specdec"].update(change)
@@ -509,8 +510,7 @@ def test_user_account_fact_on_a_real_shell():
     import subprocess
 
     from pyinfra.facts.server import Users
-
-    from roles.facts import UserAccount
+    from specdec.roles.facts import UserAccount
 
     me = getpass.getuser()
     for name, present in ((me, True), ("no-such-user-specdec", False)):

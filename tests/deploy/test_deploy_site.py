@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 import shlex
 
-from roles.common import plan_host
-from roles.facts import DAEMON_JSON
-from roles.site_mirror import NGINX_USER
-from specdec.hostdata import parse_host_settings
-from specdec.mirror_config import CACHE_DIR, NGINX_CONF, render_mirror
-from specdec.site import mirror_of, resolve
+from specdec.roles.common import plan_host
+from specdec.roles.facts import DAEMON_JSON
+from specdec.roles.site_mirror import NGINX_USER
+
+from specdec.config.hostdata import parse_host_settings
+from specdec.plan.sites import mirror_of, resolve
+from specdec.render.mirror import CACHE_DIR, NGINX_CONF, render_mirror
 from tests.deploy.conftest import TOKEN
 from tests.deploy.harness import AGX_UNGATED, HOST, World, converged, run_deploy
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from pyinfra.api import State
 from pyinfra.api.exceptions import PyinfraError
+from specdec.roles import facts as rfacts
 
-from roles import facts as rfacts
-from specdec import release
+from specdec.host import release
 from tests.deploy.conftest import TOKEN
 from tests.deploy.harness import AGX as AGX_AUTO
 from tests.deploy.harness import World, converged, run_deploy
@@ -22,8 +22,8 @@ from tests.deploy.harness import host_plan as _hp
 from tests.unit.verify_fakes import FAST, PLAIN, SLOW8, Behaviour, FakeHost
 
 OLD = "0ld0ld0ld0ld"
-# `roles.verify` the attribute is the deploy function; the module is in sys.modules.
-VERIFY_MOD = importlib.import_module("roles.verify")
+# `specdec.roles.verify` the attribute is the deploy function; the module is in sys.modules.
+VERIFY_MOD = importlib.import_module("specdec.roles.verify")
 AGX = {**AGX_AUTO, "specdec_num_speculative_tokens": 3}  # pinned: the gate flow, no tune
 # The @fake connector executes nothing: script the lock and the failing one-liner.
 FAILS = {"'specdec: ": {"success": False, "stderr": "specdec: ..."}}
@@ -137,7 +137,7 @@ def test_unchanged_rerun_changes_nothing(agx_world, monkeypatch, on):
     world.releases = release.ReleaseState(current=c, last_good=c, releases=(c,))
     world = live(world)
     # the API answers only with the fleet's key (its proxy's 401 otherwise)
-    monkeypatch.setattr("specdec.verify.http_get",
+    monkeypatch.setattr("specdec.verify.verifier.http_get",
                         lambda url, timeout, key=None: (200, "") if key else (401, ""))
 
     def no_io(conn, spec):
@@ -164,7 +164,7 @@ def test_verified_then_unchanged_carries_figures(agx_world, monkeypatch, on):
     world.releases = release.ReleaseState(current=c, last_good=c, releases=(c,))
     world = live(world)
     # the API answers only with the fleet's key (its proxy's 401 otherwise)
-    monkeypatch.setattr("specdec.verify.http_get",
+    monkeypatch.setattr("specdec.verify.verifier.http_get",
                         lambda url, timeout, key=None: (200, "") if key else (401, ""))
     assert not deploy(monkeypatch, world, AGX).failed
     rep = report(on.parent / "t2")
@@ -258,7 +258,7 @@ def test_recover_deploy_returns_to_last_good(monkeypatch, current, expected):
 
 
 def test_bench_settings_from_environment(monkeypatch):
-    from roles.common import DeployError
+    from specdec.roles.common import DeployError
 
     monkeypatch.setenv("SPECDEC_BENCH_REQUESTS", "8")
     monkeypatch.setenv("SPECDEC_BENCH_TIMEOUT", "45")
@@ -285,7 +285,7 @@ def test_a_converged_host_costs_one_read_and_the_lock(agx_world, monkeypatch, on
     world = converged(world, hp, TOKEN)
     world.releases = release.ReleaseState(current=c, last_good=c, releases=(c,))
     world = live(world)
-    monkeypatch.setattr("specdec.verify.http_get",
+    monkeypatch.setattr("specdec.verify.verifier.http_get",
                         lambda url, timeout, key=None: (200, "") if key else (401, ""))
     r = deploy(monkeypatch, world, data)
     assert not r.failed, r.output
@@ -342,7 +342,7 @@ def test_release_state_moved_before_the_lock_fails_before_any_change(agx_world, 
 
 
 def test_unchanged_release_state_passes_the_recheck():
-    from roles.lock import moved
+    from specdec.roles.lock import moved
 
     st = release.ReleaseState("a", "b", ("a", "b"), {"a": {"outcome": "kept"}})
     assert moved(st, release.ReleaseState("a", "b", ("b", "a"), {"a": {"outcome": "kept"}})) \
@@ -359,7 +359,8 @@ def test_a_watch_mark_re_verifies_once_and_is_cleared(agx_world, monkeypatch, on
 
     hp = _hp(agx_world, AGX)
     c, b = hp.rendered.release_id, hp.baseline.release_id  # type: ignore[union-attr]
-    monkeypatch.setattr("specdec.verify.http_get", lambda url, timeout, key=None: (200, ""))
+    monkeypatch.setattr("specdec.verify.verifier.http_get", lambda url, timeout, key=None: (200,
+    ""))
     root = on.parent
 
     def converged_world() -> LiveWorld:

@@ -7,7 +7,7 @@
 
     def test_after_deploy(deployed):    # deployed: the first deploy's PyinfraRun (run once)
 
-The tests boot their own lab instance, ``test`` (`specdec.lab.instance`: its own state,
+The tests boot their own lab instance, ``test`` (`specdec_lab.instance`: its own state,
 names, subnet 10.214.0.0/16 and teardown), so they run beside a lab that is already up (the
 ``demo`` instance of ``make demo``) and never touch it. The lab needs root and
 systemd-nspawn; without them the tests fail (never skip silently). Knobs for the whole session
@@ -43,10 +43,10 @@ ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = "inventories/lab.py"
 DEPLOY = "deploys/specdec.py"
 
-from specdec.lab.fleet import ssh_argv  # noqa: E402
-from specdec.lab.instance import ENV, Instance  # noqa: E402
-from specdec.lab.spec import LabHost, lab_hosts  # noqa: E402
-from specdec.lab.teardown import NSPAWN_TMPFS  # noqa: E402
+from specdec_lab.fleet import ssh_argv  # noqa: E402
+from specdec_lab.instance import ENV, Instance  # noqa: E402
+from specdec_lab.spec import LabHost, lab_hosts  # noqa: E402
+from specdec_lab.teardown import NSPAWN_TMPFS  # noqa: E402
 
 # the tests' own lab, beside any other; SPECDEC_E2E_INSTANCE names another (several engineers'
 # end-to-end runs on one machine, each its own)
@@ -199,7 +199,7 @@ def leftovers(inst: Instance = INSTANCE) -> list[str]:
         if ("systemd-nspawn" in cmd or "docker-registry" in cmd) and (
                 own in cmd or inst.prefix in cmd):
             found.append(f"process {proc.name}: {cmd[:80]}")
-        if "specdec.lab.hub" in cmd and str(inst.dir / "hub") in cmd:  # the lab's Hub
+        if "specdec_lab.hub" in cmd and str(inst.dir / "hub") in cmd:  # the lab's Hub
             found.append(f"process {proc.name}: {cmd[:80]}")
     if inst.state_file.exists():
         found.append(f"state file {inst.state_file}")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from specdec.engines.dynamo.facts import DEFAULT_SYSTEM_PORT as SYSTEM_PORT
-from specdec.layout import CURRENT, LAST_GOOD
+from specdec.host.layout import CURRENT, LAST_GOOD
 from tests.e2e.conftest import LabFleet, PyinfraRun
 from tests.e2e.test_rollout_faults import BENCH, _no_token, _pointer, _report, _rollout
 

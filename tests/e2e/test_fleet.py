@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from specdec.fleetstore import EtcdStore, open_store
+from specdec.fleet.store import EtcdStore, open_store
 from tests.e2e.conftest import ROOT, LabFleet, PyinfraRun
 
 pytestmark = pytest.mark.e2e
@@ -35,7 +35,7 @@ BENCH = {"SPECDEC_BENCH_REQUESTS": "16", "SPECDEC_BENCH_MAX_TOKENS": "64",
 
 
 def _reports(run_dir: Path) -> dict[str, dict[str, Any]]:
-    from specdec.report import load_reports
+    from specdec.report.fleet import load_reports
 
     return {r["host"]: r for r in load_reports(run_dir)}
 

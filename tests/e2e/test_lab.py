@@ -7,10 +7,10 @@ import shlex
 from pathlib import Path
 
 import pytest
+from specdec.roles.facts import identity_command, split_identity_output
 
-from roles.facts import identity_command, split_identity_output
-from specdec.identify import parse_identity
-from specdec.layout import CONFIG_DIR, HF_TOKEN_FILE, RELEASES_DIR, SERVICE_NAME, UNIT_PATH
+from specdec.host.identify import parse_identity
+from specdec.host.layout import CONFIG_DIR, HF_TOKEN_FILE, RELEASES_DIR, SERVICE_NAME, UNIT_PATH
 from tests.e2e.conftest import LabFleet, PyinfraRun, leftovers
 
 pytestmark = pytest.mark.e2e
@@ -89,7 +89,8 @@ def test_deploy_converges_every_host(lab: LabFleet, deployed: PyinfraRun) -> Non
             if dyn:  # a serving group's worker: Dynamo's own vLLM backend
                 assert "-m dynamo.vllm " in cmd and "/opt/dynamo/" in cmd, cmd
                 continue
-            assert "specdec.emulator" in cmd and plan["engine"] in cmd.replace("-serve", ""), cmd
+            assert "specdec_lab.emulator" in cmd, cmd
+            assert plan["engine"] in cmd.replace("-serve", ""), cmd
             # natively, the release the host has installed (read by the deploy)
             assert any(n.endswith("(installed on the host)") for n in plan["notes"]), plan["notes"]
     assert runtimes == {"docker", "native"}, "the fleet must exercise both runtimes"
@@ -197,7 +198,7 @@ def test_gate_keeps_eagle3_on_agx_and_disables_the_nx_draft(lab: LabFleet,
 def _tuned_k_per_host_with_its_curve(lab: LabFleet, deployed: PyinfraRun) -> None:
     """Every k: auto host ran the tune phase: the release that runs carries the tuned k (its
     plan says so), the report has the points and the curve, index.html charts it."""
-    from specdec.report import load_reports
+    from specdec.report.fleet import load_reports
 
     assert deployed.reports is not None
     reps = {r["host"]: r for r in load_reports(deployed.reports)}
@@ -223,7 +224,7 @@ def _tuned_k_per_host_with_its_curve(lab: LabFleet, deployed: PyinfraRun) -> Non
 def test_benchmarks_ran_beside_the_engine(lab: LabFleet, deployed: PyinfraRun) -> None:
     """specdec_bench_mode is host by default: every arm's benchmark ran on the host against
     loopback (the uploaded client, its JSON collected), none from the control node."""
-    from specdec.report import load_reports
+    from specdec.report.fleet import load_reports
 
     assert deployed.rc == 0, deployed.summary()
     assert deployed.reports is not None

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from specdec.power import parse_clocks, parse_conf, parse_query
+from specdec.host.power import parse_clocks, parse_conf, parse_query
 from tests.e2e.conftest import LabFleet, PyinfraRun
 
 pytestmark = pytest.mark.e2e
@@ -103,7 +103,7 @@ def test_lab_report_is_device_time_with_plain_roofline_figures(lab: LabFleet,
     assert rep["baseline"]["device_time"]["emulated"] is True
     roof = rep["roofline"]
     # Llama-3.1-8B bf16 on an AGX Orin in MAXN: below bandwidth / weights, at the catalog's
-    # vLLM efficiency (0.68; devices.yaml, fitted in specdec/emulator/calibration.py).
+    # vLLM efficiency (0.68; devices.yaml, fitted in specdec_lab/emulator/calibration.py).
     assert (roof["power_mode"], roof["bandwidth_gbs"]) == ("MAXN", 204.8)
     assert roof["baseline_decode_tok_s"] < roof["limit_tok_s"] < 14.0
     assert 60 <= roof["baseline_pct"] <= 80, roof

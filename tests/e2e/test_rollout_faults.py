@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from specdec import guard
-from specdec.layout import CURRENT, LAST_GOOD, LOCK_FILE
+from specdec.host import guard
+from specdec.host.layout import CURRENT, LAST_GOOD, LOCK_FILE
 from tests.e2e.conftest import ROOT, LabFleet, PyinfraRun
 
 pytestmark = pytest.mark.e2e
@@ -89,7 +89,7 @@ def _no_token(lab: LabFleet, *texts: str, run_dir: Path | None = None) -> None:
 def test_first_deploy_keeps_where_it_pays_and_disables_where_it_does_not(
         lab: LabFleet, deployed: PyinfraRun) -> None:
     assert deployed.rc == 0, deployed.summary()
-    from specdec.report import load_reports
+    from specdec.report.fleet import load_reports
 
     run_dir = deployed.reports
     assert run_dir is not None and run_dir.is_dir()

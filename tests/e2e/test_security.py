@@ -1,6 +1,6 @@
 """Closed to the network the fleet sits on, in the lab, after the first deploy.
 
-The lab's hosts share one network (`specdec.lab.host.lan_routes`): any host outside the Dynamo
+The lab's hosts share one network (`specdec_lab.host.lan_routes`): any host outside the Dynamo
 group is an *intruder* to it, as a laptop on the same shop floor would be. From the intruder
 (and from this machine, which runs the deploy but is no member either): the group's etcd, its
 request and response planes and its workers' system ports refuse the connection; every host's
@@ -17,8 +17,8 @@ import shlex
 
 import pytest
 
-from specdec import layout
 from specdec.engines.dynamo.facts import DEFAULT_SYSTEM_PORT
+from specdec.host import layout
 from tests.e2e.conftest import LabFleet, PyinfraRun
 
 pytestmark = pytest.mark.e2e

@@ -1,5 +1,5 @@
-"""The lab as one site (specdec/lab/site.py): its hosts download the weights through the site
-mirror the first host runs (nginx, roles/site_mirror.py) from the lab's Hub (specdec/lab/hub.py)
+"""The lab as one site (specdec_lab/site.py): its hosts download the weights through the site
+mirror the first host runs (nginx, roles/site_mirror.py) from the lab's Hub (specdec_lab/hub.py)
 with the real huggingface_hub each image carries, and pull their images through its registry
 cache. The Hub's counters say what the site cost it."""
 
@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from specdec.lab import hubsvc
-from specdec.lab.hubrepo import WEIGHTS, hub_repo
-from specdec.lab.site import host_download
-from specdec.lab.spec import LabHost
-from specdec.layout import RELEASES_DIR
-from specdec.site import HUB_PORT, REGISTRY_PORT0
+from specdec.host.layout import RELEASES_DIR
+from specdec.plan.sites import HUB_PORT, REGISTRY_PORT0
+from specdec_lab import hubsvc
+from specdec_lab.hubrepo import WEIGHTS, hub_repo
+from specdec_lab.sites import host_download
+from specdec_lab.spec import LabHost
 from tests.e2e.conftest import INSTANCE, LabFleet, PyinfraRun
 
 pytestmark = pytest.mark.e2e

@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from specdec.report import load_reports
+from specdec.report.fleet import load_reports
 from tests.e2e.conftest import ROOT, LabFleet, PyinfraRun
 
 pytestmark = pytest.mark.e2e

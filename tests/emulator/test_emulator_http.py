@@ -1,4 +1,4 @@
-"""The engine emulator as a process: `python3 -m specdec.emulator vllm serve ...` and
+"""The engine emulator as a process: `python3 -m specdec_lab.emulator vllm serve ...` and
 `... trtllm-serve ...` on 127.0.0.1 with a free port and a small time scale; every endpoint,
 streaming and non-streaming, ground truth, and each fault. Only PIDs started here are killed."""
 
@@ -58,7 +58,7 @@ class Emu:
         self.log_path = tmp / f"emu-{self.port}.log"
         self._log = self.log_path.open("w")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "specdec.emulator", *argv, "--host", "127.0.0.1",
+            [sys.executable, "-m", "specdec_lab.emulator", *argv, "--host", "127.0.0.1",
              "--port", str(self.port)],
             env=e, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
@@ -378,7 +378,7 @@ def test_offline_needs_prefetched_weights(tmp_path: Path) -> None:
     env = {**os.environ, "HF_HOME": str(tmp_path / "hf"),
            "HF_TOKEN_PATH": str(tmp_path / "hf_token"), "SPECDEC_EMU_TIME_SCALE": "0.0001"}
     for repo in (LLAMA8, HEAD8):  # what the deploy's model_prefetch role does
-        subprocess.run([sys.executable, "-m", "specdec.emulator.hf", "download", repo],
+        subprocess.run([sys.executable, "-m", "specdec_lab.emulator.hf", "download", repo],
                        env=env, check=True, capture_output=True, timeout=60)
     emu = Emu(tmp_path, argv, env={"HF_HUB_OFFLINE": "1"}).wait_ready()
     assert emu.stop() == 0

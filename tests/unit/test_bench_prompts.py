@@ -20,7 +20,7 @@ def test_builtin_set() -> None:
 
 
 def test_builtin_categories_agree_with_emulator() -> None:
-    from specdec.emulator.textgen import category_of
+    from specdec_lab.emulator.textgen import category_of
 
     for p in builtin_prompts().measured:
         assert category_of(p.text) == p.category, p.id

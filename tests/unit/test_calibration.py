@@ -1,4 +1,4 @@
-"""The emulator against published device figures (specdec/emulator/calibration.py): the fit set
+"""The emulator against published device figures (specdec_lab/emulator/calibration.py): the fit set
 sets each device class's efficiency, the held-out set is predicted within the tolerance."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from specdec.catalog import load_catalog
-from specdec.emulator.calibration import (
+from specdec_lab.emulator.calibration import (
     FIGURES,
     REFERENCE_ENGINES,
     SPEC_FIGURES,

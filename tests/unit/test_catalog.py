@@ -15,7 +15,7 @@ from specdec.catalog import (
     parse_catalog,
 )
 from specdec.errors import ConfigError
-from specdec.plan import check_image
+from specdec.plan.planner import check_image
 
 CAT_DIR = Path(__file__).resolve().parent.parent.parent / "specdec" / "catalog"
 
@@ -84,7 +84,7 @@ def test_quantized_checkpoints_are_smaller_than_their_base_and_reuse_its_head() 
 
 
 def test_quantized_target_plans_with_its_base_models_eagle3_head() -> None:
-    from specdec.plan import make_plan
+    from specdec.plan.planner import make_plan
 
     plan = make_plan("h", {"specdec_device": "agx-orin-64gb",
                            "specdec_model": "RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w4a16"},

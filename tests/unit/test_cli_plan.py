@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from specdec.config.inventory import load_inventory
 from specdec.errors import ConfigError
-from specdec.inventory import load_inventory
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 INVENTORIES = sorted((ROOT / "inventories").glob("*.py"))
@@ -166,7 +166,7 @@ def test_inventory_addresses_are_documentation_range(monkeypatch: pytest.MonkeyP
 
 
 def test_load_inventory_does_not_patch_caller() -> None:
-    code = ("import sys; from specdec.inventory import load_inventory; "
+    code = ("import sys; from specdec.config.inventory import load_inventory; "
             "h = load_inventory('inventories/spark.py'); "
             "sys.exit(0 if len(h) == 2 and 'pyinfra_cli' not in sys.modules "
             "and 'gevent' not in sys.modules else 1)")
@@ -174,7 +174,7 @@ def test_load_inventory_does_not_patch_caller() -> None:
 
 
 def test_load_inventory_in_process_under_pyinfra() -> None:
-    code = ("import sys, pyinfra_cli; from specdec.inventory import load_inventory; "
+    code = ("import sys, pyinfra_cli; from specdec.config.inventory import load_inventory; "
             "h = dict(load_inventory('inventories/jetsons.py', 'orin_nx')); "
             "sys.exit(0 if h['orin-nx-01']['specdec_device'] == 'orin-nx-16gb' else 1)")
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=False).returncode == 0

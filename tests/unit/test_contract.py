@@ -1,4 +1,5 @@
-"""specdec.contract without the releases: argv extraction, verdicts, installer and lock files."""
+"""specdec_lab.contract without the releases: argv extraction, verdicts, installer and lock
+files."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from specdec.contract import installer, lockgen
-from specdec.contract.cases import (
+from specdec.engines.version import Version
+from specdec.engines.vllm import facts
+from specdec.render.files import systemd_quote
+from specdec_lab.contract import installer, lockgen
+from specdec_lab.contract.cases import (
     GOLDEN,
     Case,
     Suite,
@@ -17,11 +21,8 @@ from specdec.contract.cases import (
     rendered_cases,
     unit_argv,
 )
-from specdec.contract.controls import core_error, full_suite
-from specdec.contract.verdict import STAGES, case_problem, fact_problems
-from specdec.engines.version import Version
-from specdec.engines.vllm import facts
-from specdec.render import systemd_quote
+from specdec_lab.contract.controls import core_error, full_suite
+from specdec_lab.contract.verdict import STAGES, case_problem, fact_problems
 
 
 @pytest.mark.parametrize("word", [
@@ -187,5 +188,5 @@ def test_lockgen_reads_vllms_requirements(tmp_path: Path) -> None:
                "You can install \"python-multipart\" with: \n\npip install python-multipart")
     assert lockgen._missing(fastapi) == "dist:python-multipart"
     lock = installer.LOCKS / "vllm-0.11.0.txt"
-    assert lockgen._origin("--like", lock) == " --like specdec/contract/locks/vllm-0.11.0.txt"
+    assert lockgen._origin("--like", lock) == " --like specdec_lab/contract/locks/vllm-0.11.0.txt"
     assert lockgen._origin("--seed", None) == ""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import sys
 
-from roles.deployfile import name_deploy_file
+from specdec.roles.deployfile import name_deploy_file
 
 
 def test_frames_of_an_execd_file_resolve_without_a_scan(tmp_path, monkeypatch):

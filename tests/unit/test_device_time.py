@@ -44,7 +44,7 @@ def test_bench_cli_labels_an_emulator_result(tmp_path) -> None:
     import subprocess
     import sys
 
-    from specdec.emulator.local import emulator
+    from specdec_lab.emulator.local import emulator
 
     env = {"SPECDEC_EMU_DEVICE": "agx-orin-64gb", "SPECDEC_EMU_TIME_SCALE": "0.05"}
     with emulator("vllm", "Qwen/Qwen3-0.6B", (), env) as url:

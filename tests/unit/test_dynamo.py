@@ -11,18 +11,18 @@ from typing import Any
 
 import pytest
 
-from specdec import layout, release
+from specdec.config.hostdata import parse_host_settings, parse_hosts
 from specdec.engines.dynamo.facts import dynamo_facts
 from specdec.engines.registry import support
 from specdec.engines.support import Target
 from specdec.engines.version import Version
 from specdec.errors import ConfigError
+from specdec.fleet.rollout import Batch, batch_units
 from specdec.groups.inventory import check_limit, check_plans, groups_of, units
-from specdec.hostdata import parse_host_settings, parse_hosts
-from specdec.plan import baseline, make_plan
-from specdec.render import render
-from specdec.report import summary_markdown
-from specdec.rollout import Batch, batch_units
+from specdec.host import layout, release
+from specdec.plan.planner import baseline, make_plan
+from specdec.render.files import render
+from specdec.report.fleet import summary_markdown
 
 Q8 = "Qwen/Qwen3-8B"
 
@@ -277,7 +277,7 @@ def test_aux_restart_restarts_only_changed_units(tmp_path: Path) -> None:
 
 
 def test_guard_script_restarts_aux_units_on_revert() -> None:
-    from specdec.guard import script
+    from specdec.host.guard import script
 
     text = script()
     assert "cmp -s \"$cur\"/specdec-frontend.service \"$good\"/specdec-frontend.service" in text
@@ -350,7 +350,7 @@ def test_worker_card_path_is_the_same_on_every_member(tmp_path: Path,
     # the frontend refuses a second worker whose model card checksum (path included) differs
     import tempfile
 
-    from specdec.emulator.dynamo_worker import _card_dir
+    from specdec_lab.emulator.dynamo_worker import _card_dir
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     a, b = _card_dir("Qwen/Qwen3-8B"), _card_dir("Qwen/Qwen3-8B")

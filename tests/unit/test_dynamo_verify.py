@@ -8,16 +8,16 @@ import json
 from pathlib import Path
 from typing import Any
 
+from specdec.config.hostdata import parse_hosts
 from specdec.engines.registry import engine
 from specdec.errors import BenchError
+from specdec.gate.rounds import RoundBench
 from specdec.groups.inventory import groups_of
 from specdec.groups.members import Member
 from specdec.groups.verify import GroupVerifier
-from specdec.hostdata import parse_hosts
-from specdec.plan import baseline, make_plan
-from specdec.render import render
-from specdec.rounds import RoundBench
-from specdec.verify_spec import FileSpec, VerifySpec
+from specdec.plan.planner import baseline, make_plan
+from specdec.render.files import render
+from specdec.verify.spec import FileSpec, VerifySpec
 from tests.unit.verify_fakes import FAST, PLAIN, SLOW8, TOKEN, Behaviour, FakeHost
 
 HOSTS = [(f"spark-0{i}", {"specdec_device": "dgx-spark", "specdec_engine": "dynamo",

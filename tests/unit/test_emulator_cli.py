@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from specdec.emulator import cli_trtllm, cli_vllm
-from specdec.emulator.faults import Faults, parse_faults
-from specdec.emulator.launch import engine_of, run
-from specdec.emulator.profiles import device_profile, model_spec
-from specdec.emulator.runtime import StartupError, make_context
 from specdec.errors import ConfigError
+from specdec_lab.emulator import cli_trtllm, cli_vllm
+from specdec_lab.emulator.faults import Faults, parse_faults
+from specdec_lab.emulator.launch import engine_of, run
+from specdec_lab.emulator.profiles import device_profile, model_spec
+from specdec_lab.emulator.runtime import StartupError, make_context
 
 LLAMA8 = "meta-llama/Llama-3.1-8B-Instruct"
 HEAD8 = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"

@@ -6,16 +6,16 @@ MT-Bench, k=6: TPOT 7.07 -> 4.20 ms, 1.68x), not to the EAGLE-3 paper's SGLang f
 batch 1, 1.38x at batch 64), which draft a tree (top-k > 1) and are not comparable. The baseline
 is the paper's SGLang batch-1 rate (158 tok/s: no speculation, the same model and GPU). The pure
 `simulate` (virtual clock, no sleeping) must land within 15%; the calibration of speculation
-itself, with its fit and held-out split, is in specdec/emulator/calibration.py.
+itself, with its fit and held-out split, is in specdec_lab/emulator/calibration.py.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from specdec.emulator.core import SimPrompt, simulate
-from specdec.emulator.setup import setup_for
-from specdec.emulator.textgen import stable_int
+from specdec_lab.emulator.core import SimPrompt, simulate
+from specdec_lab.emulator.setup import setup_for
+from specdec_lab.emulator.textgen import stable_int
 
 LLAMA8 = "meta-llama/Llama-3.1-8B-Instruct"
 VLLM_K6_BS1 = 7.07 / 4.20  # vLLM issue #20780

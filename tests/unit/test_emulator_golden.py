@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from specdec.emulator import cli_trtllm, cli_vllm
-from specdec.emulator.launch import engine_of
-from specdec.emulator.memory import trtllm_memory, vllm_memory
-from specdec.emulator.profiles import device_profile
-from specdec.emulator.runtime import StartupError
+from specdec_lab.emulator import cli_trtllm, cli_vllm
+from specdec_lab.emulator.launch import engine_of
+from specdec_lab.emulator.memory import trtllm_memory, vllm_memory
+from specdec_lab.emulator.profiles import device_profile
+from specdec_lab.emulator.runtime import StartupError
 from tests.hostfiles import engine_yaml_on_host
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"

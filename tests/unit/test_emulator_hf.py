@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec.emulator import hf
+from specdec_lab.emulator import hf
 
 LLAMA8 = "meta-llama/Llama-3.1-8B-Instruct"
 SECRET = "hf_unit_test_secret"
@@ -21,7 +21,7 @@ def hf_cli(tmp_path: Path, *argv: str, token: bool = True) -> subprocess.Complet
     if token:
         (tmp_path / "token").write_text(SECRET)
         env["HF_TOKEN_PATH"] = str(tmp_path / "token")
-    return subprocess.run([sys.executable, "-m", "specdec.emulator.hf", *argv], env=env,
+    return subprocess.run([sys.executable, "-m", "specdec_lab.emulator.hf", *argv], env=env,
                           capture_output=True, text=True, timeout=60)
 
 
@@ -50,8 +50,9 @@ def test_emulator_imports_only_stdlib_yaml_and_allowed_specdec_modules() -> None
     code = (
         "import sys\n"
         "before = set(sys.modules)\n"
-        "import specdec.emulator.server, specdec.emulator.cli_vllm, specdec.emulator.cli_trtllm\n"
-        "import specdec.emulator.hf, specdec.emulator.startup\n"
+        "import specdec_lab.emulator.server, specdec_lab.emulator.cli_vllm\n"
+        "import specdec_lab.emulator.cli_trtllm\n"
+        "import specdec_lab.emulator.hf, specdec_lab.emulator.startup\n"
         "new = sorted(set(sys.modules) - before)\n"
         "print('\\n'.join(new))\n"
     )
@@ -59,8 +60,8 @@ def test_emulator_imports_only_stdlib_yaml_and_allowed_specdec_modules() -> None
                          check=True).stdout.split()
     third_party = {m.split(".")[0] for m in out} - set(sys.stdlib_module_names)
     third_party -= {m for m in third_party if "cython" in m}  # PyYAML's C loader runtime
-    assert third_party <= {"specdec", "yaml", "_yaml"}, third_party
-    ours = {m for m in out if m.startswith("specdec.")}
-    allowed = ("specdec.catalog", "specdec.errors", "specdec.emulator", "specdec.engines",
-               "specdec.hygiene", "specdec.power")
+    assert third_party <= {"specdec", "specdec_lab", "yaml", "_yaml"}, third_party
+    ours = {m for m in out if m.startswith(("specdec.", "specdec_lab."))}
+    allowed = ("specdec.catalog", "specdec.errors", "specdec_lab.emulator", "specdec.engines",
+               "specdec.config", "specdec.host", "specdec.config.hygiene", "specdec.host.power")
     assert all(m.startswith(allowed) for m in ours), ours

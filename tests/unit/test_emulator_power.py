@@ -1,4 +1,4 @@
-"""The emulator follows the host's power mode (specdec/emulator/hostpower.py, runtime.py)."""
+"""The emulator follows the host's power mode (specdec_lab/emulator/hostpower.py, runtime.py)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from specdec.emulator.hostpower import HostPower
-from specdec.emulator.profiles import device_profile
-from specdec.emulator.runtime import make_context
+from specdec_lab.emulator.hostpower import HostPower
+from specdec_lab.emulator.profiles import device_profile
+from specdec_lab.emulator.runtime import make_context
 
-CONFS = Path(__file__).resolve().parents[2] / "specdec/lab/nvpmodel"
+CONFS = Path(__file__).resolve().parents[2] / "specdec_lab/nvpmodel"
 
 
 def _host(tmp_path: Path, conf: str, status: str | None) -> Path:

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from specdec.catalog import GIB
-from specdec.emulator.core import SimPrompt, simulate
-from specdec.emulator.memory import EngineFailure, trtllm_memory, vllm_memory
-from specdec.emulator.setup import setup_for
-from specdec.emulator.textgen import stable_int
-from specdec.emulator.timing import StepLoad
+from specdec_lab.emulator.core import SimPrompt, simulate
+from specdec_lab.emulator.memory import EngineFailure, trtllm_memory, vllm_memory
+from specdec_lab.emulator.setup import setup_for
+from specdec_lab.emulator.textgen import stable_int
+from specdec_lab.emulator.timing import StepLoad
 
 LLAMA8 = "meta-llama/Llama-3.1-8B-Instruct"
 PROMPTS = [SimPrompt(key=stable_int("p", i), prompt_tokens=100 + (i * 37) % 400,

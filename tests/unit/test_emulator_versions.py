@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from specdec.emulator import cli_trtllm, cli_vllm, hf
-from specdec.emulator.profiles import device_profile
-from specdec.emulator.runtime import StartupError
+from specdec_lab.emulator import cli_trtllm, cli_vllm, hf
+from specdec_lab.emulator.profiles import device_profile
+from specdec_lab.emulator.runtime import StartupError
 
 AGX = device_profile("agx-orin-64gb")
 SPARK = device_profile("dgx-spark")

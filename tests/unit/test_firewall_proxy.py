@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-from specdec import firewall, proxy
+from specdec.config.hostdata import parse_hosts
 from specdec.groups.inventory import groups_of
-from specdec.hostdata import parse_hosts
-from specdec.plan import make_plan, plan_host_settings
-from specdec.plan_types import Plan
+from specdec.plan.planner import make_plan, plan_host_settings
+from specdec.plan.types import Plan
+from specdec.render import firewall, proxy
 
 KEY = "sdk_" + "Proxy0key" * 5
 BASE = {"specdec_device": "agx-orin-64gb", "specdec_model": "Qwen/Qwen3-0.6B"}

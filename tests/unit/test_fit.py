@@ -1,11 +1,11 @@
-"""specdec.fit: memory budget and vLLM-worded failures."""
+"""specdec.plan.memory: memory budget and vLLM-worded failures."""
 
 from __future__ import annotations
 
 import pytest
 
 from specdec.catalog import GIB, Device, load_catalog
-from specdec.fit import OVERHEAD_FIXED_GIB, OVERHEAD_WEIGHT_FRACTION, fit, fit_problem
+from specdec.plan.memory import OVERHEAD_FIXED_GIB, OVERHEAD_WEIGHT_FRACTION, fit, fit_problem
 
 
 def dev(name: str) -> Device:

@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from specdec.catalog import load_catalog
-from specdec.emulator.memory import EngineFailure, vllm_memory
-from specdec.emulator.profiles import device_profile
-from specdec.emulator.setup import setup_for
 from specdec.errors import SpecdecError
-from specdec.plan import baseline, make_plan
+from specdec.plan.planner import baseline, make_plan
+from specdec_lab.emulator.memory import EngineFailure, vllm_memory
+from specdec_lab.emulator.profiles import device_profile
+from specdec_lab.emulator.setup import setup_for
 
 CAT = load_catalog()
 SMALL = ["Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-4B", "Qwen/Qwen3-8B",
@@ -45,13 +45,22 @@ def test_every_plan_that_fits_starts_in_the_engine(device: str) -> None:
     assert checked > 0
 
 
-def test_every_lab_host_plans_and_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_lab_host_plans_and_starts(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     """The whole lab fleet (all 8 hosts and the Dynamo group): each plans, and each vLLM plan
     (Dynamo's workers run vLLM) starts."""
+    import json
     from pathlib import Path
 
-    from specdec.commands.plan import _plans
+    import pyinfra_cli.inventory  # noqa: F401  (the inventory then loads in this process)
 
+    import specdec_lab.images as images
+    from specdec.cli.plan import _plans
+
+    # as on a machine whose lab images were built (whatever ran before): each mirror pinned
+    pinned = {img.ref: "sha256:" + "0" * 64 for img in images.lab_images()}
+    path = tmp_path / "images.json"
+    path.write_text(json.dumps(pinned))
+    monkeypatch.setattr(images, "digests_file", lambda: path)
     monkeypatch.chdir(Path(__file__).resolve().parents[2])
     monkeypatch.setenv("SPECDEC_LAB_HOSTS", "8")
     plans = _plans("inventories/lab.py", None)

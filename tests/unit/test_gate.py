@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from specdec.errors import GateError
-from specdec.gate import decide, decide_adaptive, load_policy, load_result
-from specdec.plan_types import GatePolicy
-from specdec.rounds import BenchSettings, pick, round_bench
+from specdec.gate.decide import decide, decide_adaptive, load_policy, load_result
+from specdec.gate.rounds import BenchSettings, pick, round_bench
+from specdec.plan.types import GatePolicy
 
 N_TOK = 64
 CATS = {"chat": 16, "code": 16, "summarization": 12, "repetitive": 8}

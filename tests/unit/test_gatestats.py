@@ -1,5 +1,6 @@
-"""The gate's robust estimators, its noise estimates and its sample-size plan (specdec.gatestats,
-specdec.gateplan), on synthetic bench results (tests/unit/test_gate.py's helper)."""
+"""The gate's robust estimators, its noise estimates and its sample-size plan
+(specdec.gate.estimators,
+specdec.gate.sequential), on synthetic bench results (tests/unit/test_gate.py's helper)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ import statistics
 import pytest
 from test_gate import BASE, result
 
-from specdec.gate import decide, observations
-from specdec.gateplan import bounds, closing_se, next_scale, projected_var
-from specdec.gatestats import Estimate, Obs, arm_median, below_gap, huber, pairwise_sd, timing
-from specdec.plan_types import GatePolicy
+from specdec.gate.decide import decide, observations
+from specdec.gate.estimators import Estimate, Obs, arm_median, below_gap, huber, pairwise_sd, timing
+from specdec.gate.sequential import bounds, closing_se, next_scale, projected_var
+from specdec.plan.types import GatePolicy
 
 
 def _gain(d) -> float:  # type: ignore[no-untyped-def]
@@ -157,7 +158,7 @@ def test_projected_variance_shrinks_with_rounds_and_requests() -> None:
     d = decide(BASE, result(1.3, 1.6, seed=6, noise=0.05))
     obs_c = observations([result(1.3, 1.6, seed=6, noise=0.05)], 1, "c")
     assert obs_c
-    from specdec.gate import _rule, _specs  # the rule's estimate, as decide computes it
+    from specdec.gate.decide import _rule, _specs  # the rule's estimate, as decide computes it
     spec = _specs(pol, True)[0]
     got = _rule(spec, obs_c, observations([BASE], 1, "b"), None, pol, 2.39, 1)
     assert got is not None

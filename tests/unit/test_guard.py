@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec import guard
+from specdec.host import guard
 
 
 @pytest.fixture()

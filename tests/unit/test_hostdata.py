@@ -1,4 +1,5 @@
-"""specdec.hostdata: typed, validated specdec_* keys; one-line errors naming host, key, value."""
+"""specdec.config.hostdata: typed, validated specdec_* keys; one-line errors naming host, key,
+value."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from specdec.config.hostdata import HostSettings, as_mapping, parse_host_settings
 from specdec.errors import ConfigError
-from specdec.hostdata import HostSettings, as_mapping, parse_host_settings
-from specdec.plan_types import GatePolicy
+from specdec.plan.types import GatePolicy
 
 
 def test_defaults_and_types() -> None:

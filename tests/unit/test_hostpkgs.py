@@ -1,8 +1,8 @@
-"""specdec.hostpkgs: the distribution packages planned for a host."""
+"""specdec.plan.packages: the distribution packages planned for a host."""
 
 from __future__ import annotations
 
-from specdec.hostpkgs import NFTABLES, NGINX, host_packages
+from specdec.plan.packages import NFTABLES, NGINX, host_packages
 from tests.unit.test_dynamo import plans
 from tests.unit.test_render import plan_for
 

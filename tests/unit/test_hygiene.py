@@ -1,4 +1,4 @@
-"""specdec.hygiene and the redaction: the grammars against their sources, managed flags,
+"""specdec.config.hygiene and the redaction: the grammars against their sources, managed flags,
 shown values, and the last lines of defence in render, verify and report."""
 
 from __future__ import annotations
@@ -13,15 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from specdec import hygiene, layout, release
+from specdec.config import hygiene
+from specdec.config.hftoken import read_token
 from specdec.engines.registry import engine as engine_named
 from specdec.errors import ConfigError, RenderError, redact
-from specdec.hftoken import read_token
-from specdec.plan import make_plan
-from specdec.render import render
-from specdec.report import write_host_report
-from specdec.rollout import check_hosts
-from specdec.unitfile import unit_text
+from specdec.fleet.rollout import check_hosts
+from specdec.host import layout, release
+from specdec.plan.planner import make_plan
+from specdec.render.files import render
+from specdec.render.unitfile import unit_text
+from specdec.report.fleet import write_host_report
 
 TOK = "hf_" + "Xyz789" * 5
 
@@ -167,7 +168,7 @@ def test_extra_args_with_percent_and_dollar_are_literal_in_the_unit() -> None:
 
 
 def test_journal_line_is_redacted_before_it_is_cut() -> None:
-    from specdec.phases.health import journal_reason as _journal_reason
+    from specdec.verify.phases.health import journal_reason as _journal_reason
 
     line = "E" * 190 + " RuntimeError: token " + TOK + " rejected"
     kind, reason = _journal_reason(["start", line])
@@ -235,7 +236,7 @@ def test_activate_waits_for_the_guards_lock(tmp_path: Path,
 
 
 def test_guard_and_commit_use_their_own_temporary_names() -> None:
-    from specdec import guard
+    from specdec.host import guard
 
     assert "current.guard.tmp" in guard.script() and "current.activate.tmp" not in guard.script()
     assert "last-good.commit.tmp" in guard.commit_command("aaa")
@@ -247,7 +248,7 @@ def test_redact_replaces_a_given_secret_too() -> None:
 
 
 def test_upper_case_first_component_is_not_a_registry() -> None:
-    from specdec.hygiene import split_reference
+    from specdec.config.hygiene import split_reference
 
     assert split_reference("Upper/vllm:1") is None  # a path component: must be lower case
     assert split_reference("Registry.Example:5000/team/vllm:1") == (

@@ -1,4 +1,4 @@
-"""specdec.identify: real-world identity strings -> catalog device, or a one-line refusal."""
+"""specdec.host.identify: real-world identity strings -> catalog device, or a one-line refusal."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from specdec.errors import IdentifyError
-from specdec.identify import IDENTITY_FILES, Identity, parse_identity, read_identity_root
+from specdec.host.identify import IDENTITY_FILES, Identity, parse_identity, read_identity_root
 
 REL_36_4_3 = (
     "# R36 (release), REVISION: 4.3, GCID: 38968081, BOARD: generic, EABI: aarch64, "
@@ -271,7 +271,7 @@ def test_module_table_covers_jetson_stats() -> None:
 
 
 def _conf(name: str) -> str:
-    return (Path(__file__).resolve().parents[2] / "specdec/lab/nvpmodel" / name).read_text()
+    return (Path(__file__).resolve().parents[2] / "specdec_lab/nvpmodel" / name).read_text()
 
 
 def test_power_mode_is_read_from_the_conf_not_assumed() -> None:
@@ -314,7 +314,7 @@ def test_compatible_with_nuls_lost_or_newlines() -> None:
 
 @pytest.mark.parametrize("files", [NANO8, SPARK, NX16_SUPER], ids=["nano8", "spark", "nx16"])
 def test_identity_script_roundtrip(tmp_path: Path, files: dict[str, str | None]) -> None:
-    from specdec.identify import identity_script, split_identity_dump
+    from specdec.host.identify import identity_script, split_identity_dump
 
     _write_root(tmp_path, files)
     (tmp_path / "proc/device-tree").mkdir(parents=True, exist_ok=True)
@@ -329,7 +329,7 @@ def test_identity_script_roundtrip(tmp_path: Path, files: dict[str, str | None])
 
 
 def test_identity_script_local_runs_commands() -> None:
-    from specdec.identify import identity_script, split_identity_dump
+    from specdec.host.identify import identity_script, split_identity_dump
 
     out = subprocess.run(["sh", "-c", identity_script()], capture_output=True, text=True,
                          check=True)
@@ -340,7 +340,7 @@ def test_identity_script_local_runs_commands() -> None:
 
 def test_igx_and_industrial_modules_name_their_own_conf_and_get_no_guessed_mode_table() -> None:
     from specdec.catalog import load_catalog
-    from specdec.power import PowerMode, mode_bandwidth
+    from specdec.host.power import PowerMode, mode_bandwidth
 
     cat = load_catalog()
     agx = cat.devices["agx-orin-64gb"]

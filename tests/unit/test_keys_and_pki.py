@@ -1,5 +1,5 @@
-"""The fleet's API key and the serving groups' CA on the control node (`specdec.apikey`,
-`specdec.pki`), and vLLM's own key check as each release does it (`api_key_rule`)."""
+"""The fleet's API key and the serving groups' CA on the control node (`specdec.config.apikey`,
+`specdec.config.pki`), and vLLM's own key check as each release does it (`api_key_rule`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec import apikey, pki
+from specdec.config import apikey, pki
 from specdec.engines.vllm.facts import api_key_rule
 from specdec.errors import ConfigError, redact
 

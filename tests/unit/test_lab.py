@@ -11,13 +11,13 @@ import pytest
 
 from specdec.catalog import load_catalog
 from specdec.errors import ConfigError, LabError
-from specdec.identify import parse_identity
-from specdec.lab import fleet, images, paths
-from specdec.lab.fleetdata import LAB_MEMLOCK, parse_faults
-from specdec.lab.fleetdata import fleet as fleet_data
-from specdec.lab.identity import device_files, meminfo
-from specdec.lab.instance import ENV, Instance
-from specdec.lab.spec import LabHost, parse_lab_hosts
+from specdec.host.identify import parse_identity
+from specdec_lab import fleet, images, paths
+from specdec_lab.fleetdata import LAB_MEMLOCK, parse_faults
+from specdec_lab.fleetdata import fleet as fleet_data
+from specdec_lab.identity import device_files, meminfo
+from specdec_lab.instance import ENV, Instance
+from specdec_lab.spec import LabHost, parse_lab_hosts
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = [
@@ -179,10 +179,10 @@ def test_image_version_and_wrappers_are_stable() -> None:
     v = images.emulator_version()
     assert v.startswith("emu-") and v == images.emulator_version()
     paths = images.emulator_files()
-    assert "specdec/emulator/__init__.py" in paths and "specdec/catalog/devices.yaml" in paths
+    assert "specdec_lab/emulator/__init__.py" in paths and "specdec/catalog/devices.yaml" in paths
     assert not any("/lab/" in p for p in paths)
     wrappers = images.wrapper_scripts()
-    # the Hub CLIs are the real huggingface_hub's (specdec/lab/hubclient.py), not wrappers
+    # the Hub CLIs are the real huggingface_hub's (specdec_lab/hubclient.py), not wrappers
     assert set(wrappers) == {"vllm", "trtllm-serve"}
     assert all('"$@"' in w for w in wrappers.values())
     native = images.wrapper_scripts(versions={"vllm": "0.9.2"})
@@ -194,7 +194,7 @@ def test_lab_images_mirror_the_catalog() -> None:
 
     cat = load_catalog()
     labs = {i.catalog_ref: i for i in images.lab_images()}
-    # every catalog image but Dynamo's: the lab runs Dynamo natively (specdec/lab/dynamo.py)
+    # every catalog image but Dynamo's: the lab runs Dynamo natively (specdec_lab/dynamo.py)
     assert set(labs) == {r for r, i in cat.images.items() if i.engine != "dynamo"}
     old = labs["dustynv/vllm:0.9.2-r36.4-cu128-24.04"]
     assert old.ref == "localhost:5000/dustynv/vllm:0.9.2-r36.4-cu128-24.04"
@@ -258,7 +258,7 @@ def test_status_json_shape_when_down(monkeypatch: pytest.MonkeyPatch, tmp_path: 
 
 
 def test_boot_loop_boots_again_after_a_reboot_and_stops_otherwise(tmp_path: Path) -> None:
-    from specdec.lab.host import REBOOT_LOOP
+    from specdec_lab.host import REBOOT_LOOP
 
     counter = tmp_path / "boots"
     fake = tmp_path / "nspawn"
@@ -277,7 +277,7 @@ def test_boot_loop_passes_sigterm_to_nspawn_and_ends(tmp_path: Path) -> None:
     import signal
     import time
 
-    from specdec.lab.host import REBOOT_LOOP
+    from specdec_lab.host import REBOOT_LOOP
 
     marker = tmp_path / "terminated"
     fake = tmp_path / "nspawn"

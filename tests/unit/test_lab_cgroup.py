@@ -1,4 +1,4 @@
-"""Each lab host boots in a cgroup of its own (`specdec.lab.cgroup`): the boot loop moves
+"""Each lab host boots in a cgroup of its own (`specdec_lab.cgroup`): the boot loop moves
 itself there first, and teardown removes the subtree deepest first."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from specdec.lab import cgroup
-from specdec.lab.host import REBOOT_LOOP
+from specdec_lab import cgroup
+from specdec_lab.host import REBOOT_LOOP
 
 
 def test_the_boot_loop_enters_the_hosts_cgroup_first(tmp_path: Path) -> None:

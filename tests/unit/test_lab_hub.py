@@ -1,5 +1,5 @@
-"""The lab's Hub (specdec/lab/hub.py) against the real huggingface_hub clients the catalog's
-images carry (0.33.5, 0.36.2, 2.4.0: specdec/lab/hubclient.py, installed by `make setup`):
+"""The lab's Hub (specdec_lab/hub.py) against the real huggingface_hub clients the catalog's
+images carry (0.33.5, 0.36.2, 2.4.0: specdec_lab/hubclient.py, installed by `make setup`):
 snapshot downloads, revisions and ETags, gated repos, bad tokens, resumed downloads, no Xet,
 and the byte counters."""
 
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from specdec.emulator.hf import revision_of
-from specdec.lab.hub import Hub, serve
-from specdec.lab.hubclient import cli_argv
-from specdec.lab.hubrepo import WEIGHTS, hub_repo
+from specdec_lab.emulator.hf import revision_of
+from specdec_lab.hub import Hub, serve
+from specdec_lab.hubclient import cli_argv
+from specdec_lab.hubrepo import WEIGHTS, hub_repo
 
 TOKEN = "hf_MARKERhubtest" + "Xq7Zr2Lp9Wm4Ks1Vb6Nt3"
 QWEN = "Qwen/Qwen3-0.6B"
@@ -73,7 +73,7 @@ def download(version: str, cli: str, repo: str, home: Path, endpoint: str,
     if token is not None:
         (home / "token").parent.mkdir(parents=True, exist_ok=True)
         (home / "token").write_text(token)
-        env["HF_TOKEN_PATH"] = str(home / "token")  # as specdec.prefetch passes it
+        env["HF_TOKEN_PATH"] = str(home / "token")  # as specdec.host.prefetch passes it
     return subprocess.run([*cli_argv(version, cli), "download", repo], env=env,
                           capture_output=True, text=True, timeout=180, check=False)
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from specdec.errors import LabError
-from specdec.lab import link
-from specdec.lab.instance import Instance
-from specdec.lab.linkemu import Shaper
-from specdec.lab.spec import LabHost, parse_lab_hosts
-from specdec.lab.state import check_host
-from specdec.lab.system import proc_alive, stop_process
+from specdec_lab import link
+from specdec_lab.instance import Instance
+from specdec_lab.linkemu import Shaper
+from specdec_lab.spec import LabHost, parse_lab_hosts
+from specdec_lab.state import check_host
+from specdec_lab.system import proc_alive, stop_process
 
 
 def _host(**data: object) -> tuple[str, dict[str, object]]:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from specdec.errors import LabError
-from specdec.lab.instance import Instance
-from specdec.lab.site import ENV, check_mirrors
-from specdec.lab.spec import lab_hosts
+from specdec_lab.instance import Instance
+from specdec_lab.sites import ENV, check_mirrors
+from specdec_lab.spec import lab_hosts
 
 INV = "inventories/lab.py"
 

@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 from specdec.errors import LabError
-from specdec.lab import fleet, paths, teardown
-from specdec.lab.instance import Instance
-from specdec.lab.spec import parse_lab_hosts
-from specdec.lab.state import BOOT_LOOP_NAME
-from specdec.lab.system import Mount, Proc, cmdline, proc_alive, start_time
+from specdec_lab import fleet, paths, teardown
+from specdec_lab.instance import Instance
+from specdec_lab.spec import parse_lab_hosts
+from specdec_lab.state import BOOT_LOOP_NAME
+from specdec_lab.system import Mount, Proc, cmdline, proc_alive, start_time
 
 INST = Instance("unit")
 _KILL = os.kill

@@ -1,5 +1,5 @@
 """The lab's nvpmodel / jetson_clocks / tegrastats stand-ins: real formats, real state files,
-the reboot-required behaviour of nvpmodel (specdec/lab/tegra.py)."""
+the reboot-required behaviour of nvpmodel (specdec_lab/tegra.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from specdec.catalog import load_catalog
-from specdec.lab.identity import device_files
-from specdec.lab.tegra import Tegra
-from specdec.power import parse_clocks, parse_query, parse_status
+from specdec.host.power import parse_clocks, parse_query, parse_status
+from specdec_lab.identity import device_files
+from specdec_lab.tegra import Tegra
 
 
 def host_root(tmp_path: Path, device: str) -> Path:

@@ -1,7 +1,7 @@
 """The deploy lock under contention: N concurrent takeovers of one stale lock, for real.
 
 Each trial plants a stale lock in a fresh directory, starts N ``sh`` processes running the real
-`specdec.lock.takeover_command`, releases them at once through a FIFO, and counts the winners:
+`specdec.host.lock.takeover_command`, releases them at once through a FIFO, and counts the winners:
 exactly one, every time, and the lock on disk is that winner's. Two kinds of stale lock: one
 whose ``info`` names its holder, and one without ``info`` (a taker that died mid-way), which
 the takers must adopt first. Each kind runs ``SPECDEC_RACE_TRIALS`` trials (default 400) both
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec import lock
+from specdec.host import lock
 
 TRIALS = int(os.environ.get("SPECDEC_RACE_TRIALS", "400"))
 TAKERS = int(os.environ.get("SPECDEC_RACE_TAKERS", "4"))

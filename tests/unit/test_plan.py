@@ -1,4 +1,4 @@
-"""specdec.plan: defaults, fallbacks, pinned values and one-line errors."""
+"""specdec.plan.planner: defaults, fallbacks, pinned values and one-line errors."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from specdec.catalog import load_catalog
 from specdec.errors import ConfigError, PlanError, SpecdecError
-from specdec.identify import Identity
-from specdec.plan import baseline, check_image, make_plan
+from specdec.host.identify import Identity
+from specdec.plan.planner import baseline, check_image, make_plan
 
 L8 = "meta-llama/Llama-3.1-8B-Instruct"
 L3 = "meta-llama/Llama-3.2-3B-Instruct"
@@ -252,7 +252,8 @@ def test_bad_input_one_line(kw: dict[str, Any], exc_type: type[SpecdecError],
 def test_plan_does_not_import_pyinfra() -> None:
     import subprocess
 
-    code = ("import sys, specdec.plan, specdec.render, specdec.identify, specdec.fit; "
+    code = ("import sys, specdec.plan.planner, specdec.render.files, specdec.host.identify, "
+            "specdec.plan.memory; "
             "sys.exit(1 if any(m.startswith('pyinfra') for m in sys.modules) else 0)")
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
@@ -260,7 +261,9 @@ def test_plan_does_not_import_pyinfra() -> None:
 def test_public_api_signatures() -> None:
     import inspect
 
-    from specdec import identify, inventory, render
+    from specdec.config import inventory
+    from specdec.host import identify
+    from specdec.render import files as render
 
     assert list(inspect.signature(make_plan).parameters) == ["host", "data", "identity", "catalog",
                                                                  "installed", "group"]
@@ -278,7 +281,7 @@ def test_catalog_identity_positional_order_tolerated() -> None:
 
 
 def test_every_device_model_engine_runtime_plans_or_refuses_cleanly() -> None:
-    from specdec.render import render
+    from specdec.render.files import render
 
     cat = load_catalog()
     planned = 0

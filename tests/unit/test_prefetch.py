@@ -1,4 +1,4 @@
-"""specdec.prefetch: the real shell commands against the emulated Hub CLI in a temporary cache.
+"""specdec.host.prefetch: the real shell commands against the emulated Hub CLI in a temporary cache.
 
 Covers the engine-contract items about weights: a snapshot counts as cached only when every file
 of its revision is there (a half-finished download is fetched again), the download uses the
@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from specdec import layout, prefetch
+from specdec.host import layout, prefetch
 
 QWEN = "Qwen/Qwen3-0.6B"
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +30,8 @@ def _bin(tmp: Path, names: tuple[str, ...]) -> Path:
     d.mkdir()
     for name in names:
         w = d / name
-        w.write_text(f"#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} -m specdec.emulator.hf "
+        w.write_text(f"#!/bin/sh\nPYTHONPATH={ROOT} exec {sys.executable} "
+                     "-m specdec_lab.emulator.hf "
                      '"$@"\n')
         w.chmod(0o755)
     return d

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec.mirror_config import registry_yaml
+from specdec.render.mirror import registry_yaml
 from tests.unit.test_lab_hub import free_port
 
 

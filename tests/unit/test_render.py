@@ -1,4 +1,4 @@
-"""specdec.render: exact files (golden), systemd quoting, trtllm YAML, no secrets."""
+"""specdec.render.files: exact files (golden), systemd quoting, trtllm YAML, no secrets."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import yaml
 
-from specdec import layout
 from specdec.errors import RenderError
-from specdec.plan import make_plan
-from specdec.plan_types import Plan
-from specdec.render import Rendered, engine_argv, render, systemd_quote
+from specdec.host import layout
+from specdec.plan.planner import make_plan
+from specdec.plan.types import Plan
+from specdec.render.files import Rendered, engine_argv, render, systemd_quote
 
 GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 UPDATE = os.environ.get("SPECDEC_UPDATE_GOLDEN") == "1"
@@ -252,7 +252,7 @@ def test_trtllm_yaml() -> None:
 
 
 def test_baseline_trtllm_has_no_speculative_config() -> None:
-    from specdec.plan import baseline
+    from specdec.plan.planner import baseline
 
     r = render(baseline(plan_for("dgx-spark-trtllm-docker")))
     doc = yaml.safe_load(next(f for f in r.files if f.path.endswith("engine.yaml")).content)

@@ -1,4 +1,4 @@
-"""specdec.report: host JSON, fleet Markdown and HTML, token scrubbing, `specdec report`."""
+"""specdec.report.fleet: host JSON, fleet Markdown and HTML, token scrubbing, `specdec report`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 
 from specdec.cli import main
 from specdec.errors import RolloutError
-from specdec.report import (
+from specdec.report.cells import figures
+from specdec.report.fleet import (
     index_html,
     latest_run,
     load_reports,
@@ -19,7 +20,6 @@ from specdec.report import (
     summary_markdown,
     write_host_report,
 )
-from specdec.report_format import figures
 
 TOKEN = "hf_MARKERtoken123"
 

@@ -9,12 +9,12 @@ import shlex
 
 import pytest
 
-from specdec import hygiene
+from specdec.config import hygiene
+from specdec.config.hostdata import RESERVED_ENV, parse_hosts
 from specdec.errors import ConfigError
 from specdec.groups.inventory import groups_of
-from specdec.hostdata import RESERVED_ENV, parse_hosts
-from specdec.plan import make_plan, plan_host_settings
-from specdec.render import render
+from specdec.plan.planner import make_plan, plan_host_settings
+from specdec.render.files import render
 from tests.unit.test_render import CASES, plan_for
 
 _ENV_LINE = re.compile(r"^Environment=\"?([A-Za-z_][A-Za-z0-9_]*)=", re.M)

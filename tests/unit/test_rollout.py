@@ -1,4 +1,4 @@
-"""specdec.rollout: batch spec, batching, stop rule, and the driver with a fake pyinfra."""
+"""specdec.fleet.rollout: batch spec, batching, stop rule, and the driver with a fake pyinfra."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from specdec import rollout as ro
 from specdec.cli import main
+from specdec.config.hostdata import parse_host_settings
 from specdec.errors import RolloutError
-from specdec.hostdata import parse_host_settings
-from specdec.report import load_reports, skipped_report, write_host_report
+from specdec.fleet import rollout as ro
+from specdec.report.fleet import load_reports, skipped_report, write_host_report
 
 
 def test_parse_batches():

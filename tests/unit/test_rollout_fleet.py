@@ -13,16 +13,16 @@ from typing import Any
 
 import pytest
 
-from specdec import pki
-from specdec import rollout as ro
-from specdec import shard as sh
 from specdec.cli import main
+from specdec.config import pki
 from specdec.errors import RolloutError
-from specdec.fleetstore import LocalStore, open_store, update_json
+from specdec.fleet import rollout as ro
+from specdec.fleet import shard as sh
+from specdec.fleet.resume import to_resume
+from specdec.fleet.store import LocalStore, open_store, update_json
 from specdec.groups.inventory import Group
-from specdec.report import load_reports, skipped_report, write_host_report
-from specdec.report_merge import merge_runs
-from specdec.resume import to_resume
+from specdec.report.fleet import load_reports, skipped_report, write_host_report
+from specdec.report.merge import merge_runs
 
 
 class Fleet:
@@ -390,7 +390,7 @@ def test_cli_two_shards_share_the_default_store(tmp_path, monkeypatch, capsys):
 
 def test_etcd_over_tls_with_client_certificates(tmp_path):
     """etcds:// with a CA and a client certificate (etcd --client-cert-auth), both made by
-    specdec.pki as for a serving group's etcd; without the client certificate the server
+    specdec.config.pki as for a serving group's etcd; without the client certificate the server
     refuses."""
     if shutil.which("etcd") is None:
         pytest.fail("etcd is needed ('make setup' installs it)")
@@ -402,7 +402,7 @@ def test_etcd_over_tls_with_client_certificates(tmp_path):
         tmp_path, "https", "--cert-file", str(d / "node.crt"),
         "--key-file", str(d / "node.key"), "--trusted-ca-file", str(d / "ca.crt"),
         "--client-cert-auth")
-    from specdec.fleetstore import TLSFiles
+    from specdec.fleet.store import TLSFiles
 
     try:
         tls = TLSFiles(d / "ca.crt", d / "node.crt", d / "node.key")

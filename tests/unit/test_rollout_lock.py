@@ -1,4 +1,5 @@
-"""specdec.lock: the deploy lock's shell, run for real against a temporary state directory, on a
+"""specdec.host.lock: the deploy lock's shell, run for real against a temporary state directory, on
+a
 host whose clocks the test moves: its boot id and monotonic clock (files the commands read
 instead of /proc), and its wall clock (a ``date`` on PATH a year off, and lock files dated a
 year off): the lease follows the first two and ignores the third."""
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec import lock
+from specdec.host import lock
 
 ME = lock.machine_id()
 OTHER_MACHINE = "f" * 32
@@ -63,8 +64,8 @@ class Host:
 def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Host:
     state = tmp_path / "state"
     state.mkdir()
-    monkeypatch.setattr("specdec.layout.STATE_DIR", str(state))
-    monkeypatch.setattr("specdec.layout.LOCK_FILE", str(state / "deploy.lock"))
+    monkeypatch.setattr("specdec.host.layout.STATE_DIR", str(state))
+    monkeypatch.setattr("specdec.host.layout.LOCK_FILE", str(state / "deploy.lock"))
     h = Host(tmp_path)
     monkeypatch.setattr(lock, "BOOT_ID_FILE", str(h.boot_file))
     monkeypatch.setattr(lock, "UPTIME_FILE", str(h.up_file))

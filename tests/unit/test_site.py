@@ -6,11 +6,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from specdec.config.hostdata import parse_host_settings, parse_hosts
 from specdec.errors import ConfigError
-from specdec.hostdata import parse_host_settings, parse_hosts
-from specdec.mirror_config import nginx_conf, registry_unit, registry_yaml, render_mirror
-from specdec.plan import make_plan
-from specdec.site import (
+from specdec.plan.planner import make_plan
+from specdec.plan.sites import (
     DEFAULT_HUB,
     HUB_PORT,
     SiteMirror,
@@ -20,6 +19,7 @@ from specdec.site import (
     resolve,
     site_mirror_hosts,
 )
+from specdec.render.mirror import nginx_conf, registry_unit, registry_yaml, render_mirror
 
 DIGEST = "sha256:" + "ab" * 32
 IMAGE = f"nvcr.io/nvidia/vllm:26.10-py3@{DIGEST}"
@@ -89,7 +89,7 @@ def test_a_sites_hosts_download_and_pull_through_its_mirror() -> None:
     plan = make_plan("h22", {"specdec_device": "dgx-spark", "specdec_model": "Qwen/Qwen3-8B",
                              "specdec_image": IMAGE}, None)
     assert plan.image == IMAGE
-    from specdec.plan import plan_host_settings
+    from specdec.plan.planner import plan_host_settings
 
     mirrored = plan_host_settings(by["h22"], None)
     assert mirrored.image == f"10.0.0.2:5003/nvidia/vllm:26.10-py3@{DIGEST}"
@@ -100,7 +100,7 @@ def test_a_sites_hosts_download_and_pull_through_its_mirror() -> None:
 def test_a_mirrored_image_must_be_pinned_by_digest() -> None:
     s = resolve(parse_hosts([spark("m1", specdec_site="a", specdec_site_mirror=True),
                              spark("h22", specdec_site="a")]))[1]
-    from specdec.plan import plan_host_settings
+    from specdec.plan.planner import plan_host_settings
 
     with pytest.raises(ConfigError, match="needs the image pinned by digest"):
         plan_host_settings(s, None)  # the catalog's default: a tag

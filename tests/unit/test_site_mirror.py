@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from specdec.emulator.hf import revision_of
-from specdec.lab.hubrepo import hub_repo
-from specdec.mirror_config import nginx_conf
-from specdec.site import SiteMirror
+from specdec.plan.sites import SiteMirror
+from specdec.render.mirror import nginx_conf
+from specdec_lab.emulator.hf import revision_of
+from specdec_lab.hubrepo import hub_repo
 from tests.unit.test_lab_hub import CLIENTS, LLAMA1, QWEN, TOKEN, LabHub, download, free_port
 
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"

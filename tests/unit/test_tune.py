@@ -1,4 +1,5 @@
-"""specdec.tune (curve fit and search), the tune cache, the per-batch-size schedule, the chart."""
+"""specdec.tune.search (curve fit and search), the tune cache, the per-batch-size schedule, the
+chart."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ from typing import Any
 import pytest
 
 from specdec.errors import RenderError
-from specdec.plan import make_plan
-from specdec.plan_types import GatePolicy
-from specdec.render import render, speculative_config
-from specdec.report import index_html
-from specdec.rounds import BenchSettings
-from specdec.tune import (
+from specdec.gate.rounds import BenchSettings
+from specdec.plan.planner import make_plan
+from specdec.plan.types import GatePolicy
+from specdec.render.files import render, speculative_config
+from specdec.report.fleet import index_html
+from specdec.tune.cache import apply_cached, cache_key, entry_id, store, tuned_plan
+from specdec.tune.chart import tune_chart
+from specdec.tune.search import (
     K_MAX,
     MAX_ROUNDS,
     POINT_ROUNDS,
@@ -28,8 +31,6 @@ from specdec.tune import (
     point_benches,
     schedule,
 )
-from specdec.tunecache import apply_cached, cache_key, entry_id, store, tuned_plan
-from specdec.tunechart import tune_chart
 
 CATS = {"chat": 16, "code": 16, "summarization": 12, "repetitive": 8}
 P = {"chat": 0.7, "code": 0.55, "summarization": 0.75, "repetitive": 0.9}  # per position

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from specdec.errors import ConfigError
-from specdec.plan import make_plan
-from specdec.tune import Config, TuneResult
-from specdec.tunecache import apply_cached, cache_key, store
-from specdec.tunestore import DEFAULT_NAME, ENV, DirStore, location, open_store, register_scheme
+from specdec.plan.planner import make_plan
+from specdec.tune.cache import apply_cached, cache_key, store
+from specdec.tune.search import Config, TuneResult
+from specdec.tune.store import DEFAULT_NAME, ENV, DirStore, location, open_store, register_scheme
 
 ROOT = Path(__file__).resolve().parents[2]
 DIGEST = "sha256:" + "cd" * 32
@@ -118,8 +118,8 @@ def test_two_control_nodes_share_the_cache(tmp_path: Path, inventory: Path) -> N
     assert plans["agx2"]["num_speculative_tokens"] == 7 and plans["agx2"]["tuned"]
     # plain pyinfra, from node B: the deploy's tune store is the same location
     deploy = tmp_path / "where.py"
-    deploy.write_text("from roles.common import tune_store\n"
-                      "from specdec.hostdata import parse_host_settings\n"
+    deploy.write_text("from specdec.roles.common import tune_store\n"
+                      "from specdec.config.hostdata import parse_host_settings\n"
                       "print('TUNE_CACHE=' + tune_store(parse_host_settings('h', {})).location)\n")
     local = tmp_path / "fleet" / "local.py"
     local.write_text("hosts = ['@local']\n")
@@ -140,7 +140,7 @@ def test_two_control_nodes_share_the_cache(tmp_path: Path, inventory: Path) -> N
 
 
 def test_rollout_passes_an_explicit_tune_cache_to_pyinfra(tmp_path: Path) -> None:
-    from specdec.rollout import RolloutPlan, run_rollout
+    from specdec.fleet.rollout import RolloutPlan, run_rollout
 
     seen: list[dict[str, str]] = []
 

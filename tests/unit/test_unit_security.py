@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from specdec import guard
+from specdec.config.hostdata import parse_hosts
 from specdec.groups.inventory import groups_of
-from specdec.hostdata import parse_hosts
-from specdec.plan import make_plan, plan_host_settings
-from specdec.render import render
+from specdec.host import guard
+from specdec.plan.planner import make_plan, plan_host_settings
+from specdec.render.files import render
 
 LIMIT = 4.0
 _SCORE = re.compile(r"Overall exposure level for \S+: (\d+\.\d)")

@@ -1,4 +1,5 @@
-"""specdec.verify end to end on loopback: real engine emulator processes, real HTTP, the real
+"""specdec.verify.verifier end to end on loopback: real engine emulator processes, real HTTP, the
+real
 ``specdec bench`` subprocess and the real gate. Only the "host" (systemd, release pointers) is
 simulated: a restart starts the emulator for the current release, on 127.0.0.1."""
 
@@ -19,21 +20,21 @@ from typing import Any
 
 import pytest
 
-from specdec import release
-from specdec.plan import baseline, make_plan
-from specdec.plan_types import FitReport, GatePolicy, Plan
-from specdec.render import engine_argv, render
-from specdec.rounds import RoundBench
-from specdec.tunecache import apply_cached
-from specdec.tunestore import DirStore
-from specdec.verify import (
+from specdec.gate.rounds import RoundBench
+from specdec.host import release
+from specdec.plan.planner import baseline, make_plan
+from specdec.plan.types import FitReport, GatePolicy, Plan
+from specdec.render.files import engine_argv, render
+from specdec.tune.cache import apply_cached
+from specdec.tune.store import DirStore
+from specdec.verify.spec import FileSpec, VerifySpec
+from specdec.verify.verifier import (
     BenchSettings,
     Verifier,
     bench_subprocess,
     http_get,
     secret_sha256,
 )
-from specdec.verify_spec import FileSpec, VerifySpec
 
 TOKEN = "hf_MARKERtoken123"
 
@@ -77,7 +78,7 @@ class LoopbackHost:
         self.started.append(self.current)
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "specdec.emulator", *self.argv[self.current]],
+                [sys.executable, "-m", "specdec_lab.emulator", *self.argv[self.current]],
                 stdout=log, stderr=subprocess.STDOUT, env=env)
 
     def stop(self) -> None:
@@ -308,6 +309,6 @@ def test_token_in_the_engine_environment_is_caught(fleet):
 
 
 def _state(host: LoopbackHost, c: str, b: str):
-    from specdec.release import ReleaseState
+    from specdec.host.release import ReleaseState
 
     return ReleaseState(host.current, host.last_good, (c, b))

@@ -1,4 +1,4 @@
-"""specdec.verify on a healthy candidate, against a fake host: keep, disable or hold; extra
+"""specdec.verify.verifier on a healthy candidate, against a fake host: keep, disable or hold; extra
 rounds; the baseline cache; roofline and power mode in the report."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from specdec import release
-from specdec.verify import FAILURE_OUTCOMES
-from specdec.verify_spec import Roofline
+from specdec.host import release
+from specdec.verify.spec import Roofline
+from specdec.verify.verifier import FAILURE_OUTCOMES
 from tests.unit.verify_fakes import (
     FAST,
     OLD,
@@ -89,7 +89,7 @@ def test_estimated_tokens_without_last_good_fall_back_to_the_baseline(tmp_path):
 
 
 def test_inconclusive_measures_more_rounds_then_disables(tmp_path, monkeypatch):
-    from specdec import gate
+    from specdec.gate import decide as gate
 
     seen: list[int] = []
 
@@ -113,7 +113,7 @@ def test_inconclusive_measures_more_rounds_then_disables(tmp_path, monkeypatch):
 
 
 def test_extra_round_that_decides_keep(tmp_path, monkeypatch):
-    from specdec import gate
+    from specdec.gate import decide as gate
 
     real = gate.decide
 

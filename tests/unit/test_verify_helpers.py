@@ -1,11 +1,13 @@
-"""specdec.verify: whether a host is verified at all (off, no speculation, unchanged) and the
+"""specdec.verify.verifier: whether a host is verified at all (off, no speculation, unchanged) and
+the
 verifier's helpers (memlock, uploads, bench summaries)."""
 
 from __future__ import annotations
 
-from specdec import release
-from specdec.plan import baseline
-from specdec.verify import (
+from specdec.host import release
+from specdec.plan.planner import baseline
+from specdec.verify.spec import FileSpec
+from specdec.verify.verifier import (
     bench_summary,
     memlock_ok,
     needs_verification,
@@ -13,7 +15,6 @@ from specdec.verify import (
     unchanged_report,
     upload_command,
 )
-from specdec.verify_spec import FileSpec
 from tests.unit.verify_fakes import FAST, OLD, PLAIN, PLAN, B, Behaviour, C, FakeHost, run, spec
 
 

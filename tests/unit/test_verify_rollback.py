@@ -1,4 +1,5 @@
-"""specdec.verify when the candidate fails, against a fake host: crash, OOM, health timeout,
+"""specdec.verify.verifier when the candidate fails, against a fake host: crash, OOM, health
+timeout,
 hang, process checks; rollback to last-good and a restore that fails; the host's guard."""
 
 from __future__ import annotations

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from specdec.config.hostdata import parse_host_settings
 from specdec.engines.registry import engine_of
 from specdec.errors import ConfigError
-from specdec.hostdata import parse_host_settings
-from specdec.lab.traffic import Traffic, parse_mix
-from specdec.plan import plan_host_settings
+from specdec.plan.planner import plan_host_settings
 from specdec.watch.running import plan_from_json, time_scale
 from specdec.watch.ssh import connection
+from specdec_lab.traffic import Traffic, parse_mix
 
 ROOT = Path(__file__).resolve().parents[2]
 NANO = {"specdec_device": "orin-nano-8gb", "specdec_model": "Qwen/Qwen3-0.6B",

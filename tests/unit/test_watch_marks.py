@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specdec import rollout as ro
 from specdec.cli import main
+from specdec.fleet import rollout as ro
 from specdec.watch import marks
 from tests.unit.test_rollout import FakePyinfra
 

@@ -15,16 +15,16 @@ from typing import Any
 
 import pytest
 
-from specdec.emulator.local import emulator, lab_truth, reset_truth
+from specdec.config.hostdata import parse_host_settings
 from specdec.engines.registry import engine_of
-from specdec.hostdata import parse_host_settings
-from specdec.lab.traffic import Traffic, run_traffic
-from specdec.plan import plan_host_settings
-from specdec.report import write_fleet, write_host_report
+from specdec.plan.planner import plan_host_settings
+from specdec.report.fleet import write_fleet, write_host_report
 from specdec.watch import marks, store
 from specdec.watch.gatefacts import gate_facts, load_gate_report
 from specdec.watch.run import Options, Target, Watch
 from specdec.watch.ssh import Connection, Session, reader_code
+from specdec_lab.emulator.local import emulator, lab_truth, reset_truth
+from specdec_lab.traffic import Traffic, run_traffic
 
 SCALE = "0.05"
 DATA = {"specdec_device": "orin-nano-8gb", "specdec_model": "Qwen/Qwen3-0.6B",

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from specdec.gate import z_for
-from specdec.plan_types import GatePolicy
+from specdec.gate.decide import z_for
+from specdec.plan.types import GatePolicy
 from specdec.watch.estimate import estimate
 from specdec.watch.gatefacts import Cost
 from specdec.watch.verdict import (

@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specdec import release
 from specdec.errors import BenchError
-from specdec.plan import baseline, make_plan
-from specdec.render import render
-from specdec.rounds import RoundBench
-from specdec.verify import Verifier
-from specdec.verify_spec import FileSpec, Roofline, VerifySpec
+from specdec.gate.rounds import RoundBench
+from specdec.host import release
+from specdec.plan.planner import baseline, make_plan
+from specdec.render.files import render
+from specdec.verify.spec import FileSpec, Roofline, VerifySpec
+from specdec.verify.verifier import Verifier
 
 TOKEN = "hf_MARKERtoken123"
 PLAN = make_plan("orin-1", {"specdec_device": "agx-orin-64gb",

@@ -96,7 +96,7 @@ def parse_args(argv):
 
 
 def read_key(path):
-    """The API key: ``sdk_`` and 20-200 letters and digits (specdec.apikey), from a file or
+    """The API key: ``sdk_`` and 20-200 letters and digits (specdec.config.apikey), from a file or
     from standard input (``-``: the caller opened the root-only file for us)."""
     try:
         if path == "-":

@@ -19,7 +19,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from specdec import hygiene, layout
+from specdec.config import hygiene
+from specdec.config.keys import KeyReader
+from specdec.config.settings import HostSettings
 from specdec.engines.base import (
     LOOPBACK,
     Engine,
@@ -34,10 +36,9 @@ from specdec.engines.version import Version
 from specdec.engines.vllm.engine import MANAGED_FLAGS as VLLM_FLAGS
 from specdec.engines.vllm.engine import VllmEngine
 from specdec.errors import ConfigError, PlanError
-from specdec.hostkeys import KeyReader
-from specdec.plan_types import DynamoPlan, Group, Plan, Socket
-from specdec.plan_types import http_url as url
-from specdec.settings import HostSettings
+from specdec.host import layout
+from specdec.plan.types import DynamoPlan, Group, Plan, Socket
+from specdec.plan.types import http_url as url
 
 __all__ = ["DynamoEngine", "DynamoOptions"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from specdec.engines.base import MetricsSource
 from specdec.engines.vllm import metrics as vllm_metrics
-from specdec.plan_types import DynamoPlan, Plan
+from specdec.plan.types import DynamoPlan, Plan
 
 __all__ = ["FRONTEND_COUNTERS", "FRONTEND_GAUGES", "sources"]
 

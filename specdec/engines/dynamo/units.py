@@ -19,7 +19,8 @@ Dynamo frontend, ... NATS, etcd, or ZMQ endpoints directly to an untrusted netwo
   ``ETCD_AUTH_CLIENT_CERT``, ``ETCD_AUTH_CLIENT_KEY``, which ai-dynamo-runtime 1.6.1 reads as PEM
   *contents*, not paths (lib/runtime/src/transports/etcd.rs ``ClientOptions::default``:
   ``Certificate::from_pem``; with paths the runtime times out, security.md Q3, tested), so the
-  unit's shell reads them from systemd credentials at start (`specdec.unitfile.secret_env_argv`).
+  unit's shell reads them from systemd credentials at start
+  (`specdec.render.unitfile.secret_env_argv`).
   ``ETCD_AUTH_USERNAME``/``PASSWORD`` are never set: when set they win over the certificate.
 * Every address a process binds or advertises is the member's group address
   (``DYN_TCP_RPC_HOST``, ``DYN_TCP_RESPONSE_STREAM_HOST``, ``DYN_EVENT_PLANE_HOST``,
@@ -37,11 +38,12 @@ card's tokenizer and config from it, so no member needs another's files.
 
 from __future__ import annotations
 
-from specdec import layout, sandbox
 from specdec.engines.base import LOOPBACK
-from specdec.plan_types import DynamoPlan, Plan
-from specdec.sockets import member_reach
-from specdec.unitfile import Specified, env_assignment, exec_line, secret_env_argv, template
+from specdec.host import layout
+from specdec.plan.sockets import member_reach
+from specdec.plan.types import DynamoPlan, Plan
+from specdec.render import sandbox
+from specdec.render.unitfile import Specified, env_assignment, exec_line, secret_env_argv, template
 
 __all__ = ["ETCD_SECRETS", "aux_units", "dynamo_part", "etcd_argv", "frontend_argv", "python",
            "transport", "worker_env"]

@@ -7,7 +7,6 @@ from typing import ClassVar
 
 import yaml
 
-from specdec import layout
 from specdec.catalog import Model
 from specdec.engines.base import (
     LOOPBACK,
@@ -22,8 +21,9 @@ from specdec.engines.trtllm import facts, metrics
 from specdec.engines.version import Version
 from specdec.engines.vllm.engine import NGRAM_PROMPT_LOOKUP
 from specdec.errors import RenderError
-from specdec.plan_types import Plan
-from specdec.unitfile import template
+from specdec.host import layout
+from specdec.plan.types import Plan
+from specdec.render.unitfile import template
 
 __all__ = ["CONFIG_NAME", "MANAGED_FLAGS", "TrtllmEngine", "engine_yaml"]
 
@@ -116,7 +116,7 @@ class TrtllmEngine(Engine):
             "trtllm-serve", plan.model,
             "--backend", "pytorch",
             # loopback only, behind specdec's API proxy: trtllm-serve has no key or TLS option
-            # (tensorrt_llm/commands/serve.py; `specdec.proxy`)
+            # (tensorrt_llm/commands/serve.py; `specdec.render.proxy`)
             "--host", LOOPBACK,
             "--port", str(plan.engine_port),
             "--max_batch_size", str(plan.max_num_seqs),

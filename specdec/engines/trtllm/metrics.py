@@ -20,7 +20,7 @@ per server, polling faster than the queue fills; ``iter`` numbers tell what was 
 from __future__ import annotations
 
 from specdec.engines.base import MetricsSource
-from specdec.plan_types import Plan
+from specdec.plan.types import Plan
 
 __all__ = ["COUNTERS", "GAUGES", "engine_source"]
 

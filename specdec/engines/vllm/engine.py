@@ -10,7 +10,7 @@ from specdec.engines.support import Support, Target
 from specdec.engines.version import Version
 from specdec.engines.vllm import facts, metrics
 from specdec.errors import RenderError
-from specdec.plan_types import Plan
+from specdec.plan.types import Plan
 
 __all__ = ["MANAGED_FLAGS", "NGRAM_PROMPT_LOOKUP", "VllmEngine", "speculative_config"]
 
@@ -100,7 +100,8 @@ class VllmEngine(Engine):
         return argv
 
     def argv(self, plan: Plan, config_path: str | None) -> list[str]:
-        # loopback only, behind specdec's API proxy (`specdec.proxy` says why); --host takes an
+        # loopback only, behind specdec's API proxy (`specdec.render.proxy` says why); --host takes
+        # an
         # address in every pinned release (0.9.2 cli_args.py:86; 0.31.0 launchers/cli_args.py:280)
         return ["vllm", "serve", plan.model, "--host", LOOPBACK, "--port",
                 str(plan.engine_port), *self.model_flags(plan, plan.engine_version)]

@@ -304,7 +304,7 @@ PER_BATCH_SIZE_K: FactTable[bool] = FactTable("num_speculative_tokens_per_batch_
 # 0.19.0 vllm/entrypoints/openai/server_utils.py:80); /v1, /v2, /inference and /cohere in 0.31.0
 # (vllm/entrypoints/serve/middleware/authenticate.py:11, GUARDED_PREFIX; the first release
 # verified to carry it). /invocations, /metrics, /health, /tokenize stay open in every one:
-# why specdec serves the API through its own proxy (`specdec.proxy`). The scheme compares
+# why specdec serves the API through its own proxy (`specdec.render.proxy`). The scheme compares
 # exactly ("Bearer ") in 0.9.2 (api_server.py:1094), case-insensitively from 0.11.0 (:1285).
 API_KEY_GUARDS: FactTable[tuple[str, ...]] = FactTable("api_key_guarded_prefixes", (
     F(("/v1",), "0.9.2-0.19.0: url_path.startswith('/v1')", until="0.31.0"),

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from specdec.engines.base import MetricsSource
 from specdec.engines.vllm import facts
-from specdec.plan_types import Plan
+from specdec.plan.types import Plan
 
 __all__ = ["COUNTERS", "GAUGES", "V0_CAVEAT", "engine_source"]
 

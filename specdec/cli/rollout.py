@@ -1,0 +1,249 @@
+"""``specdec rollout`` (batched, canary-first deploy) and ``specdec report`` (fleet summary)."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from specdec.errors import RolloutError
+
+__all__ = ["register"]
+
+
+def register(subparsers: Any) -> None:
+    r = subparsers.add_parser(
+        "rollout", help="deploy batch by batch (canary first), stop on failures, report")
+    r.add_argument("inventory", metavar="INVENTORY", help="pyinfra inventory file")
+    r.add_argument("--batches", default=None, metavar="SPEC",
+                   help="batch sizes, Ansible-serial style (count or %%; the last repeats); "
+                        "default 1,25%%,100%%")
+    r.add_argument("--max-fail-percent", default=None, metavar="N",
+                   help="stop when a batch's failed hosts exceed N%% (default 0)")
+    r.add_argument("--max-unreachable-percent", default=None, metavar="N",
+                   help="stop when a batch's unreachable hosts exceed N%% (default 100; a "
+                        "batch with no host reached always stops)")
+    r.add_argument("--limit", metavar="HOST", help="host names, globs or groups (comma-separated)")
+    r.add_argument("--marked", action="store_true",
+                   help="only the hosts `specdec watch` marked for re-verification")
+    r.add_argument("--run-id", metavar="ID", help="report directory name (default: timestamp)")
+    r.add_argument("--resume", metavar="RUN",
+                   help="finish run RUN: deploy its hosts that did not converge, same run id")
+    r.add_argument("--reports", metavar="DIR", help="reports root (default: ./reports)")
+    r.add_argument("--data", action="append", default=None, metavar="KEY=VALUE",
+                   help="pass to pyinfra --data (e.g. specdec_reverify=true); repeatable")
+    r.add_argument("--parallel", type=int, metavar="N",
+                   help="pyinfra --parallel: hosts worked on at once (default pyinfra's: "
+                        "min(20 x CPUs, inventory size, open-files limit / 3))")
+    r.add_argument("--shard", metavar="I/N",
+                   help="roll out shard I of N of the fleet (N control nodes, one run id; "
+                        "canary, budget, claims and tune cache shared through --store)")
+    r.add_argument("--store", metavar="URL",
+                   help="fleet store for --shard: a directory (default REPORTS/fleet) or "
+                        "etcd://HOST:PORT (etcds:// with --store-ca/--store-cert/--store-key)")
+    r.add_argument("--store-ca", metavar="FILE", help="CA of the etcd server (etcds://)")
+    r.add_argument("--store-cert", metavar="FILE", help="client certificate for etcd")
+    r.add_argument("--store-key", metavar="FILE", help="client key for etcd")
+    r.add_argument("--tune-cache", metavar="DIR|URL",
+                   help="the tune cache (default: $SPECDEC_TUNE_CACHE, else specdec_tune_cache "
+                        "in host data, else tune-cache/ beside the inventory)")
+    r.set_defaults(func=cmd_rollout)
+
+    p = subparsers.add_parser("report", help="print a rollout's fleet summary (Markdown)")
+    p.add_argument("run", nargs="?", metavar="RUN", help="run id (default: the latest run)")
+    p.add_argument("--reports", metavar="DIR", help="reports root (default: ./reports)")
+    p.add_argument("--html", action="store_true", help="print the path of index.html instead")
+    p.add_argument("--merge", nargs="+", metavar="RUN_DIR",
+                   help="merge these shards' run directories into REPORTS/RUN (RUN required)")
+    p.set_defaults(func=cmd_report)
+
+
+def cmd_rollout(args: argparse.Namespace) -> int:
+    from specdec.fleet import rollout as ro
+    from specdec.fleet.resume import load_params, resume_round, to_resume
+    from specdec.report.fleet import check_run_id, new_run_id, reports_root
+    from specdec.tune.store import location
+
+    if args.parallel is not None and args.parallel < 1:
+        raise RolloutError(f"--parallel={args.parallel}: must be at least 1")
+    if args.resume and args.run_id:
+        raise RolloutError("--resume RUN and --run-id: give one (a resumed run keeps its id)")
+    root = ro.check_reports_dir(reports_root(args.reports))
+    params: dict[str, Any] = {}
+    left: dict[str, str] = {}
+    if args.resume:
+        run_id = check_run_id(args.resume)
+        params = load_params(root / run_id)
+        _, left = to_resume(root / run_id)
+    else:
+        run_id = check_run_id(args.run_id) if args.run_id else new_run_id()
+        if ro.existing_run(root, run_id) and not args.shard:
+            raise RolloutError(f"--run-id={run_id!r}: already used under {root} (pick "
+                               "another, or --resume it)")
+
+    def given(name: str, default: Any) -> Any:
+        value = getattr(args, name)
+        return value if value is not None else params.get(name, default)
+
+    spec = given("batches", "1,25%,100%")
+    batches = ro.parse_batches(spec)
+    max_fail = ro.parse_max_fail(given("max_fail_percent", "0"))
+    max_unreach = ro.parse_max_fail(given("max_unreachable_percent", "100"),
+                                    "--max-unreachable-percent")
+    data = list(given("data", []))
+    limit = args.limit if args.limit is not None else params.get("limit")
+    tune = args.tune_cache if args.tune_cache is not None else params.get("tune_cache")
+    for d in data:
+        if "=" not in d or not d.split("=", 1)[0].strip():
+            raise RolloutError(f"--data={d!r}: expected KEY=VALUE")
+    inventory = Path(args.inventory)
+    if not inventory.is_file():
+        raise RolloutError(f"inventory {args.inventory!r}: no such file")
+
+    from specdec.config.inventory import load_inventory
+    from specdec.groups.inventory import check_limit, groups_of, units
+    from specdec.plan.sites import site_mirror_hosts
+
+    if args.marked:
+        limit = _marked(str(inventory), root, limit)
+    loaded = load_inventory(str(inventory), limit)
+    settings = ro.check_hosts(loaded, data)
+    every = ro.parse_with_data(load_inventory(str(inventory)), data) if limit else settings
+    groups = groups_of(every)
+    names = [name for name, _ in loaded]
+    check_limit(groups, names)
+    if args.resume:
+        gone = sorted(set(left) - set(names))
+        if gone:
+            raise RolloutError(f"--resume {run_id}: {', '.join(gone)} not in {args.inventory}"
+                               f"{' --limit ' + limit if limit else ''}")
+        # a serving group is resumed whole
+        again = {m for h in left for m in (groups[h].members if h in groups else (h,))}
+        names = [n for n in names if n in again]
+        if not names:
+            print(f"specdec rollout --resume {run_id}: every host converged; nothing to do")
+            return 0
+    order = units(names, groups)
+    # site mirrors first: their sites' hosts download and pull through them (one per site)
+    first = site_mirror_hosts(every)
+    order = [u for u in order if set(u) & first] + [u for u in order if not set(u) & first]
+    hosts = [h for unit in order for h in unit]
+    shard, coord = _sharding(args, root, run_id, order, groups, batches, spec, max_fail,
+                             max_unreach, resume_round(root / run_id, hosts)
+                             if args.resume else 0)
+    plan = ro.RolloutPlan(
+        inventory=inventory.resolve(),
+        hosts=hosts,
+        batches=shard if shard is not None else ro.batch_units(order, batches),
+        max_fail_percent=max_fail,
+        max_unreachable_percent=max_unreach,
+        run_id=run_id,
+        reports_root=root,
+        data=tuple(data),
+        extra_args=("--parallel", str(args.parallel)) if args.parallel else (),
+        meta={s.host: ro.host_meta(s) for s in settings},
+        resume=bool(args.resume) or bool(args.shard and ro.existing_run(root, run_id)),
+        params={"batches": spec, "max_fail_percent": str(max_fail),
+                "max_unreachable_percent": str(max_unreach), "data": data, "limit": limit,
+                "shards": args.shard.split("/")[1] if args.shard else None,
+                "tune_cache": tune},
+        tune_cache=tune and location(explicit=tune),
+    )
+    if args.resume:
+        print(f"specdec rollout --resume {run_id}: {len(hosts)} host(s) to finish: "
+              + ", ".join(f"{h} ({left.get(h, 'group')})" for h in hosts))
+    result = ro.run_rollout(plan, coord=coord)
+    print()
+    print((plan.run_dir / "summary.md").read_text(), end="")
+    print(f"\nreports: {plan.run_dir} (index.html, summary.md, <host>.json)")
+    if result.stopped_after is not None:
+        print(f"specdec: rollout stopped after batch {result.stopped_after}", file=sys.stderr)
+        return 2
+    if result.exit_code == 3:
+        print(f"specdec: unreachable hosts left; 'specdec rollout {args.inventory} --resume "
+              f"{run_id}' finishes them when they are back", file=sys.stderr)
+    return result.exit_code
+
+
+def _sharding(args: argparse.Namespace, root: Path, run_id: str, order: list[list[str]],
+              groups: Any, batches: Any, spec: str, max_fail: float, max_unreach: float,
+              resume_round: int) -> tuple[list[list[str]] | None, Any]:
+    """With --shard: this shard's batches and its coordinator over the fleet store."""
+    from specdec.fleet import shard as sh
+    from specdec.fleet.store import TLSFiles, open_store
+
+    if not args.shard:
+        if args.store:
+            raise RolloutError("--store is for --shard I/N")
+        return None, None
+    shard = sh.parse_shard(args.shard)
+    if not args.run_id and not args.resume:
+        raise RolloutError("--shard: give every shard the same --run-id")
+    tls = None
+    if args.store_ca or args.store_cert:
+        tls = TLSFiles(*(Path(x) if x else None
+                         for x in (args.store_ca, args.store_cert, args.store_key)))
+    store = open_store(args.store or str(root / "fleet"), tls)
+    mine, runs_canary, has_canary = sh.shard_batches(order, groups, shard, batches,
+                                                    canary=not resume_round)
+    digest = hashlib.sha256(json.dumps([order, spec, shard.count]).encode()).hexdigest()[:16]
+    coord = sh.ShardCoordinator(
+        store=store, run_id=run_id + (f"/resume{resume_round}" if resume_round else ""),
+        shard=shard, runs_canary=runs_canary, has_canary=has_canary, digest=digest,
+        tune_dir=root / "cache" / "tune", max_fail_percent=max_fail,
+        max_unreachable_percent=max_unreach)
+    coord.register()
+    print(f"specdec rollout {run_id} [shard {shard.label}]: "
+          f"{sum(len(b) for b in mine)} host(s) in {len(mine)} batch(es)"
+          f"{', the canary' if runs_canary else ''}; fleet store {store.describe()}")
+    return mine, coord
+
+
+def _marked(inventory: str, root: Path, limit: str | None) -> str:
+    """``--marked``: the inventory's hosts with a `specdec watch` reverify mark, as a limit."""
+    from specdec.config.inventory import load_inventory
+    from specdec.watch.marks import marked
+
+    if limit:
+        raise RolloutError("--marked and --limit: give one of them")
+    hosts = marked(root, [name for name, _ in load_inventory(inventory)])
+    if not hosts:
+        raise RolloutError(f"--marked: no host of {inventory} is marked for re-verification "
+                           f"under {root} (specdec watch marks hosts whose data says "
+                           "specdec_watch: {action: reverify})")
+    print(f"specdec rollout: marked by specdec watch: {', '.join(hosts)}")
+    return ",".join(hosts)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from specdec.report.fleet import (
+        check_run_id,
+        load_reports,
+        reports_root,
+        resolve_run,
+        summary_markdown,
+        write_fleet,
+    )
+
+    root = reports_root(args.reports)
+    if args.merge:
+        from specdec.report.merge import merge_runs
+
+        if not args.run:
+            raise RolloutError("--merge: name the merged run (specdec report RUN --merge ...)")
+        out = root / check_run_id(args.run)
+        hosts = merge_runs([Path(p) for p in args.merge], out)
+        print(f"merged {len(hosts)} host(s) from {len(args.merge)} shard(s) into {out}",
+              file=sys.stderr)
+        print(summary_markdown(load_reports(out), out.name), end="")
+        return 0
+    run_dir = resolve_run(root, args.run)
+    if args.html:
+        write_fleet(run_dir)
+        print(run_dir / "index.html")
+        return 0
+    print(summary_markdown(load_reports(run_dir), run_dir.name), end="")
+    return 0

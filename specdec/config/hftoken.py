@@ -1,0 +1,64 @@
+"""The Hugging Face token on the control node: one reader and one validator for both sources.
+
+The token comes from the file named by ``specdec_hf_token_file``, else ``$HF_TOKEN``. Either
+way it must be a single Hugging Face user access token, ``hf_`` followed by 20-200 letters and
+digits (https://huggingface.co/docs/hub/security-tokens), surrounding whitespace (a trailing
+newline) aside. Nothing else is accepted, so every token specdec handles is token-shaped and
+`specdec.errors.redact` catches it anywhere. Errors never show any part of the value.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from specdec.config.hygiene import show
+from specdec.errors import ConfigError
+
+__all__ = ["MAX_FILE_BYTES", "TOKEN", "check_token", "read_token"]
+
+TOKEN = re.compile(r"hf_[A-Za-z0-9]{20,200}")
+MAX_FILE_BYTES = 4096
+
+
+def check_token(raw: str, where: str, host: str | None = None) -> str:
+    """The token in ``raw`` (surrounding whitespace stripped); ``where`` names the source."""
+    text = raw.strip()
+    if not text:
+        raise ConfigError(f"{where}: is empty (no token)", host=host)
+    if any(c.isspace() or not c.isprintable() for c in text):
+        raise ConfigError(f"{where}: does not hold a single token (whitespace, a line break or "
+                          "a control character inside)", host=host)
+    if not TOKEN.fullmatch(text):
+        raise ConfigError(f"{where}: does not hold a Hugging Face token (hf_ followed by 20-200 "
+                          "letters and digits)", host=host)
+    return text
+
+
+def read_token(host: str | None, token_file: str | None,
+               environ: Mapping[str, str] | None = None) -> str | None:
+    """The validated token: from ``token_file`` when given, else ``$HF_TOKEN``; None when the
+    file is not given and the variable is unset or blank."""
+    env = os.environ if environ is None else environ
+    if token_file:
+        where = f"specdec_hf_token_file={show(token_file)}"
+        try:
+            with Path(token_file).expanduser().open("rb") as fh:
+                data = fh.read(MAX_FILE_BYTES + 1)
+        except OSError as exc:
+            raise ConfigError(f"{where}: cannot read ({exc.strerror or type(exc).__name__})",
+                              host=host) from None
+        if len(data) > MAX_FILE_BYTES:
+            raise ConfigError(f"{where}: is larger than {MAX_FILE_BYTES} bytes (not a token "
+                              "file)", host=host)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ConfigError(f"{where}: is not UTF-8 text", host=host) from None
+        return check_token(text, where, host)
+    raw = env.get("HF_TOKEN")
+    if raw is None or not raw.strip():
+        return None
+    return check_token(raw, "$HF_TOKEN", host)

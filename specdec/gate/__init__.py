@@ -1,0 +1,1 @@
+"""specdec.gate.decide."""

@@ -1,0 +1,373 @@
+"""Which catalog device a machine is, from a handful of identity files (pure parsing).
+
+Used by the pyinfra fact (which fetches exactly `IDENTITY_FILES` over SSH) and by
+``specdec identify`` (which reads them from a local root with `read_identity_root`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shlex
+import shutil
+import subprocess
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specdec.catalog import Catalog, Device, load_catalog
+from specdec.errors import IdentifyError
+from specdec.host.power import mode_bandwidth, state_from_files
+
+__all__ = [
+    "IDENTITY_FILES",
+    "Identity",
+    "identity_paths",
+    "identity_script",
+    "parse_identity",
+    "read_identity_root",
+    "split_identity_dump",
+]
+
+IDENTITY_FILES: tuple[str, ...] = (
+    "proc/device-tree/model",
+    "proc/device-tree/compatible",
+    "etc/nv_tegra_release",
+    "proc/meminfo",
+    "etc/dgx-release",
+    "nvidia-smi.txt",  # output of NVIDIA_SMI_CMD
+    "uname-m.txt",  # uname -m
+    "etc/nvpmodel.conf",  # Jetson power modes (ids differ per module and release)
+    "var/lib/nvpmodel/status",  # the current mode id, as nvpmodel keeps it
+)
+
+# /proc/device-tree is a symlink to /sys/firmware/devicetree/base on every Jetson; when the
+# former is missing (a kernel without it, or the lab: x86 procfs cannot have that entry) the
+# latter is read instead.
+_ALIASES = {"proc/device-tree/": "sys/firmware/devicetree/base/"}
+
+
+def identity_paths(key: str) -> tuple[str, ...]:
+    """Paths (relative to the root) to try, in order, for the identity file ``key``."""
+    return (key, *(alt + key[len(pre):] for pre, alt in _ALIASES.items() if key.startswith(pre)))
+
+
+NVIDIA_SMI_CMD = (
+    "nvidia-smi",
+    "--query-gpu=name,memory.total,driver_version",
+    "--format=csv,noheader",
+)
+
+_MODULE_ID = re.compile(r"p\d{4}-\d{4}")
+_SOC = re.compile(r"nvidia,(tegra\d+)")
+_L4T = re.compile(r"#\s*R(\d+)\s*\(release\),\s*REVISION:\s*([0-9][0-9.]*)")
+_MEMTOTAL = re.compile(r"^MemTotal:\s*(\d+)\s*kB", re.MULTILINE)
+_GIB_KB = 1024 * 1024
+# MemTotal is below the module's nominal size (carve-outs, firmware): Nano 4GB reads ~3.3-3.6 GiB,
+# 8GB ~7.4, AGX 64GB ~61-62, Spark ~119-121. Anything outside [LOW, HIGH] x nominal contradicts.
+MEM_LOW = 0.80
+MEM_HIGH = 1.02
+# L4T -> JetPack (jetson_stats NVIDIA_JETPACK, rbonghi/jetson_stats @ f41d5cad,
+# jtop/core/jetson_variables.py).
+JETPACK = {
+    "36.5.0": "6.2.2", "36.4.7": "6.2.1", "36.4.4": "6.2.1", "36.4.3": "6.2",
+    "36.4.2": "6.1 (rev1)", "36.4.0": "6.1", "36.3.0": "6.0", "36.2.0": "6.0 DP",
+    "35.6.1": "5.1.5",
+}
+
+
+@dataclass(frozen=True)
+class Identity:
+    device: str  # catalog device id
+    model_string: str
+    module_id: str | None
+    l4t: str | None  # e.g. "36.4.3"
+    memory_gib: float
+    arch: str
+    gpu_name: str | None
+    module_name: str | None = None  # NVIDIA's name of the module part number
+    jetpack: str | None = None
+    power_mode: str | None = None  # nvpmodel mode name (Jetsons with nvpmodel)
+    power_mode_id: int | None = None
+    bandwidth_gbs: float | None = None  # peak in that mode (catalog), else the device's
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def describe(self) -> str:
+        """One line for people: device, module, release, power mode, bandwidth."""
+        parts = [self.device, self.model_string]
+        if self.module_id:
+            parts.append(f"module {self.module_id}"
+                         + (f" ({self.module_name})" if self.module_name else ""))
+        if self.l4t:
+            parts.append(f"L4T {self.l4t}" + (f" / JetPack {self.jetpack}" if self.jetpack
+                                              else ""))
+        if self.power_mode:
+            parts.append(f"power mode {self.power_mode} (id {self.power_mode_id})")
+        if self.bandwidth_gbs:
+            parts.append(f"{self.bandwidth_gbs:g} GB/s peak")
+        parts.append(f"{self.memory_gib:g} GiB")
+        return ", ".join(parts)
+
+
+def _clean(text: str | None) -> str | None:
+    if text is None:
+        return None
+    text = text.replace("\0", "\n").strip()
+    return text or None
+
+
+def _l4t(text: str | None) -> str | None:
+    if not text:
+        return None
+    m = _L4T.search(text)
+    if not m:
+        return None
+    return f"{m.group(1)}.{m.group(2).strip('.')}"
+
+
+def _memory_gib(text: str | None) -> float | None:
+    if not text:
+        return None
+    m = _MEMTOTAL.search(text)
+    return round(int(m.group(1)) / _GIB_KB, 1) if m else None
+
+
+def _gpu_name(text: str | None) -> str | None:
+    if not text:
+        return None
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    name = first.split(",")[0].strip()
+    return name or None
+
+
+def _check_memory(device: Device, memory_gib: float, why: str) -> None:
+    lo, hi = device.memory_gib * MEM_LOW, device.memory_gib * MEM_HIGH
+    if not lo <= memory_gib <= hi:
+        raise IdentifyError(
+            f"{why} says {device.id} ({device.memory_gib:g} GiB) but MemTotal is "
+            f"{memory_gib:g} GiB (expected {lo:.1f}-{hi:.1f})"
+        )
+
+
+def parse_identity(files: Mapping[str, str | None], catalog: Catalog | None = None) -> Identity:
+    """Identify the device from identity file contents (keys: `IDENTITY_FILES`; missing = None)."""
+    cat = catalog or load_catalog()
+    model = _clean(files.get("proc/device-tree/model"))
+    compatible = files.get("proc/device-tree/compatible") or ""
+    tegra_release = files.get("etc/nv_tegra_release")
+    dgx_release = files.get("etc/dgx-release")
+    gpu_name = _gpu_name(files.get("nvidia-smi.txt"))
+    arch = (files.get("uname-m.txt") or "").strip()
+    memory = _memory_gib(files.get("proc/meminfo"))
+    l4t = _l4t(tegra_release)
+    compat_items = [c.strip() for c in compatible.replace("\n", "\0").split("\0") if c.strip()]
+
+    is_tegra = bool(tegra_release) or _SOC.search(compatible) is not None
+    if not arch:
+        arch = "aarch64" if is_tegra else "unknown"
+    if memory is None:
+        raise IdentifyError("cannot identify: proc/meminfo has no MemTotal")
+
+    if is_tegra:
+        ident = _jetson(cat, model, compat_items, l4t, memory, arch, gpu_name)
+        return _with_power(ident, files, cat)
+
+    spark = next((d for d in cat.devices.values() if d.platform == "sbsa"), None)
+    is_spark_gpu = bool(gpu_name) and any(
+        d.gpu_name == gpu_name for d in cat.devices.values() if d.gpu_name
+    )
+    if spark is not None and (is_spark_gpu or (dgx_release and arch == "aarch64")):
+        device = next((d for d in cat.devices.values() if gpu_name and d.gpu_name == gpu_name),
+                      spark)
+        if arch != device.arch:
+            raise IdentifyError(f"GPU {gpu_name} on a {arch} host is not a {device.model_string}")
+        _check_memory(device, memory, f"GPU {gpu_name}" if is_spark_gpu else "etc/dgx-release")
+        return Identity(
+            device=device.id,
+            model_string=_dgx_name(dgx_release) or device.model_string,
+            module_id=None,
+            l4t=None,
+            memory_gib=memory,
+            arch=arch,
+            gpu_name=gpu_name or device.gpu_name,
+            bandwidth_gbs=device.bandwidth_gbs,
+        )
+
+    what = ", ".join(
+        x for x in (
+            model and f"model {model!r}",
+            gpu_name and f"GPU {gpu_name}",
+            dgx_release and "DGX OS",
+            f"{arch}",
+        ) if x
+    )
+    raise IdentifyError(f"unsupported hardware ({what}): not a Jetson Orin or DGX Spark")
+
+
+def _dgx_name(text: str | None) -> str | None:
+    if not text:
+        return None
+    values = {}
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        values[key.strip()] = value.strip().strip('"').strip()
+    return values.get("DGX_PRETTY_NAME") or values.get("DGX_NAME") or None
+
+
+def _with_power(ident: Identity, files: Mapping[str, str | None], cat: Catalog) -> Identity:
+    """The power mode from /etc/nvpmodel.conf and nvpmodel's status file, and the catalog's
+    bandwidth in that mode."""
+    state = state_from_files({"conf": files.get("etc/nvpmodel.conf"),
+                              "status": files.get("var/lib/nvpmodel/status")})
+    device = cat.devices[ident.device]
+    if state is None or state.current is None:
+        return dataclasses.replace(ident, bandwidth_gbs=device.bandwidth_gbs)
+    bw, _ = mode_bandwidth(device, state.mode, cat.modules.get(ident.module_id or ""))
+    return dataclasses.replace(ident, power_mode=state.current[0],
+                               power_mode_id=state.current[1], bandwidth_gbs=bw)
+
+
+def _jetson(
+    cat: Catalog,
+    model: str | None,
+    compat: list[str],
+    l4t: str | None,
+    memory: float,
+    arch: str,
+    gpu_name: str | None,
+) -> Identity:
+    by_module = {mid: cat.devices[mod.device] for mid, mod in cat.modules.items()}
+    found = [mid for item in compat for mid in _MODULE_ID.findall(item)]
+    known = [mid for mid in dict.fromkeys(found) if mid in by_module]
+    devices = {by_module[mid].id for mid in known}
+    if len(devices) > 1:
+        raise IdentifyError(f"contradictory module ids in device-tree compatible: {known}")
+    if known:
+        module_id = known[0]
+        device = by_module[module_id]
+        _check_memory(device, memory, f"module {module_id}")
+    else:
+        module_id = None
+        families = {mid.split("-")[0] for mid in by_module}
+        unknown = [mid for mid in dict.fromkeys(found) if mid.split("-")[0] in families]
+        if unknown:  # a module of a known family (e.g. AGX Orin Industrial) we have no data for
+            raise IdentifyError(
+                f"unsupported Jetson module {unknown[0]} ({model or 'unknown model'}); "
+                f"known: {', '.join(sorted(by_module))}"
+            )
+        soc_match = _SOC.search("\0".join(compat))
+        soc = soc_match.group(1) if soc_match else ""
+        # Without a known module id, fall back to the model string + memory size.
+        candidates = [
+            d for d in cat.devices.values()
+            if d.is_jetson and model and model.startswith(d.model_string)
+            and d.memory_gib * MEM_LOW <= memory <= d.memory_gib * MEM_HIGH
+            and (not soc or soc == "tegra234")
+        ]
+        if len(candidates) != 1:
+            mods = ",".join(dict.fromkeys(found)) or "none"
+            raise IdentifyError(
+                f"unsupported Jetson: model {model!r}, modules {mods}, "
+                f"{soc or 'unknown SoC'}, {memory:g} GiB"
+            )
+        device = candidates[0]
+    module = cat.modules.get(module_id) if module_id else None
+    return Identity(
+        device=device.id,
+        model_string=model or device.model_string,
+        module_id=module_id,
+        l4t=l4t,
+        memory_gib=memory,
+        arch=arch,
+        gpu_name=gpu_name,
+        module_name=module.name if module else None,
+        jetpack=JETPACK.get(l4t or ""),
+    )
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_bytes().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+
+
+def _run(argv: tuple[str, ...]) -> str | None:
+    if shutil.which(argv[0]) is None:
+        return None
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout if out.returncode == 0 else None
+
+
+def read_identity_root(root: Path | str) -> dict[str, str | None]:
+    """Read `IDENTITY_FILES` under ``root`` (missing file -> None).
+
+    For the local machine (``root`` is ``/``), ``nvidia-smi.txt`` and ``uname-m.txt`` come from
+    running ``nvidia-smi`` and ``uname -m`` when no such files exist under root.
+    """
+    base = Path(root)
+    files: dict[str, str | None] = {}
+    for key in IDENTITY_FILES:
+        files[key] = next((t for p in identity_paths(key) if (t := _read(base / p)) is not None),
+                          None)
+    if base.resolve() == Path("/"):
+        if files["nvidia-smi.txt"] is None:
+            files["nvidia-smi.txt"] = _run(NVIDIA_SMI_CMD)
+        if files["uname-m.txt"] is None:
+            files["uname-m.txt"] = _run(("uname", "-m"))
+    return files
+
+
+_MARK = "@@specdec-identity@@ "
+
+
+def identity_script(root: str = "/") -> str:
+    """One ``sh`` command printing every identity file (for a fact: one SSH round trip).
+
+    Each key is introduced by a marker line; a missing file is marked absent. NULs (device-tree
+    ``compatible``) become newlines. Under ``/``, ``nvidia-smi.txt`` and ``uname-m.txt`` are the
+    outputs of `NVIDIA_SMI_CMD` and ``uname -m``. Split the output with `split_identity_dump`.
+    """
+    base = root.rstrip("/")
+    local = base == ""
+    parts = []
+    for key in IDENTITY_FILES:
+        cmd = " || ".join(
+            f"{{ test -r {path} && tr '\\000' '\\n' < {path}; }}"
+            for path in (shlex.quote(f"{base}/{p}") for p in identity_paths(key))
+        )
+        if local and key == "nvidia-smi.txt":  # as read_identity_root: the file wins if present
+            smi = " ".join(shlex.quote(a) for a in NVIDIA_SMI_CMD)
+            cmd = f"{{ {cmd}; }} || {{ command -v nvidia-smi >/dev/null 2>&1 && {smi}; }}"
+        elif local and key == "uname-m.txt":
+            cmd = f"{{ {cmd}; }} || uname -m"
+        parts.append(f"echo '{_MARK}{key}'; {{ {cmd}; }} || echo '{_MARK}{key} absent'")
+    return "; ".join(parts) + "; true"
+
+
+def split_identity_dump(lines: Iterable[str] | str) -> dict[str, str | None]:
+    """The output of `identity_script` (text or lines) -> `IDENTITY_FILES` contents."""
+    if isinstance(lines, str):
+        lines = lines.splitlines()
+    files: dict[str, str | None] = dict.fromkeys(IDENTITY_FILES)
+    chunks: dict[str, list[str] | None] = {}
+    current: str | None = None
+    for line in lines:
+        if line.startswith(_MARK):
+            key, _, state = line[len(_MARK):].strip().partition(" ")
+            if key in files:
+                current = key
+                chunks[key] = None if state == "absent" else []
+            continue
+        chunk = chunks.get(current) if current else None
+        if chunk is not None:
+            chunk.append(line)
+    for key, chunk in chunks.items():
+        files[key] = None if chunk is None else "\n".join(chunk) + "\n"
+    return files

@@ -1,0 +1,103 @@
+"""Every socket a host opens, planned: the unit that listens, its address and port, and who may
+connect. `specdec plan` shows them, the firewall (`specdec.render.firewall`) enforces them.
+
+A host that serves the OpenAI API runs specdec's API proxy (`specdec.render.proxy`) on
+``specdec_listen``
+(default every IPv4 address) and ``specdec_port``, reachable from ``specdec_allow_from`` (default
+any network: every request needs the fleet's API key); the engine itself listens on loopback
+only, on ``specdec_engine_port``, because no engine's own key covers every route that reaches
+the model (vLLM's guards only ``/v1`` and a few other prefixes: ``/invocations``, ``/metrics``,
+``/tokenize`` stay open, vLLM docs/usage/security.md "Do not rely exclusively on --api-key";
+trtllm-serve and the Dynamo frontend have no key option). A serving group's sockets (its
+engine's `Engine.sockets`) are bound to the member's group address and reach the group's members
+only.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Sequence
+
+from specdec.engines.base import LOOPBACK, Engine
+from specdec.errors import ConfigError
+from specdec.host import layout
+from specdec.plan.types import ANY_NETWORK, Plan, Socket
+
+__all__ = ["DEFAULT_LISTEN", "LOOPBACK", "api_url_host", "describe", "member_reach",
+           "plan_sockets", "table"]
+
+DEFAULT_LISTEN = "0.0.0.0"
+_WILDCARD = ("0.0.0.0", "::")
+
+
+def member_reach(members: Sequence[tuple[str, str]], key: str = "specdec_dynamo_address"
+                 ) -> tuple[str, ...]:
+    """The members' addresses as /32 or /128 networks (a host name cannot be firewalled: the
+    member's address for its group's traffic must be an IP address)."""
+    out = []
+    for name, addr in members:
+        try:
+            ip = ipaddress.ip_address(addr)
+        except ValueError:
+            raise ConfigError(f"{key}={addr!r}: must be an IP address (the group's firewall "
+                              "lets its members in by address; set it, or ssh_hostname, to "
+                              "the member's IP)", host=name) from None
+        out.append(str(ipaddress.ip_network(ip)))
+    return tuple(out)
+
+
+def _who(reach: tuple[str, ...]) -> str:
+    if not reach:
+        return "this host only"
+    if set(reach) >= set(ANY_NETWORK):
+        return "any network (API key required)"
+    return "networks " + ", ".join(reach)
+
+
+def _api(plan: Plan) -> list[Socket]:
+    what = "OpenAI API, key required" + (" (HTTPS)" if plan.tls else "")
+    out = [Socket(layout.PROXY_SERVICE, what, plan.listen, plan.port, plan.allow_from,
+                  "API clients: " + _who(plan.allow_from))]
+    if plan.listen not in (*_WILDCARD, LOOPBACK):
+        # the on-host benchmark and health checks reach the API on loopback
+        out.append(Socket(layout.PROXY_SERVICE, what, LOOPBACK, plan.port, (),
+                          "the benchmark on this host"))
+    return out
+
+
+def _check(plan: Plan, sockets: Iterable[Socket]) -> None:
+    """Two sockets on one port collide when their addresses overlap (a wildcard overlaps all)."""
+    seen: dict[int, list[Socket]] = {}
+    for s in sockets:
+        for other in seen.get(s.port, []):
+            if s.address == other.address or s.address in _WILDCARD or \
+                    other.address in _WILDCARD:
+                raise ConfigError(f"port {s.port}: {s.what} ({s.unit}) and {other.what} "
+                                  f"({other.unit}) would both listen on it (specdec_port, "
+                                  "specdec_engine_port and the engine's ports must differ)",
+                                  host=plan.host)
+        seen.setdefault(s.port, []).append(s)
+
+
+def plan_sockets(plan: Plan, engine: Engine) -> tuple[Socket, ...]:
+    """The host's sockets: the API proxy's (where the engine serves the API) and the engine's."""
+    out = (_api(plan) if engine.serves_api(plan) else []) + engine.sockets(plan)
+    _check(plan, out)
+    return tuple(out)
+
+
+def api_url_host(plan: Plan) -> str:
+    """Where a client on the host itself reaches the API proxy."""
+    return LOOPBACK if plan.listen in (*_WILDCARD, LOOPBACK) else plan.listen
+
+
+def describe(s: Socket) -> str:
+    """One line: ``specdec-proxy 0.0.0.0:8000 OpenAI API, key required <- API clients: …``."""
+    addr = f"[{s.address}]" if ":" in s.address else s.address
+    return f"{s.unit} {addr}:{s.port} {s.what} <- {s.who}"
+
+
+def table(plans: Sequence[Plan]) -> list[tuple[str, str, str, str, str]]:
+    """(host, unit, address:port, what, who) per socket of every plan."""
+    return [(p.host, s.unit, f"{s.address}:{s.port}", s.what, s.who)
+            for p in plans for s in p.sockets]

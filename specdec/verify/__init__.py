@@ -1,0 +1,1 @@
+"""specdec.verify.verifier."""
