@@ -63,10 +63,9 @@ def _plans(env: dict[str, str]) -> list[dict[str, Any]]:
 
 def _ansible_inventory(env: dict[str, str], work: Path) -> Path:
     """An Ansible YAML inventory with each host's rendered files and plan-derived variables."""
-    from specdec.roles.docker_access import merged_daemon_json  # noqa: PLC0415 (pyinfra import)
-
     from specdec.catalog import load_catalog
     from specdec.config.inventory import load_inventory
+    from specdec.roles.docker_access import merged_daemon_json  # noqa: PLC0415 (pyinfra import)
 
     catalog = load_catalog()
     token_file = work / "hf_token"

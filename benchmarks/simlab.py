@@ -29,9 +29,11 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's specdec
+sys.path.insert(1, str(ROOT / "benchmarks"))  # hdquantile
+
+from hdquantile import hd_quantile  # noqa: E402
 
 from specdec.bench.prompts import builtin_prompts  # noqa: E402
-from specdec.bench.stats import hd_quantile  # noqa: E402
 from specdec.catalog import load_catalog  # noqa: E402
 from specdec.gate.rounds import RoundBench  # noqa: E402
 from specdec_lab.emulator.core import EngineCore, EngineModel, SeqRequest  # noqa: E402

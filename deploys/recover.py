@@ -13,10 +13,10 @@ from pyinfra import host
 from pyinfra.api import operation
 from pyinfra.facts.files import File
 from pyinfra.operations import systemd
-from specdec.roles import deploy_lock, deploy_unlock
-from specdec.roles.facts import SpecdecReleases
 
 from specdec.host import guard, layout, release
+from specdec.roles import deploy_lock, deploy_unlock, escalation
+from specdec.roles.facts import SpecdecReleases
 
 
 @operation()
@@ -42,14 +42,7 @@ def restore_last_good():
         yield f"systemctl daemon-reload && {{ {release.aux_restart(old, new)}; }}"
 
 
-def _escalation() -> dict:
-    if host.data.get("_sudo") is not None:
-        return {}
-    user = host.data.get("ssh_user")
-    return {"_sudo": True} if user and user != "root" else {}
-
-
-kw = _escalation()
+kw = escalation(host.data)
 deploy_lock(recheck=False, **kw)  # restore_last_good reads the live state itself
 switch = restore_last_good(name="Switch current to last-good", **kw)
 systemd.daemon_reload(name="Reload systemd (release switched)", _if=switch.did_change, **kw)

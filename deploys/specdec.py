@@ -13,10 +13,12 @@ lock was held. `verify` checks what `serve` activated (see roles/verify.py).
 """
 
 from pyinfra import host
+
 from specdec.roles import (
     deploy_lock,
     deploy_unlock,
     docker_access,
+    escalation,
     hf_token,
     host_packages,
     host_secrets,
@@ -35,17 +37,8 @@ from specdec.roles.deployfile import name_deploy_file
 name_deploy_file(__file__)  # pyinfra's per-operation stack walk: a dict hit for this file
 
 
-def _escalation() -> dict:
-    # Root is needed throughout; become root via sudo unless the inventory decides otherwise
-    # (`_sudo` in data) or we log in as root already.
-    if host.data.get("_sudo") is not None:
-        return {}
-    user = host.data.get("ssh_user")
-    return {"_sudo": True} if user and user != "root" else {}
-
-
 hp, token = prepare_host(host)
-kw = _escalation()
+kw = escalation(host.data)  # root throughout: sudo unless the inventory says otherwise
 
 # First: two rollouts to one host must not interleave (released last, or by verify on failure).
 planned = deploy_lock(**kw)

@@ -1,13 +1,21 @@
 """Thin pyinfra ``@deploy`` roles, one concern each, converging a host to its rendered plan.
 
-Every decision comes from the plan (`specdec.plan.planner`) and its rendering
-(`specdec.render.files`); the
+Every decision comes from the plan (`specdec.plan`) and its rendering (`specdec.render`); the
 roles only compare facts with it and send what differs. `deploys/specdec.py` composes them.
+Installed as `specdec.roles` (the repository's top-level ``roles/``): the pyinfra layer, which
+may import every package of specdec but the CLI; nothing in specdec imports it.
 """
 
 from __future__ import annotations
 
-from specdec.roles.common import DeployError, HostPlan, plan_host, prepare_host, read_hf_token
+from specdec.roles.common import (
+    DeployError,
+    HostPlan,
+    escalation,
+    plan_host,
+    prepare_host,
+    read_hf_token,
+)
 from specdec.roles.docker_access import docker_access
 from specdec.roles.hf_token import hf_token
 from specdec.roles.host_packages import host_packages
@@ -28,6 +36,7 @@ __all__ = [
     "deploy_lock",
     "deploy_unlock",
     "docker_access",
+    "escalation",
     "hf_token",
     "host_packages",
     "host_secrets",

@@ -15,8 +15,6 @@ import gevent.event
 from pyinfra.api import HiddenValue
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.context import ctx_host
-from specdec.roles.factcache import FACTS_MANIFEST, install, prefetch
-from specdec.roles.facts import DeviceIdentity, EngineVersions, UserAccount
 
 from specdec.catalog import load_catalog
 from specdec.config import apikey, pki
@@ -27,23 +25,23 @@ from specdec.engines.base import HostPackage
 from specdec.errors import SpecdecError, redact
 from specdec.groups.inventory import check_limit, check_plans, groups_of
 from specdec.plan import packages as hostpkgs
-from specdec.plan.planner import baseline, plan_host_settings
+from specdec.plan.planner import baseline, gated_repos, plan_host_settings
 from specdec.plan.sites import resolve as resolve_sites
 from specdec.plan.types import Group, Plan
 from specdec.render.files import Rendered, render
 from specdec.report.fleet import CACHE_DIR, reports_root, safe_name
+from specdec.roles.factcache import FACTS_MANIFEST, install, prefetch
+from specdec.roles.facts import DeviceIdentity, EngineVersions, UserAccount
 from specdec.tune.cache import apply_cached
 from specdec.tune.store import TuneStore, location, open_store
 from specdec.watch import marks as watch_marks
 
 __all__ = [
-    "GATED_PREFIXES",
     "DeployError",
     "HostPlan",
     "HostSecrets",
     "SecretIO",
     "escalation",
-    "gated_repos",
     "missing_token_message",
     "one_line",
     "plan_host",
@@ -51,10 +49,6 @@ __all__ = [
     "read_hf_token",
     "tune_store",
 ]
-
-# Hugging Face repos that need an accepted licence (and so a token) to download.
-GATED_PREFIXES = ("meta-llama/", "nvidia/Llama-")
-
 
 class DeployError(PyinfraError):
     """A one-line, user-facing failure raised while preparing the deploy (before any change).
@@ -65,9 +59,9 @@ class DeployError(PyinfraError):
 
 
 def escalation(data: Any) -> dict[str, Any]:
-    """The connector arguments for commands run directly on a host with ``data`` (outside its
-    own operations): its ``_sudo``, else sudo when it logs in as another user than root (as
-    deploys/specdec.py decides for the operations)."""
+    """The one rule for becoming root on a host with ``data``, for its operations and for
+    commands run directly: its ``_sudo`` when the inventory sets it, else sudo when it logs in
+    as another user than root."""
     sudo = data.get("_sudo")
     if sudo is not None:
         return {"_sudo": bool(sudo)}
@@ -191,10 +185,6 @@ def plan_host(settings: HostSettings, identity: Any,
         raise DeployError(msg) from None
     return HostPlan(plan, rendered, base, device.is_jetson, settings, group,
                     packages=hostpkgs.host_packages(plan, settings.site_mirror))
-
-
-def gated_repos(plan: Plan) -> list[str]:
-    return [r for r in (plan.model, plan.draft) if r and r.startswith(GATED_PREFIXES)]
 
 
 class SecretIO(BytesIO):

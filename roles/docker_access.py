@@ -11,11 +11,11 @@ from pyinfra import host
 from pyinfra.api import FileUploadCommand, QuoteString, StringCommand, deploy, operation
 from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files, server, systemd
-from specdec.roles.common import HostPlan
-from specdec.roles.facts import DAEMON_JSON, DockerDaemonConfig, UserAccount
 
 from specdec.host import layout
 from specdec.render.files import STACK_BYTES
+from specdec.roles.common import HostPlan
+from specdec.roles.facts import DAEMON_JSON, DockerDaemonConfig, UserAccount
 
 __all__ = ["daemon_config", "docker_access", "merged_daemon_json", "service_user"]
 

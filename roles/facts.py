@@ -15,11 +15,10 @@ from specdec.engines.registry import ENGINES
 from specdec.engines.version import Version
 from specdec.host import power, prefetch, release
 from specdec.host.identify import (
-    IDENTITY_FILES,
-    NVIDIA_SMI_CMD,
     Identity,
-    identity_paths,
+    identity_command,
     parse_identity,
+    split_identity_output,
 )
 from specdec.host.power import PowerState
 
@@ -34,66 +33,9 @@ __all__ = [
     "PackageState",
     "UserAccount",
     "SpecdecReleases",
-    "identity_command",
-    "split_identity_output",
 ]
 
-_MARK = "@@specdec-file"
 DAEMON_JSON = "/etc/docker/daemon.json"
-# Outputs of commands, not files under /.
-_COMMANDS = {
-    "nvidia-smi.txt": " ".join(NVIDIA_SMI_CMD),
-    "uname-m.txt": "uname -m",
-}
-
-
-def identity_command() -> str:
-    """One read-only command printing every identity file after a marker line.
-
-    ``@@specdec-file <name>`` precedes a present file (NULs of device-tree strings become
-    newlines), ``@@specdec-file <name> missing`` stands for an absent one. Always exits 0.
-    """
-    parts = []
-    for name in IDENTITY_FILES:
-        q = shlex.quote(name)
-        if name in _COMMANDS:
-            cmd = _COMMANDS[name]
-            binary = cmd.split()[0]
-            parts.append(
-                f"if command -v {binary} >/dev/null 2>&1; then echo {_MARK} {q}; "
-                f"{cmd} 2>/dev/null || true; else echo {_MARK} {q} missing; fi"
-            )
-        else:
-            branches = "; el".join(
-                f"if [ -r {path} ]; then echo {_MARK} {q}; tr '\\000' '\\n' < {path}; echo"
-                for path in (shlex.quote("/" + p) for p in identity_paths(name))
-            )
-            parts.append(f"{branches}; else echo {_MARK} {q} missing; fi")
-    parts.append("true")
-    return "; ".join(parts)
-
-
-def split_identity_output(lines: list[str]) -> dict[str, str | None]:
-    """Marker-separated output -> ``{relative path: content or None}`` for every identity file."""
-    files: dict[str, str | None] = dict.fromkeys(IDENTITY_FILES)
-    current: str | None = None
-    buf: list[str] = []
-
-    def flush() -> None:
-        if current is not None:
-            files[current] = "\n".join(buf).strip("\n") + "\n"
-
-    for line in lines:
-        if line.startswith(_MARK + " "):
-            flush()
-            words = line.split()
-            name = words[1] if len(words) > 1 else ""
-            buf = []
-            current = None if len(words) > 2 and words[2] == "missing" else name
-        elif current is not None:
-            buf.append(line)
-    flush()
-    return files
 
 
 class DeviceIdentity(FactBase[Identity | None]):
@@ -132,10 +74,6 @@ class DockerDaemonConfig(FactBase[dict[str, Any] | None]):
             raise FactProcessError(f"{DAEMON_JSON} is not a JSON object")
         return doc
 
-
-def hf_repo_dir(repo: str) -> str:
-    """The hub cache directory of a repo: ``$HF_HOME/hub/models--ORG--NAME``."""
-    return prefetch.repo_dir(repo)
 
 
 class HfCached(FactBase[bool]):

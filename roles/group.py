@@ -20,14 +20,14 @@ from pyinfra import host
 from pyinfra.api import FunctionCommand, HiddenValue, deploy, operation
 from pyinfra.api.operation import OperationMeta
 from pyinfra.context import ctx_host
-from specdec.roles.common import HostPlan, escalation
-from specdec.roles.hostio import MemberIO, previous_report, write_report
-from specdec.roles.lock import connector_args, fail_command, release_now
-from specdec.roles.serve import ServeResult
 
 from specdec.errors import redact
 from specdec.groups.verify import Reached, failed_report, verify_group
 from specdec.plan.types import Group
+from specdec.roles.common import HostPlan, escalation
+from specdec.roles.hostio import MemberIO, previous_report, write_report
+from specdec.roles.lock import connector_args, fail_command, release_now
+from specdec.roles.serve import ServeResult
 from specdec.verify.spec import VerifySpec
 from specdec.verify.verifier import FAILURE_OUTCOMES
 

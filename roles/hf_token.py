@@ -15,10 +15,10 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import HiddenValue, StringCommand, deploy, operation
 from pyinfra.facts.files import File
-from specdec.roles.common import HostPlan
-from specdec.roles.secrets import converge_secret
 
 from specdec.host import layout
+from specdec.roles.common import HostPlan
+from specdec.roles.secrets import converge_secret
 
 __all__ = ["hf_token", "token_file"]
 

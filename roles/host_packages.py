@@ -7,10 +7,10 @@ import shlex
 
 from pyinfra import host
 from pyinfra.api import deploy, operation
-from specdec.roles.common import HostPlan
-from specdec.roles.facts import PackageState
 
 from specdec.engines.base import HostPackage
+from specdec.roles.common import HostPlan
+from specdec.roles.facts import PackageState
 
 __all__ = ["host_packages", "package_present"]
 

@@ -12,13 +12,13 @@ from typing import Any
 from pyinfra import host
 from pyinfra.api import StringCommand
 from pyinfra.context import ctx_host
-from specdec.roles.lock import host_run, keep_lease, run_dir
 
 from specdec.bench import remote
 from specdec.config import apikey
 from specdec.config.readback import check_tree, parse_json
 from specdec.gate.rounds import RoundBench
 from specdec.report.fleet import reports_root, write_host_report
+from specdec.roles.lock import host_run, keep_lease, run_dir
 from specdec.verify import verifier as sv
 from specdec.verify.spec import VerifySpec
 from specdec.watch import marks as watch_marks

@@ -8,11 +8,11 @@ from pyinfra import host
 from pyinfra.api import deploy, operation
 from pyinfra.api.operation import OperationMeta
 from pyinfra.facts.files import FileContents
+
+from specdec.host import layout
 from specdec.roles.common import HostPlan
 from specdec.roles.facts import ImageDigest
 from specdec.roles.lock import leased
-
-from specdec.host import layout
 
 __all__ = ["image_digest_file", "image_present", "images"]
 

@@ -24,13 +24,13 @@ from pyinfra import host
 from pyinfra.api import FunctionCommand, deploy, operation
 from pyinfra.facts.files import File
 from pyinfra.facts.server import Which
-from specdec.roles.common import HostPlan
-from specdec.roles.facts import BootId, JetsonPower
-from specdec.roles.lock import connector_args, fail_command, host_run
 
 from specdec.catalog import load_catalog
 from specdec.host import layout
 from specdec.host.power import PowerMode, choose_target, mode_bandwidth, parse_query
+from specdec.roles.common import HostPlan
+from specdec.roles.facts import BootId, JetsonPower
+from specdec.roles.lock import connector_args, fail_command, host_run
 
 __all__ = ["CLOCKS_MARKER", "TUNING_JSON", "clocks", "jetson_tuning", "power_mode"]
 

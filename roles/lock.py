@@ -33,8 +33,6 @@ from pyinfra.api import StringCommand, deploy, operation
 from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 from pyinfra.api.state import BaseStateCallback
 from pyinfra.connectors.fake import FakeConnector
-from specdec.roles.factcache import lock_only, refresh, save
-from specdec.roles.facts import SpecdecReleases
 
 from specdec.errors import redact
 from specdec.host import layout
@@ -47,6 +45,8 @@ from specdec.report.fleet import (
     skipped_report,
     write_host_report,
 )
+from specdec.roles.factcache import lock_only, refresh, save
+from specdec.roles.facts import SpecdecReleases
 
 __all__ = [
     "SKIP_ON_FAKE_CONNECTOR",

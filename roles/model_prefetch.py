@@ -10,13 +10,13 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import deploy, operation
 from pyinfra.facts.files import Sha256File
-from specdec.roles.common import HostPlan
-from specdec.roles.facts import HfCached
-from specdec.roles.lock import leased
 
 from specdec.engines.trtllm.facts import TIKTOKEN_FILES
 from specdec.host import layout, prefetch
 from specdec.plan.sites import download_env
+from specdec.roles.common import HostPlan
+from specdec.roles.facts import HfCached
+from specdec.roles.lock import leased
 
 __all__ = ["model_prefetch", "prefetch_repo", "tiktoken_encoding"]
 

@@ -20,9 +20,9 @@ from pyinfra.api import FileUploadCommand, HiddenValue, StringCommand, deploy, o
 from pyinfra.api.operation import OperationMeta
 from pyinfra.facts.files import File, Sha256File
 from pyinfra.operations import files
-from specdec.roles.common import HostPlan, HostSecrets, SecretIO
 
 from specdec.host import layout
+from specdec.roles.common import HostPlan, HostSecrets, SecretIO
 
 __all__ = ["converge_secret", "host_secrets", "secret_file", "upload_secret"]
 

@@ -21,11 +21,11 @@ from pyinfra.api import deploy, operation
 from pyinfra.api.operation import OperationMeta
 from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
-from specdec.roles.common import HostPlan
-from specdec.roles.facts import SpecdecReleases
 
 from specdec.host import guard, layout, release
 from specdec.render.files import Rendered
+from specdec.roles.common import HostPlan
+from specdec.roles.facts import SpecdecReleases
 
 __all__ = ["ServeResult", "activate", "prune_releases", "serve"]
 

@@ -18,12 +18,12 @@ from pyinfra.api import deploy, operation
 from pyinfra.facts.files import FileContents
 from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
-from specdec.roles.common import DeployError, HostPlan
-from specdec.roles.host_packages import package_present
 
 from specdec.engines.base import HostPackage
 from specdec.plan.sites import SiteMirror, mirror_of
 from specdec.render.mirror import CACHE_DIR, NGINX_CONF, render_mirror
+from specdec.roles.common import DeployError, HostPlan
+from specdec.roles.host_packages import package_present
 
 __all__ = ["nginx_checked", "site_mirror"]
 

@@ -9,9 +9,9 @@ from io import StringIO
 
 from pyinfra.api import deploy
 from pyinfra.operations import files
-from specdec.roles.common import HostPlan
 
 from specdec.render.files import LIMITS_PATH
+from specdec.roles.common import HostPlan
 
 __all__ = ["ulimits"]
 

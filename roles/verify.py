@@ -34,13 +34,6 @@ from typing import Any
 from pyinfra import host
 from pyinfra.api import FunctionCommand, HiddenValue, deploy, operation
 from pyinfra.api.operation import OperationMeta
-from specdec.roles.common import DeployError, HostPlan, tune_store
-from specdec.roles.facts import DeviceIdentity, JetsonPower, SpecdecReleases
-from specdec.roles.group import verify_serving_group
-from specdec.roles.hostio import PyinfraIO, previous_report, write_report
-from specdec.roles.lock import LockLost, connector_args, fail_command, release_now, run_dir, run_id
-from specdec.roles.lock import skip_host as _skip_host
-from specdec.roles.serve import ServeResult
 
 from specdec.catalog import GIB, load_catalog
 from specdec.config import apikey
@@ -52,6 +45,13 @@ from specdec.host.release import ReleaseState, prune_doomed
 from specdec.host.release import remove as remove_releases
 from specdec.plan.types import http_url
 from specdec.report.fleet import reports_root, safe_name
+from specdec.roles.common import DeployError, HostPlan, tune_store
+from specdec.roles.facts import DeviceIdentity, JetsonPower, SpecdecReleases
+from specdec.roles.group import verify_serving_group
+from specdec.roles.hostio import PyinfraIO, previous_report, write_report
+from specdec.roles.lock import LockLost, connector_args, fail_command, release_now, run_dir, run_id
+from specdec.roles.lock import skip_host as _skip_host
+from specdec.roles.serve import ServeResult
 from specdec.verify import verifier as sv
 from specdec.verify.spec import HostIO, Roofline, VerifySpec
 

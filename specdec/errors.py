@@ -7,8 +7,9 @@
      ├── RenderError      a plan that cannot be turned into files
      ├── BenchError       a benchmark that could not measure
      ├── GateError        malformed benchmark results or policy given to the gate
-     ├── LabError         the lab fleet cannot be brought up / down
      └── RolloutError     a rollout that was refused or stopped
+
+(The lab adds its own, `specdec_lab.errors.LabError`.)
 
 Every message is a single line meant for a human, with token-shaped strings redacted; the CLI
 prints it and exits with the class's `exit_code` (2: bad input, refused before any host was
@@ -16,8 +17,8 @@ touched).
 
 The redaction lives here too (`redact`, `one_line`), for every other text shown or written:
 events, reports, logs. A Hugging Face user access token is ``hf_`` followed by letters and
-digits (https://huggingface.co/docs/hub/security-tokens); `specdec.config.hftoken` accepts nothing
-else, so every token specdec handles is caught by `TOKEN_SHAPED`; so is every API key
+digits (https://huggingface.co/docs/hub/security-tokens); `specdec.config.hftoken` accepts
+nothing else, so every token specdec handles is caught by `TOKEN_SHAPED`; so is every API key
 (``sdk_`` and letters and digits, `specdec.config.apikey`). Redact *before* truncating:
 a cut token is no longer token-shaped. (This module stays dependency-free: the engine emulator
 image ships it.)
@@ -39,7 +40,6 @@ __all__ = [
     "RenderError",
     "BenchError",
     "GateError",
-    "LabError",
     "RolloutError",
 ]
 
@@ -90,10 +90,6 @@ class BenchError(SpecdecError):
 
 
 class GateError(SpecdecError):
-    pass
-
-
-class LabError(SpecdecError):
     pass
 
 

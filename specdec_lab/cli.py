@@ -11,7 +11,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from specdec.errors import ConfigError, LabError
+from specdec.errors import ConfigError
+from specdec_lab.errors import LabError
 
 if TYPE_CHECKING:
     from specdec_lab.instance import Instance

@@ -27,7 +27,8 @@ from specdec.config import apikey
 from specdec.config.hostdata import parse_hosts
 from specdec.config.inventory import load_inventory
 from specdec.engines.registry import engine
-from specdec.errors import LabError, SpecdecError
+from specdec.errors import SpecdecError
+from specdec_lab.errors import LabError
 from specdec.groups.inventory import groups_of
 from specdec_lab import dynamo, hubsvc, images, link
 from specdec_lab import host as hostmod

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from specdec.catalog import load_catalog
-from specdec.errors import LabError
+from specdec_lab.errors import LabError
 from specdec_lab.filelock import locked
 from specdec_lab.paths import CACHE_DIR
 

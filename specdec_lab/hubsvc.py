@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from specdec.errors import LabError
+from specdec_lab.errors import LabError
 from specdec_lab.hub import DEFAULT_SCALE
 from specdec_lab.instance import Instance
 from specdec_lab.spec import LabHost

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from specdec.errors import LabError
+from specdec_lab.errors import LabError
 from specdec_lab.hubclient import ensure_client, layer_files
 from specdec_lab.instance import Instance
 from specdec_lab.paths import CACHE_DIR, REGISTRY_DIR

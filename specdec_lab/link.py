@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from specdec.errors import LabError
+from specdec_lab.errors import LabError
 from specdec_lab.system import Proc, run
 
 __all__ = ["LINKEMU", "Link", "apply", "emulator_argv", "netem_args", "parse_link"]

@@ -17,7 +17,7 @@ import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from specdec.errors import LabError
+from specdec_lab.errors import LabError
 from specdec_lab.filelock import locked
 from specdec_lab.paths import CACHE_DIR
 from specdec_lab.system import mounts

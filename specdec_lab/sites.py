@@ -17,7 +17,7 @@ from typing import Any
 
 from specdec.config.hostdata import parse_hosts
 from specdec.config.inventory import load_inventory
-from specdec.errors import LabError
+from specdec_lab.errors import LabError
 from specdec.host.layout import HF_TOKEN_FILE
 from specdec.host.prefetch import CONTAINER_HF_TOKEN
 from specdec.plan.sites import site_mirrors

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from specdec.catalog import load_catalog
-from specdec.errors import LabError
+from specdec_lab.errors import LabError
 from specdec_lab.instance import Instance
 from specdec_lab.link import Link, parse_link
 

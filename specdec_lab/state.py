@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specdec.errors import LabError
+from specdec_lab.errors import LabError
 from specdec_lab import paths
 from specdec_lab.instance import Instance
 from specdec_lab.spec import HOST_NAME, LabHost

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from specdec.errors import LabError
+from specdec_lab.errors import LabError
 
 __all__ = [
     "Mount",

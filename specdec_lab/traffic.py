@@ -23,7 +23,8 @@ from typing import Any
 import httpx
 
 from specdec.bench.prompts import builtin_prompts
-from specdec.errors import ConfigError, LabError
+from specdec.errors import ConfigError
+from specdec_lab.errors import LabError
 
 __all__ = ["Traffic", "TrafficResult", "parse_mix", "run_traffic"]
 

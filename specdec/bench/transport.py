@@ -11,7 +11,6 @@ sent (``http11.send_request_body.complete``, or HTTP/2's), not when the coroutin
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable
 from typing import Any
@@ -19,14 +18,7 @@ from typing import Any
 import httpx
 
 from specdec.bench.config import ENDPOINTS, BenchConfig, ServerInfo
-from specdec.bench.metrics import (
-    Counters,
-    TrtllmAccumulator,
-    diff_counters,
-    parse_vllm,
-    spec_delta,
-    trtllm_entries,
-)
+from specdec.bench.metrics import Counters
 from specdec.bench.onhost import errors as core_errors
 from specdec.bench.onhost import probe as core_probe
 from specdec.bench.onhost import records
@@ -124,81 +116,37 @@ async def probe_server(client: httpx.AsyncClient, base_url: str) -> ServerInfo:
 
 
 class SpecProbe:
-    """Snapshots of the server's speculation counters for one level."""
+    """The measurement core's `SpecProbe` (`specdec.bench.onhost.probe`) over httpx: the
+    server's speculation counters before and after one level, its errors the control node's."""
 
     def __init__(self, client: httpx.AsyncClient, base_url: str, server: ServerInfo,
                  poll_s: float, previous: Counters | None = None) -> None:
-        self.client = client
-        self.url = base_url + "/metrics"
-        self.server = server
-        self.poll_s = poll_s
-        self._acc: TrtllmAccumulator | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._before = Counters()
-        self._previous = previous  # the last level's final snapshot (vLLM)
-        self.after: Counters | None = None
+        self._core = core_probe.SpecProbe(_Get(client, base_url), server.metrics, poll_s,
+                                          previous)
 
-    async def _get(self) -> httpx.Response:
-        try:
-            r = await self.client.get(self.url)
-        except httpx.HTTPError as exc:
-            raise BenchError(f"GET /metrics failed during the run ({type(exc).__name__}: "
-                             f"{_one_line(exc)})") from None
-        if r.status_code != 200:
-            raise BenchError(f"GET /metrics answered HTTP {r.status_code} during the run")
-        return r
-
-    async def _trt_poll(self) -> None:
-        assert self._acc is not None
-        r = await self._get()
-        try:
-            payload = json.loads(r.text)
-        except ValueError:
-            raise BenchError("/metrics: TRT-LLM iteration stats are not JSON") from None
-        self._acc.add(trtllm_entries(payload))
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.poll_s)
-            await self._trt_poll()
+    @property
+    def after(self) -> Counters | None:
+        """The level's final snapshot (vLLM): the next level's ``previous``."""
+        after: Counters | None = self._core.after
+        return after
 
     async def start(self) -> None:
-        if self.server.metrics == "prometheus":
-            self._before = parse_vllm((await self._get()).text)
-            if self._previous is not None:
-                spec_delta(self._previous, self._before)  # raises when a counter fell
-        elif self.server.metrics == "trtllm-json":
-            self._acc = TrtllmAccumulator()
-            r = await self._get()
-            try:
-                self._acc.prime(trtllm_entries(json.loads(r.text)))
-            except ValueError:
-                raise BenchError("/metrics: TRT-LLM iteration stats are not JSON") from None
-            self._task = asyncio.create_task(self._loop())
+        try:
+            await self._core.start()
+        except core_errors.BenchError as exc:
+            raise BenchError(str(exc)) from None
 
     async def stop(self) -> tuple[dict[str, Any] | None, Counters]:
         """Acceptance figures for the level and the level's counter delta."""
-        if self.server.metrics == "prometheus":
-            after = self.after = parse_vllm((await self._get()).text)
-            fig = spec_delta(self._before, after)
-            return fig, diff_counters(self._before, after)
-        if self._acc is not None:
-            if self._task is not None:
-                self._task.cancel()
-                try:
-                    await self._task
-                except asyncio.CancelledError:
-                    pass
-                except BenchError:
-                    raise
-            await self._trt_poll()
-            c = self._acc.counters
-            return spec_delta(Counters(present=c.present, per_pos=None), c), c
-        return None, Counters()
+        try:
+            result: tuple[dict[str, Any] | None, Counters] = await self._core.stop()
+        except core_errors.BenchError as exc:
+            raise BenchError(str(exc)) from None
+        return result
 
     def check(self) -> None:
         """Re-raise a poller failure (e.g. counters went backwards) during the level."""
-        if self._task is not None and self._task.done() and not self._task.cancelled():
-            exc = self._task.exception()
-            if exc is not None:
-                raise exc
+        try:
+            self._core.check()
+        except core_errors.BenchError as exc:
+            raise BenchError(str(exc)) from None

@@ -19,7 +19,6 @@ __all__ = [
     "ENGINES",
     "METHODS",
     "RUNTIMES",
-    "TRTLLM_DECODING_TYPES",
     "Catalog",
     "Device",
     "Head",
@@ -37,14 +36,6 @@ METHODS = (
     "none", "eagle3", "eagle", "draft_model", "ngram", "ngram_gpu", "mtp",
     "medusa", "mlp_speculator", "suffix", "dflash",
 )
-# vLLM method -> TRT-LLM speculative_config.decoding_type (PyTorch backend).
-TRTLLM_DECODING_TYPES = {
-    "eagle3": "Eagle3",
-    "eagle": "Eagle",
-    "draft_model": "DraftTarget",
-    "ngram": "NGram",
-    "mtp": "MTP",
-}
 GIB = 1024**3
 # config.json of the catalog's model families: "architectures"[0] and "model_type" (what the
 # engines check EAGLE-3 targets against). A model entry may give its own (MoE variants).
@@ -138,6 +129,7 @@ class Model:
     quantization: str = "bf16"
     base_model: str | None = None  # the checkpoint a quantized one was made from
     decode_gib: float | None = None  # read per decode step (no input embedding table)
+    gated: bool = False  # the Hub asks for an accepted licence: a download needs a token
 
     @property
     def weight_bytes(self) -> int:
@@ -175,6 +167,7 @@ class Head:
     weight_gib: float
     tokenizer: str
     format: str = "original"  # one of HEAD_FORMATS
+    gated: bool = False  # as Model.gated
 
     @property
     def weight_bytes(self) -> int:
@@ -189,6 +182,11 @@ class Catalog:
     images: dict[str, Image]
     modules: dict[str, Module] = field(default_factory=dict)
     quantizations: dict[str, Quantization] = field(default_factory=dict)
+
+    def is_gated(self, repo: str) -> bool:
+        """Whether the catalog records ``repo`` (a model or a head) as gated on the Hub."""
+        entry = self.models.get(repo) or self.heads.get(repo)
+        return bool(entry and entry.gated)
 
     def heads_for(self, model: Model, method: str) -> list[Head]:
         """The catalog's ``method`` heads ``model`` takes: the one the model names first, then
@@ -381,6 +379,7 @@ def _model(model_id: str, d: dict[str, Any]) -> Model:
         quantization=str(d.get("quantization") or "bf16"),
         base_model=d.get("base_model"),
         decode_gib=decode,
+        gated=_flag(w, d, "gated"),
     )
 
 
@@ -394,7 +393,15 @@ def _head(head_id: str, d: dict[str, Any]) -> Head:
         weight_gib=_positive(w, "weight_gib", _req(w, d, "weight_gib", (int, float))),
         tokenizer=_req(w, d, "tokenizer", str),
         format=_choice(w, "format", _req(w, d, "format", str), HEAD_FORMATS),
+        gated=_flag(w, d, "gated"),
     )
+
+
+def _flag(where: str, d: dict[str, Any], key: str) -> bool:
+    value = d.get(key, False)
+    if not isinstance(value, bool):
+        raise ConfigError(f"catalog {where}: {key}={value!r} must be true or false")
+    return value
 
 
 def _choice(where: str, key: str, value: str, choices: tuple[str, ...]) -> str:

@@ -19,7 +19,6 @@ from typing import Any
 from specdec.errors import ConfigError, redact
 
 __all__ = [
-    "IMAGE_REFERENCE",
     "LINE_BREAKS",
     "split_reference",
     "MAX_ARG",
@@ -54,7 +53,6 @@ MAX_PATH = 4096  # PATH_MAX
 MAX_ARG = 1024  # one engine argument
 MAX_ARGS = 64
 MAX_ENV = 64
-MAX_ENV_NAME = 128
 MAX_ENV_VALUE = 1024
 MAX_IMAGE = 512  # whole reference; the name part is capped at 255 below
 
@@ -240,7 +238,6 @@ _TAG = r"[\w][\w.-]{0,127}"
 _DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*[:][0-9a-fA-F]{32,}"
 _REFERENCE = re.compile(rf"(?P<name>{_NAME})(?::(?P<tag>{_TAG}))?(?:@(?P<digest>{_DIGEST}))?",
                         re.ASCII)
-IMAGE_REFERENCE = _REFERENCE  # groups: name, tag, digest
 _PATH_ONLY = re.compile(rf"{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*", re.ASCII)
 
 

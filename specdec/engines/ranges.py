@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from specdec.engines.version import Version
 
-__all__ = ["Fact", "FactTable", "first_version", "versions_of"]
+__all__ = ["Fact", "FactTable", "first_version"]
 
 T = TypeVar("T")
 
@@ -53,14 +53,6 @@ class FactTable(Generic[T]):
     def boundaries(self) -> list[Version]:
         out = {Version.parse(x) for f in self.facts for x in (f.since, f.until) if x}
         return sorted(out)
-
-
-def versions_of(tables: Iterable[FactTable[Any]]) -> list[Version]:
-    """Every version at which some table changes (candidates for "the first that can")."""
-    out: set[Version] = set()
-    for t in tables:
-        out.update(t.boundaries())
-    return sorted(out)
 
 
 def first_version(candidates: Sequence[Version], after: Version,

@@ -24,10 +24,10 @@ __all__ = [
     "IDENTITY_FILES",
     "Identity",
     "identity_paths",
-    "identity_script",
+    "identity_command",
     "parse_identity",
     "read_identity_root",
-    "split_identity_dump",
+    "split_identity_output",
 ]
 
 IDENTITY_FILES: tuple[str, ...] = (
@@ -324,50 +324,64 @@ def read_identity_root(root: Path | str) -> dict[str, str | None]:
     return files
 
 
-_MARK = "@@specdec-identity@@ "
+_MARK = "@@specdec-file"
+# Outputs of commands, not files under /.
+_COMMANDS = {
+    "nvidia-smi.txt": " ".join(NVIDIA_SMI_CMD),
+    "uname-m.txt": "uname -m",
+}
 
 
-def identity_script(root: str = "/") -> str:
-    """One ``sh`` command printing every identity file (for a fact: one SSH round trip).
+def identity_command(root: str = "/") -> str:
+    """One read-only ``sh`` command printing every identity file after a marker line (for a
+    fact: one SSH round trip); under ``/``, ``nvidia-smi.txt`` and ``uname-m.txt`` are the
+    outputs of `NVIDIA_SMI_CMD` and ``uname -m`` (another ``root``: its files).
 
-    Each key is introduced by a marker line; a missing file is marked absent. NULs (device-tree
-    ``compatible``) become newlines. Under ``/``, ``nvidia-smi.txt`` and ``uname-m.txt`` are the
-    outputs of `NVIDIA_SMI_CMD` and ``uname -m``. Split the output with `split_identity_dump`.
+    ``@@specdec-file <name>`` precedes a present file (NULs of device-tree strings become
+    newlines), ``@@specdec-file <name> missing`` stands for an absent one. Always exits 0.
     """
     base = root.rstrip("/")
-    local = base == ""
     parts = []
-    for key in IDENTITY_FILES:
-        cmd = " || ".join(
-            f"{{ test -r {path} && tr '\\000' '\\n' < {path}; }}"
-            for path in (shlex.quote(f"{base}/{p}") for p in identity_paths(key))
-        )
-        if local and key == "nvidia-smi.txt":  # as read_identity_root: the file wins if present
-            smi = " ".join(shlex.quote(a) for a in NVIDIA_SMI_CMD)
-            cmd = f"{{ {cmd}; }} || {{ command -v nvidia-smi >/dev/null 2>&1 && {smi}; }}"
-        elif local and key == "uname-m.txt":
-            cmd = f"{{ {cmd}; }} || uname -m"
-        parts.append(f"echo '{_MARK}{key}'; {{ {cmd}; }} || echo '{_MARK}{key} absent'")
-    return "; ".join(parts) + "; true"
+    for name in IDENTITY_FILES:
+        q = shlex.quote(name)
+        if name in _COMMANDS and not base:
+            cmd = _COMMANDS[name]
+            binary = cmd.split()[0]
+            parts.append(
+                f"if command -v {binary} >/dev/null 2>&1; then echo {_MARK} {q}; "
+                f"{cmd} 2>/dev/null || true; else echo {_MARK} {q} missing; fi"
+            )
+        else:
+            branches = "; el".join(
+                f"if [ -r {path} ]; then echo {_MARK} {q}; tr '\\000' '\\n' < {path}; echo"
+                for path in (shlex.quote(f"{base}/{p}") for p in identity_paths(name))
+            )
+            parts.append(f"{branches}; else echo {_MARK} {q} missing; fi")
+    parts.append("true")
+    return "; ".join(parts)
 
 
-def split_identity_dump(lines: Iterable[str] | str) -> dict[str, str | None]:
-    """The output of `identity_script` (text or lines) -> `IDENTITY_FILES` contents."""
+def split_identity_output(lines: Iterable[str] | str) -> dict[str, str | None]:
+    """`identity_command`'s output (text or lines) -> ``{relative path: content or None}`` for
+    every identity file."""
     if isinstance(lines, str):
         lines = lines.splitlines()
     files: dict[str, str | None] = dict.fromkeys(IDENTITY_FILES)
-    chunks: dict[str, list[str] | None] = {}
     current: str | None = None
+    buf: list[str] = []
+
+    def flush() -> None:
+        if current is not None:
+            files[current] = "\n".join(buf).strip("\n") + "\n"
+
     for line in lines:
-        if line.startswith(_MARK):
-            key, _, state = line[len(_MARK):].strip().partition(" ")
-            if key in files:
-                current = key
-                chunks[key] = None if state == "absent" else []
-            continue
-        chunk = chunks.get(current) if current else None
-        if chunk is not None:
-            chunk.append(line)
-    for key, chunk in chunks.items():
-        files[key] = None if chunk is None else "\n".join(chunk) + "\n"
+        if line.startswith(_MARK + " "):
+            flush()
+            words = line.split()
+            name = words[1] if len(words) > 1 else ""
+            buf = []
+            current = None if len(words) > 2 and words[2] == "missing" else name
+        elif current is not None:
+            buf.append(line)
+    flush()
     return files

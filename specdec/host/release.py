@@ -28,9 +28,7 @@ __all__ = [
     "activate",
     "aux_restart",
     "desired_release",
-    "mark_last_good",
     "parse_state",
-    "prune",
     "read_state",
     "remove",
     "switch",
@@ -83,12 +81,6 @@ def aux_restart(old: str, new: str) -> str:
             f"! systemctl is-active -q {u}; then systemctl {verb} {u}; fi; "
             f"elif [ -e {old}/{u} ]; then systemctl stop {u}; fi")
     return "; ".join(parts)
-
-
-def mark_last_good(release_id: str) -> str:
-    """Point ``last-good`` at ``releases/<release_id>`` atomically (`specdec.host.guard`'s commit
-    does it under the guard's lock)."""
-    return switch(layout.LAST_GOOD, release_id, "mark")
 
 
 def read_state() -> str:
@@ -199,13 +191,3 @@ def prune_doomed(state: ReleaseState, keep: int, protect: Iterable[str | None] =
                  ) -> list[str]:
     """`to_prune` of the host's releases, never its current or last-good one."""
     return to_prune(state.releases, keep, [state.current, state.last_good, *protect])
-
-
-def prune(keep: int, protect: Iterable[str | None]) -> str:
-    """A self-contained command deleting all but the ``keep`` newest unprotected releases."""
-    excl = " ".join(f"-e {shlex.quote(_check_id(p))}" for p in protect if p)
-    grep = f"grep -vxF {excl}" if excl else "cat"
-    return (
-        f"cd {shlex.quote(layout.RELEASES_DIR)} && ls -1t | {grep} | "
-        f"tail -n +{int(keep) + 1} | xargs -r rm -rf --"
-    )

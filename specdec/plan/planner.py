@@ -34,7 +34,8 @@ from specdec.plan.sockets import DEFAULT_LISTEN, plan_sockets
 from specdec.plan.types import ANY_NETWORK, DynamoPlan, FitReport, Group, Plan
 from specdec.tune.search import K_MAX
 
-__all__ = ["DEFAULT_PORT", "baseline", "check_image", "make_plan", "plan_host_settings"]
+__all__ = ["DEFAULT_PORT", "baseline", "check_image", "gated_repos", "make_plan",
+           "plan_host_settings"]
 
 DEFAULT_PORT = 8000
 # A default context that does not fit is shortened, but not below this.
@@ -456,3 +457,9 @@ def _target_kv(cat: Catalog, plan: Plan) -> int:
         return cat.models[plan.model].kv_bytes_per_token
     total = plan.fit.kv_needed_gib * GIB / max(1, plan.max_model_len)
     return max(1, int(round(total)) - draft_kv)
+
+
+def gated_repos(plan: Plan, catalog: Catalog | None = None) -> list[str]:
+    """The repos this plan downloads that the catalog records as gated (they need a token)."""
+    cat = catalog or load_catalog()
+    return [r for r in (plan.model, plan.draft) if r and cat.is_gated(r)]

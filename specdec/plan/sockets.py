@@ -23,7 +23,7 @@ from specdec.errors import ConfigError
 from specdec.host import layout
 from specdec.plan.types import ANY_NETWORK, Plan, Socket
 
-__all__ = ["DEFAULT_LISTEN", "LOOPBACK", "api_url_host", "describe", "member_reach",
+__all__ = ["DEFAULT_LISTEN", "LOOPBACK", "describe", "member_reach",
            "plan_sockets", "table"]
 
 DEFAULT_LISTEN = "0.0.0.0"
@@ -84,11 +84,6 @@ def plan_sockets(plan: Plan, engine: Engine) -> tuple[Socket, ...]:
     out = (_api(plan) if engine.serves_api(plan) else []) + engine.sockets(plan)
     _check(plan, out)
     return tuple(out)
-
-
-def api_url_host(plan: Plan) -> str:
-    """Where a client on the host itself reaches the API proxy."""
-    return LOOPBACK if plan.listen in (*_WILDCARD, LOOPBACK) else plan.listen
 
 
 def describe(s: Socket) -> str:

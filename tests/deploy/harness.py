@@ -33,6 +33,11 @@ from pyinfra.context import ctx_host, ctx_state
 from pyinfra.facts import files as ffacts
 from pyinfra.facts import server as sfacts
 from pyinfra.facts import systemd as sdfacts
+
+from specdec.catalog import load_catalog
+from specdec.config import apikey
+from specdec.engines.trtllm.facts import TIKTOKEN_FILES
+from specdec.host import guard, layout, power, release
 from specdec.roles import facts as rfacts
 from specdec.roles.common import HostPlan
 from specdec.roles.docker_access import merged_daemon_json
@@ -40,11 +45,6 @@ from specdec.roles.factcache import FactBatch
 from specdec.roles.facts import DAEMON_JSON
 from specdec.roles.images import image_present  # noqa: F401  (import check)
 from specdec.roles.jetson_tuning import CLOCKS_MARKER
-
-from specdec.catalog import load_catalog
-from specdec.config import apikey
-from specdec.engines.trtllm.facts import TIKTOKEN_FILES
-from specdec.host import guard, layout, power, release
 from specdec_lab.identity import device_files
 from specdec_lab.tegra import CLOCKS_STATE, Tegra
 
@@ -419,9 +419,8 @@ def _path(root: str, rel: str) -> Path:
 
 
 def host_plan(world: World, data: dict[str, Any]) -> HostPlan:
-    from specdec.roles.common import plan_host
-
     from specdec.config.hostdata import parse_host_settings
+    from specdec.roles.common import plan_host
 
     native = data.get("specdec_runtime") == "native"
     return plan_host(parse_host_settings(HOST, data), world.identity,

@@ -24,10 +24,10 @@ from typing import Any
 
 import pytest
 from pyinfra.api import State
-from specdec.roles.common import DeployError
 
 from specdec.cli import main
 from specdec.errors import TOKEN_SHAPED
+from specdec.roles.common import DeployError
 from tests.deploy import corpus_env, corpus_host, corpus_network
 from tests.deploy.corpus_base import HOST, HOST_RULE, NOT_SINGLE, TOK, VLLM, Case
 from tests.deploy.corpus_tune import AUTO, TUNE_CASES, _entry

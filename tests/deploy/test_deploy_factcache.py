@@ -15,12 +15,12 @@ import pytest
 from pyinfra.api import FactBase
 from pyinfra.facts import files as ffacts
 from pyinfra.facts import server as sfacts
-from specdec.roles import facts as rfacts
-from specdec.roles.factcache import FactBatch
 from typing_extensions import override
 
 from specdec.host import release
 from specdec.render.files import LIMITS_PATH
+from specdec.roles import facts as rfacts
+from specdec.roles.factcache import FactBatch
 from tests.deploy.conftest import TOKEN
 from tests.deploy.harness import SPARK, World, converged
 from tests.deploy.harness import host_plan as _hp

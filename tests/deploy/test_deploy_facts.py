@@ -7,6 +7,10 @@ import subprocess
 
 import pytest
 from pyinfra.api.exceptions import FactProcessError
+
+from specdec.errors import IdentifyError
+from specdec.host import prefetch, release
+from specdec.host.identify import IDENTITY_FILES, identity_command, split_identity_output
 from specdec.roles.facts import (
     DeviceIdentity,
     DockerDaemonConfig,
@@ -14,14 +18,7 @@ from specdec.roles.facts import (
     ImageDigest,
     JetsonPower,
     SpecdecReleases,
-    hf_repo_dir,
-    identity_command,
-    split_identity_output,
 )
-
-from specdec.errors import IdentifyError
-from specdec.host import release
-from specdec.host.identify import IDENTITY_FILES
 from tests.deploy.harness import identity_output as _as_output
 from tests.unit.test_identify import AGX64, SPARK
 
@@ -77,7 +74,7 @@ def test_daemon_config():
 def test_hf_cached():
     fact = HfCached()
     cmd = fact.command(repo="meta-llama/Llama-3.1-8B-Instruct")
-    assert hf_repo_dir("meta-llama/Llama-3.1-8B-Instruct") in cmd
+    assert prefetch.repo_dir("meta-llama/Llama-3.1-8B-Instruct") in cmd
     assert "models--meta-llama--Llama-3.1-8B-Instruct/snapshots" in cmd
     assert fact.process(["yes"]) is True and fact.process(["no"]) is False
     assert fact.default() is False

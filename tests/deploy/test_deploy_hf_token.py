@@ -6,9 +6,9 @@ import hashlib
 
 import pytest
 from pyinfra.api.exceptions import PyinfraError
-from specdec.roles.common import DeployError, SecretIO
 
 from specdec.host import layout
+from specdec.roles.common import DeployError, SecretIO
 from tests.deploy import harness
 from tests.deploy.conftest import TOKEN
 from tests.deploy.harness import AGX, AGX_UNGATED, HOST, World, converged, run_deploy

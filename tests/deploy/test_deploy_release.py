@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specdec.host import release
+from specdec.host import layout, release
 
 
 @pytest.fixture
@@ -50,7 +50,7 @@ def test_activate_is_atomic_switch(state_dir):
     assert os.readlink(state_dir / "current") == "releases/bbb"
     assert not (state_dir / "releases" / "aaa" / "bbb").exists()
     assert not (state_dir / "current.activate.tmp").exists()
-    sh(release.mark_last_good("aaa"))
+    sh(release.switch(layout.LAST_GOOD, "aaa", "mark"))
     assert os.readlink(state_dir / "last-good") == "releases/aaa"
 
 
@@ -60,20 +60,20 @@ def test_read_state_roundtrip(state_dir):
     (state_dir / "releases" / "new" / "decision.json").write_text(
         json.dumps({"outcome": "disabled", "active": "old"}, indent=2))
     sh(release.activate("new"))
-    sh(release.mark_last_good("old"))
+    sh(release.switch(layout.LAST_GOOD, "old", "mark"))
     st = release.parse_state(sh(release.read_state()))
     assert st.current == "new" and st.last_good == "old"
     assert st.releases[0] == "new" and set(st.releases) == {"old", "mid", "new"}
     assert st.decisions == {"new": {"outcome": "disabled", "active": "old"}}
 
 
-def test_prune_plans_and_shell_agree(state_dir):
+def test_prune_keeps_the_newest_and_the_protected(state_dir):
     ids = [f"r{i}" for i in range(9)]  # r8 newest
     make_releases(state_dir, ids)
     newest_first = list(reversed(ids))
     doomed = release.to_prune(newest_first, 5, ["r0", None])
     assert doomed == ["r3", "r2", "r1"]
-    sh(release.prune(5, ["r0"]))
+    sh(release.remove(doomed))
     left = sorted(p.name for p in (state_dir / "releases").iterdir())
     assert left == ["r0", "r4", "r5", "r6", "r7", "r8"]
 

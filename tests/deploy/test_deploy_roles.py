@@ -9,13 +9,13 @@ import re
 import shlex
 
 import pytest
-from specdec.roles.common import DeployError
-from specdec.roles.facts import DAEMON_JSON
-from specdec.roles.jetson_tuning import CLOCKS_MARKER, TUNING_JSON
 
 from specdec.host import guard, layout, release
 from specdec.host.identify import parse_identity
 from specdec.render.files import LIMITS_PATH
+from specdec.roles.common import DeployError
+from specdec.roles.facts import DAEMON_JSON
+from specdec.roles.jetson_tuning import CLOCKS_MARKER, TUNING_JSON
 from tests.deploy.conftest import TOKEN
 from tests.deploy.harness import (
     AGX,
@@ -510,6 +510,7 @@ def test_user_account_fact_on_a_real_shell():
     import subprocess
 
     from pyinfra.facts.server import Users
+
     from specdec.roles.facts import UserAccount
 
     me = getpass.getuser()

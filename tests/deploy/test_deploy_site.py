@@ -8,13 +8,12 @@ from __future__ import annotations
 import json
 import shlex
 
-from specdec.roles.common import plan_host
-from specdec.roles.facts import DAEMON_JSON
-from specdec.roles.site_mirror import NGINX_USER
-
 from specdec.config.hostdata import parse_host_settings
 from specdec.plan.sites import mirror_of, resolve
 from specdec.render.mirror import CACHE_DIR, NGINX_CONF, render_mirror
+from specdec.roles.common import plan_host
+from specdec.roles.facts import DAEMON_JSON
+from specdec.roles.site_mirror import NGINX_USER
 from tests.deploy.conftest import TOKEN
 from tests.deploy.harness import AGX_UNGATED, HOST, World, converged, run_deploy
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from pyinfra.api import State
 from pyinfra.api.exceptions import PyinfraError
-from specdec.roles import facts as rfacts
 
 from specdec.host import release
+from specdec.roles import facts as rfacts
 from tests.deploy.conftest import TOKEN
 from tests.deploy.harness import AGX as AGX_AUTO
 from tests.deploy.harness import World, converged, run_deploy

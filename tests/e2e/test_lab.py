@@ -7,9 +7,8 @@ import shlex
 from pathlib import Path
 
 import pytest
-from specdec.roles.facts import identity_command, split_identity_output
 
-from specdec.host.identify import parse_identity
+from specdec.host.identify import identity_command, parse_identity, split_identity_output
 from specdec.host.layout import CONFIG_DIR, HF_TOKEN_FILE, RELEASES_DIR, SERVICE_NAME, UNIT_PATH
 from tests.e2e.conftest import LabFleet, PyinfraRun, leftovers
 

@@ -7,7 +7,6 @@ import pytest
 from specdec.bench.metrics import (
     Counters,
     TrtllmAccumulator,
-    parse_trtllm,
     parse_vllm,
     spec_delta,
     trtllm_entries,
@@ -72,18 +71,24 @@ def test_malformed_prometheus() -> None:
         parse_vllm('vllm:spec_decode_num_drafts_total{model_name="m" 3\n')
 
 
+def _summed(entries: list[dict[str, object]]) -> Counters:
+    acc = TrtllmAccumulator()
+    acc.add(entries)
+    return acc.counters
+
+
 def test_trtllm_entries_and_delta() -> None:
     it = {"iter": 1, "specDecodingStats": {"numRequestsWithDraftTokens": 4,
                                            "numDraftTokens": 12, "numAcceptedTokens": 6}}
     entries = trtllm_entries([it, json.dumps({**it, "iter": 2})])  # some versions send strings
-    d = spec_delta(Counters(present=True, per_pos=None), parse_trtllm(entries))
+    d = spec_delta(Counters(present=True, per_pos=None), _summed(entries))
     assert d is not None and d["acceptance_length"] == pytest.approx(2.5)
     assert d["acceptance_rate"] == pytest.approx(0.5) and d["per_position_acceptance_rates"] is None
-    assert parse_trtllm([{"iter": 3, "numActiveRequests": 1}]).present is False
+    assert _summed([{"iter": 3, "numActiveRequests": 1}]).present is False
     with pytest.raises(BenchError):
         trtllm_entries({"not": "a list"})
     with pytest.raises(BenchError, match="not a number"):
-        parse_trtllm([{"specDecodingStats": {"numDraftTokens": "x"}}])
+        _summed([{"specDecodingStats": {"numDraftTokens": "x"}}])
 
 
 def test_trtllm_accumulator_dedupes_and_detects_restart() -> None:
@@ -92,7 +97,7 @@ def test_trtllm_accumulator_dedupes_and_detects_restart() -> None:
             "numRequestsWithDraftTokens": 1, "numDraftTokens": 3, "numAcceptedTokens": 2}}
 
     acc = TrtllmAccumulator()
-    acc.prime([it(1), it(2)])  # before the level: not counted
+    acc.add([it(1), it(2)], prime=True)  # before the level: not counted
     acc.add([it(2), it(3), it(4)])  # a server that does not drain repeats iteration 2
     acc.add([it(5)])
     assert acc.counters.drafts == 3 and acc.counters.accepted == 6

@@ -10,7 +10,6 @@ from specdec.catalog import (
     ENGINES,
     METHODS,
     RUNTIMES,
-    TRTLLM_DECODING_TYPES,
     load_catalog,
     parse_catalog,
 )
@@ -54,7 +53,6 @@ def test_models_and_heads() -> None:
             assert cat.heads[head].tokenizer == model.tokenizer
         for d in model.drafts:
             assert cat.models[d].weight_gib < model.weight_gib
-    assert set(TRTLLM_DECODING_TYPES) <= set(METHODS)
 
 
 def test_bad_catalog(tmp_path: Path) -> None:

@@ -313,27 +313,27 @@ def test_compatible_with_nuls_lost_or_newlines() -> None:
 
 
 @pytest.mark.parametrize("files", [NANO8, SPARK, NX16_SUPER], ids=["nano8", "spark", "nx16"])
-def test_identity_script_roundtrip(tmp_path: Path, files: dict[str, str | None]) -> None:
-    from specdec.host.identify import identity_script, split_identity_dump
+def test_identity_command_roundtrip(tmp_path: Path, files: dict[str, str | None]) -> None:
+    from specdec.host.identify import identity_command, split_identity_output
 
     _write_root(tmp_path, files)
     (tmp_path / "proc/device-tree").mkdir(parents=True, exist_ok=True)
-    out = subprocess.run(["sh", "-c", identity_script(str(tmp_path))], capture_output=True,
+    out = subprocess.run(["sh", "-c", identity_command(str(tmp_path))], capture_output=True,
                          text=True, check=True)
-    dumped = split_identity_dump(out.stdout)
+    dumped = split_identity_output(out.stdout)
     assert set(dumped) == set(IDENTITY_FILES)
     for key, text in files.items():
         assert (dumped[key] is None) == (text is None), key
     assert parse_identity(dumped) == parse_identity(files)
-    assert split_identity_dump(out.stdout.splitlines()) == dumped
+    assert split_identity_output(out.stdout.splitlines()) == dumped
 
 
-def test_identity_script_local_runs_commands() -> None:
-    from specdec.host.identify import identity_script, split_identity_dump
+def test_identity_command_local_runs_commands() -> None:
+    from specdec.host.identify import identity_command, split_identity_output
 
-    out = subprocess.run(["sh", "-c", identity_script()], capture_output=True, text=True,
+    out = subprocess.run(["sh", "-c", identity_command()], capture_output=True, text=True,
                          check=True)
-    dumped = split_identity_dump(out.stdout)
+    dumped = split_identity_output(out.stdout)
     assert dumped["uname-m.txt"] is not None and dumped["uname-m.txt"].strip()
     assert dumped["proc/meminfo"] is not None and "MemTotal" in dumped["proc/meminfo"]
 

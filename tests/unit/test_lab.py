@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from specdec.catalog import load_catalog
-from specdec.errors import ConfigError, LabError
+from specdec.errors import ConfigError
 from specdec.host.identify import parse_identity
 from specdec_lab import fleet, images, paths
+from specdec_lab.errors import LabError
 from specdec_lab.fleetdata import LAB_MEMLOCK, parse_faults
 from specdec_lab.fleetdata import fleet as fleet_data
 from specdec_lab.identity import device_files, meminfo

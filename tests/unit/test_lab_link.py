@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from specdec.errors import LabError
 from specdec_lab import link
+from specdec_lab.errors import LabError
 from specdec_lab.instance import Instance
 from specdec_lab.linkemu import Shaper
 from specdec_lab.spec import LabHost, parse_lab_hosts

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from specdec.errors import LabError
+from specdec_lab.errors import LabError
 from specdec_lab.instance import Instance
 from specdec_lab.sites import ENV, check_mirrors
 from specdec_lab.spec import lab_hosts

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from specdec.errors import LabError
 from specdec_lab import fleet, paths, teardown
+from specdec_lab.errors import LabError
 from specdec_lab.instance import Instance
 from specdec_lab.spec import parse_lab_hosts
 from specdec_lab.state import BOOT_LOOP_NAME

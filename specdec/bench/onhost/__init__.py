@@ -13,8 +13,9 @@ JSON (``--prompts``, written from the package's ``prompts.yaml``).
 This package is also the measurement core of the control node's client, which imports it:
 records and their JSON (`records.Rec`), SSE events (`records.parse_sse_line`, `records._event`,
 `records.finish`), a level's figures and checks (`levels.level_result`, `levels.check_level`),
-statistics (`stats.summarize`, also `specdec.bench.stats`'s). So those are defined once; only
-transport (httpx there, asyncio streams here) differs.
+statistics (`stats.summarize`), speculation counters (`counters`) and the server probe
+(`probe.probe_server`, `probe.SpecProbe`). So those are defined once; only transport (httpx
+there, asyncio streams here) differs.
 
 Modules (only relative imports between them, only the standard library outside): ``errors``,
 ``stats``, ``http`` (HTTP/1.1 over asyncio streams), ``counters`` (vLLM and TRT-LLM speculation

@@ -1,34 +1,53 @@
 """Speculation counters: vLLM's Prometheus text and TRT-LLM's iteration stats, and their
-differences over a level.
+differences over a level. The one implementation: the on-host client (a zipapp, stdlib, Python
+3.8+) and the control node (`specdec.bench.metrics`, its errors as the control node's) use it.
 
-Stdlib twins of `specdec.bench.metrics`, which parses Prometheus text with prometheus_client (not
-on a host) and types its counters; tests/bench/test_onhost.py checks that both agree.
+Both servers' counters become one shape, `Counters`, and `spec_delta(before, after)` gives the
+acceptance figures over a level the way `vllm bench serve` computes them:
+
+* acceptance length ``AL = 1 + Δaccepted / Δdrafts`` (tokens per verify step, bonus included);
+* acceptance rate ``Δaccepted / Δdraft_tokens``;
+* per-position rate ``Δaccepted_at_pos[k] / Δdrafts`` (vLLM only; TRT-LLM has no per-position
+  counters, so that list is None there).
+
+vLLM's counters are cumulative: a counter that goes down between two scrapes means the server
+restarted during the run (`BenchError`). TRT-LLM's ``GET /metrics`` returns the recent iteration
+stats (and drains them); `TrtllmAccumulator` polls during a level, keeps iterations it has not
+seen (by ``iter``) and treats a falling iteration number as a restart.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass, field
+from typing import Any
 
 from .errors import BenchError
 
 RESTARTED = "server counters went backwards between scrapes (the server restarted during the run)"
+_PREFIX = "vllm:spec_decode_"
 
 
+@dataclass
 class Counters:
-    def __init__(self, present=False, drafts=0.0, draft_tokens=0.0, accepted=0.0, per_pos=None,
-                 no_pos=False):
-        self.present, self.drafts, self.draft_tokens, self.accepted = (present, drafts,
-                                                                        draft_tokens, accepted)
-        self.per_pos = None if no_pos else (per_pos if per_pos is not None else {})
+    """Cumulative speculation counters; ``present`` False: the server has no speculation;
+    ``per_pos`` None: the server has no per-position counters (TRT-LLM)."""
+
+    present: bool = False
+    drafts: float = 0.0
+    draft_tokens: float = 0.0
+    accepted: float = 0.0
+    per_pos: dict[int, float] | None = field(default_factory=dict)
 
 
 _PROM = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})?\s+(\S+)(?:\s+\S+)?\s*$")
 _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
 
 
-def parse_vllm(text):
-    out, per_pos = Counters(), {}  # type: Counters, dict[int, float]
+def parse_vllm(text: str) -> Counters:
+    """Sum vLLM's spec-decode counters over label sets (engines, model names)."""
+    out, per_pos = Counters(), {}  # type: Counters, Dict[int, float]
     for line in text.splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
@@ -41,9 +60,9 @@ def parse_vllm(text):
         if m is None or value is None:
             raise BenchError(f"/metrics: malformed Prometheus text: {line[:100]}")
         name = m.group(1)
-        if not name.startswith("vllm:spec_decode_") or not name.endswith("_total"):
+        if not name.startswith(_PREFIX) or not name.endswith("_total"):
             continue
-        key = name[len("vllm:spec_decode_"):-len("_total")]
+        key = name[len(_PREFIX):-len("_total")]
         if key == "num_drafts":
             out.drafts += value
         elif key == "num_draft_tokens":
@@ -65,7 +84,8 @@ def parse_vllm(text):
     return out
 
 
-def trtllm_entries(payload):
+def trtllm_entries(payload: Any) -> list[dict[str, Any]]:
+    """TRT-LLM's ``/metrics`` body → iteration dicts (some versions send JSON strings)."""
     if not isinstance(payload, list):
         raise BenchError("/metrics: TRT-LLM iteration stats must be a JSON list")
     out = []
@@ -82,7 +102,7 @@ def trtllm_entries(payload):
     return out
 
 
-def _num(d, key):
+def _num(d: dict[str, Any], key: str) -> float:
     v = d.get(key, 0)
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise BenchError(f"/metrics: specDecodingStats.{key} is not a number: {v!r}")
@@ -90,16 +110,22 @@ def _num(d, key):
 
 
 class TrtllmAccumulator:
-    def __init__(self):
-        self.seen, self.max_iter, self.counters = set(), -1.0, Counters(no_pos=True)
+    """Collects TRT-LLM iterations across polls of a draining (or non-draining) /metrics."""
+
+    def __init__(self) -> None:
+        self.seen = set()  # type: set
+        self.max_iter = -1.0
+        self.counters = Counters(per_pos=None)
 
     @staticmethod
-    def _key(it):
+    def _key(it: dict[str, Any]) -> Any:
         if "iter" in it:
             return ("iter", it.get("iter"), it.get("timestamp"))
         return ("raw", json.dumps(it, sort_keys=True, default=str))
 
-    def add(self, entries, prime=False):
+    def add(self, entries: list[dict[str, Any]], prime: bool = False) -> None:
+        """Count the entries not seen before (``prime``: entries from before the level,
+        remembered and not counted)."""
         for it in entries:
             key = self._key(it)
             if key in self.seen:
@@ -119,7 +145,8 @@ class TrtllmAccumulator:
                     self.counters.accepted += _num(sd, "numAcceptedTokens")
 
 
-def spec_delta(before, after):
+def spec_delta(before: Counters, after: Counters) -> dict[str, Any] | None:
+    """Acceptance figures between two snapshots; None when the server has no speculation."""
     if not (before.present or after.present):
         return None
     d_drafts, d_tokens = after.drafts - before.drafts, after.draft_tokens - before.draft_tokens
@@ -136,27 +163,30 @@ def spec_delta(before, after):
                    else [0.0 for _ in deltas])
     al = 1.0 + d_acc / d_drafts if d_drafts > 0 else None
     rate = d_acc / d_tokens if d_tokens > 0 else None
+    # with vLLM `bench serve` --save-result's names (its acceptance rate is a percentage)
     return {"num_drafts": int(d_drafts), "draft_tokens": int(d_tokens),
             "accepted_tokens": int(d_acc), "acceptance_length": al, "acceptance_rate": rate,
             "per_position_acceptance_rates": per_pos, "spec_decode_acceptance_length": al,
             "spec_decode_acceptance_rate": None if rate is None else 100.0 * rate}
 
 
-def diff_counters(before, after):
-    pp = None
+def diff_counters(before: Counters, after: Counters) -> Counters:
+    """after − before as a Counters value (checked by `spec_delta` first)."""
+    pp = None  # type: Optional[Dict[int, float]]
     if after.per_pos is not None:
         prev = before.per_pos or {}
         pp = {k: v - prev.get(k, 0.0) for k, v in after.per_pos.items()}
     return Counters(before.present or after.present, after.drafts - before.drafts,
                     after.draft_tokens - before.draft_tokens, after.accepted - before.accepted,
-                    pp, no_pos=pp is None)
+                    pp)
 
 
-def add_counters(a, b):
-    pp = None
+def add_counters(a: Counters, b: Counters) -> Counters:
+    """Sum of two deltas-as-counters (used to aggregate levels)."""
+    pp = None  # type: Optional[Dict[int, float]]
     if a.per_pos is not None and b.per_pos is not None:
         pp = dict(a.per_pos)
         for k, v in b.per_pos.items():
             pp[k] = pp.get(k, 0.0) + v
     return Counters(a.present or b.present, a.drafts + b.drafts, a.draft_tokens + b.draft_tokens,
-                    a.accepted + b.accepted, pp, no_pos=pp is None)
+                    a.accepted + b.accepted, pp)

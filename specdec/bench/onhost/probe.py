@@ -108,7 +108,7 @@ class SpecProbe:
                 await self.task
             await self._trt()
             c = self.acc.counters
-            return spec_delta(Counters(present=c.present, no_pos=True), c), c
+            return spec_delta(Counters(present=c.present, per_pos=None), c), c
         return None, Counters()
 
     def check(self):

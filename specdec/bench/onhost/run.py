@@ -83,8 +83,8 @@ async def _run(cfg, pset, http, plan):
         if fig is not None:
             any_spec, total = True, add_counters(total, delta)
         levels[str(conc)] = lvl
-    spec = spec_delta(Counters(present=True, no_pos=total.per_pos is None), total) \
-        if any_spec else None
+    empty = Counters(present=True, per_pos=None if total.per_pos is None else {})
+    spec = spec_delta(empty, total) if any_spec else None
     conf = {k: getattr(cfg, k) for k in CONFIG_FIELDS}
     conf.update(concurrency=list(cfg.concurrency), requests=[counts[c] for c in cfg.concurrency],
                 prompt_offset=list(cfg.prompt_offset),

@@ -1,5 +1,5 @@
-"""Statistics, as `specdec.bench.stats` (which calls these): numpy's linear percentile and the
-population std; `finite` turns NaN and infinities into None for JSON."""
+"""Statistics of both clients (one definition): numpy's linear percentile and the population
+std; `finite` turns NaN and infinities into None for JSON."""
 
 from __future__ import annotations
 

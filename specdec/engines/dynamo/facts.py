@@ -26,10 +26,8 @@ __all__ = [
     "DEFAULT_ROUTER_MODE",
     "DEFAULT_SYSTEM_PORT",
     "SYSTEM_PORT_MAX",
-    "DISCOVERY_BACKENDS",
     "READY_PATH",
     "RELEASES",
-    "REQUEST_PLANES",
     "ROUTER_MODES",
     "DynamoFacts",
     "dynamo_facts",
@@ -52,9 +50,7 @@ RELEASES: dict[str, tuple[str, str, str]] = {
               "(extra vllm); docs.nvidia.com/dynamo/v1.6.1/reference/compatibility"),
 }
 
-# python -m dynamo.frontend --help (1.6.1): --discovery-backend, --request-plane, --router-mode.
-DISCOVERY_BACKENDS = ("kubernetes", "etcd", "file", "mem")
-REQUEST_PLANES = ("nats", "tcp")
+# python -m dynamo.frontend --help (1.6.1): --router-mode.
 ROUTER_MODES = ("round-robin", "random", "power-of-two", "kv", "direct", "least-loaded",
                 "device-aware-weighted")
 # A group's defaults (specdec/dynamo/plan.py says why): the worker's system server port as in

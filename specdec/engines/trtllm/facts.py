@@ -119,9 +119,6 @@ SPEC_KEYS: dict[str, frozenset[str]] = {
 SPEC_KEYS["Eagle3"] = SPEC_KEYS["Eagle"]
 # After PR #10099 the field is `speculative_model` with `speculative_model_dir` as its alias.
 SPEC_KEYS_AFTER_10099 = frozenset({"speculative_model"})
-EXTRA_FORBIDDEN = ("pydantic_core._pydantic_core.ValidationError: 1 validation error for "
-                   "{model}\n{key}\n  Extra inputs are not permitted [type=extra_forbidden, "
-                   "input_value={value!r}, input_type={type}]")
 # openai/harmony v0.0.4 src/tiktoken_ext/public_encodings.rs: with TIKTOKEN_ENCODINGS_BASE set,
 # <dir>/<file> is read and its sha256 checked; without it the file is downloaded from
 # openaipublic (fails offline). gpt-oss needs o200k_base only; NVIDIA's playbook fetches both.

@@ -327,7 +327,6 @@ def api_key_rule(version: Version | str) -> tuple[tuple[str, ...], bool]:
 
 # num_speculative_tokens: > 0 in every release and no upper bound (0.9.2 vllm/config.py:2862-2870
 # "Expected num_speculative_tokens to be greater than zero ({k})."; 0.11.1+ Field(gt=0)).
-K_MIN = 1
 K_ERROR = "ValueError: Expected num_speculative_tokens to be greater than zero ({k})."
 # The method must always be given: 0.9.2 guesses 'eagle' (EAGLE-1) for a model named EAGLE3-…,
 # and a method-less config falls back to V0 (0.9.2 vllm/config.py:2685-2689, arg_utils.py:1422).
