@@ -2,7 +2,7 @@
 deterministic, generated set of cases, so that a refactor can show "behaviour unchanged".
 
     cd /work/base && python3 /path/to/benchmarks/fingerprint.py [--quick] [--domain plans,...]
-                                                                [--dump DIR] [--jobs N]
+                                           [--dump DIR] [--jobs N] [--compare EARLIER.txt]
 
 ``specdec`` is imported from the current directory's checkout (printed on the first line), so
 one copy of this script fingerprints any checkout: run it in both, compare the lines (lines
@@ -10,7 +10,9 @@ starting with ``#`` are information: checkout, commit; they differ). Output:
 one line per domain ``DOMAIN  cases=N  errors=E  sha256=HEX`` (E: cases whose outcome is an
 error, which is part of the behaviour), then ``ALL sha256=HEX`` over the domains run. ``--dump
 DIR`` writes each domain's canonical text (``DIR/<domain>.jsonl``, one case per line, the exact
-text hashed), so that two dumps can be diffed to find what changed. Timings go to stderr.
+text hashed), so that two dumps can be diffed to find what changed. ``--compare FILE`` reads an
+earlier run's output (another checkout's, saved) and ends each domain's line with ``IDENTICAL``
+or ``DIFFERENT`` (exit 1 when any differs). Timings go to stderr.
 
 Domains (see `fingerprint_domains`): plans, renders, inventories, bench, engine, emulator,
 gate, tune, reports. Private names the script needs are all in `fingerprint_domains.adapters`.
@@ -118,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dump", type=Path, help="write each domain's canonical text here")
     ap.add_argument("--jobs", type=int, default=default_jobs(), help="worker processes")
     ap.add_argument("--explain", action="store_true", help="print what is excluded and exit")
+    ap.add_argument("--compare", type=Path, help="an earlier run's output to compare with")
     a = ap.parse_args(argv)
     if a.explain:
         print(EXCLUDED, end="")
@@ -133,19 +136,36 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     print(f"# {_revision()}", flush=True)
+    earlier = _earlier(a.compare) if a.compare else None
+    differs = False
     total, t00 = hashlib.sha256(), time.monotonic()
     done: dict[str, Domain] = {}
     for name in (n for n in DOMAINS if n in names):
         t0 = time.monotonic()
         dom = compute(name, a.quick, a.jobs, done)
-        print(dom.summary(), flush=True)
+        line = dom.summary()
+        if earlier is not None:
+            same = earlier.get(name) == line
+            differs |= not same
+            line += "  IDENTICAL" if same else "  DIFFERENT"
+        print(line, flush=True)
         print(f"# {name}: {time.monotonic() - t0:.1f}s", file=sys.stderr, flush=True)
         total.update(f"{dom.name} {dom.digest}\n".encode())
         if a.dump is not None:
             dom.dump(a.dump)
     print(f"ALL sha256={total.hexdigest()}", flush=True)
     print(f"# total {time.monotonic() - t00:.1f}s", file=sys.stderr)
-    return 0
+    return 1 if differs else 0
+
+
+def _earlier(path: Path) -> dict[str, str]:
+    """An earlier output's domain lines, by domain (its information lines left out)."""
+    out = {}
+    for line in path.read_text().splitlines():
+        words = line.split()
+        if words and words[0] in DOMAINS:
+            out[words[0]] = line.removesuffix("  IDENTICAL").removesuffix("  DIFFERENT")
+    return out
 
 
 if __name__ == "__main__":
