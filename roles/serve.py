@@ -136,36 +136,13 @@ def serve(hp: HostPlan, restart_on: Sequence[OperationMeta | None] = (),
     candidate = hp.rendered.release_id
     if recorded is None:
         recorded = host.get_fact(SpecdecReleases)
-    desired = release.desired_release(candidate, recorded)
-
-    to_upload: Rendered | None = hp.rendered
-    if desired != candidate:
-        # Verified before: speculation did not pay (the baseline runs instead), or the tune
-        # phase kept another release of this plan (its tuned k).
-        if hp.baseline is not None and hp.baseline.release_id == desired:
-            to_upload = hp.baseline
-        elif desired in recorded.releases:
-            to_upload = None  # recorded by an older planner: run it as it is
-        else:
-            desired = candidate  # the recorded release is gone: start over with the candidate
+    desired, to_upload = _desired(hp, recorded)
     files.directory(
         name=f"Ensure {layout.RELEASES_DIR}", path=layout.RELEASES_DIR, user="root",
         group="root", mode="0755",
     )
     unit_op = _upload_release(to_upload) if to_upload is not None else None
-
-    link = files.link(
-        name=f"Link {layout.UNIT_PATH} to {UNIT_TARGET}",
-        path=layout.UNIT_PATH,
-        target=UNIT_TARGET,
-        force=True,
-    )
-    # The release's other units (a serving group's frontend member: etcd and the frontend),
-    # linked like the engine unit.
-    aux = list(hp.rendered.other_units)
-    aux_links = [files.link(name=f"Link /etc/systemd/system/{u} to {layout.CURRENT}/{u}",
-                            path=f"/etc/systemd/system/{u}", target=f"{layout.CURRENT}/{u}",
-                            force=True) for u in host.loop(aux)]
+    link, aux_links = _link_units(hp)
     install_guard()
     switch = activate(name=f"Activate release {desired} ({layout.CURRENT})", release_id=desired,
                       guard_seconds=guard.deadline_for(hp.plan.health_timeout_s))
@@ -174,19 +151,70 @@ def serve(hp: HostPlan, restart_on: Sequence[OperationMeta | None] = (),
     systemd.daemon_reload(
         name="Reload systemd (unit changed)", _if=any_changed(*unit_changes),
     )
-    if aux:
-        before = layout.release_dir(recorded.current) if recorded.current else "/nonexistent"
-        restart_aux(name=f"Restart {', '.join(aux)} where the release changed them",
-                    old=before, new=layout.release_dir(desired),
-                    _if=any_changed(switch, *aux_links))
-        secret_ops = [op for op in secrets_changed if op is not None]
-        for u in host.loop(aux):
-            if secret_ops and u != f"{layout.FIREWALL_SERVICE}.service":
-                systemd.service(name=f"Restart {u} (a secret it loads changed)", service=u,
-                                running=True, restarted=True, _if=any_changed(*secret_ops))
-            systemd.service(name=f"Ensure {u} is running and enabled", service=u, running=True,
-                            enabled=True)
+    if hp.rendered.other_units:
+        _run_aux(hp, recorded, desired, [switch, *aux_links], secrets_changed)
     restart_ops = unit_changes + [op for op in (*restart_on, *secrets_changed) if op is not None]
+    _run_engine(restart_ops)
+    prune_releases(
+        name=f"Prune {layout.RELEASES_DIR} to {layout.KEEP_RELEASES} releases",
+        keep=layout.KEEP_RELEASES,
+        protect=sorted({candidate, desired}),
+    )
+    return ServeResult(candidate, desired, tuple(restart_ops))
+
+
+def _desired(hp: HostPlan, recorded: release.ReleaseState) -> tuple[str, Rendered | None]:
+    """The release to run and the rendering to upload for it (None: it is on the host as an
+    older planner made it)."""
+    candidate = hp.rendered.release_id
+    desired = release.desired_release(candidate, recorded)
+    if desired == candidate:
+        return desired, hp.rendered
+    # Verified before: speculation did not pay (the baseline runs instead), or the tune
+    # phase kept another release of this plan (its tuned k).
+    if hp.baseline is not None and hp.baseline.release_id == desired:
+        return desired, hp.baseline
+    if desired in recorded.releases:
+        return desired, None  # recorded by an older planner: run it as it is
+    return candidate, hp.rendered  # the recorded release is gone: start over with the candidate
+
+
+def _link_units(hp: HostPlan) -> tuple[OperationMeta, list[OperationMeta]]:
+    """The engine unit's link to the current release, and the release's other units' (a
+    serving group's frontend member: etcd and the frontend), linked the same way."""
+    link = files.link(
+        name=f"Link {layout.UNIT_PATH} to {UNIT_TARGET}",
+        path=layout.UNIT_PATH,
+        target=UNIT_TARGET,
+        force=True,
+    )
+    aux_links = [files.link(name=f"Link /etc/systemd/system/{u} to {layout.CURRENT}/{u}",
+                            path=f"/etc/systemd/system/{u}", target=f"{layout.CURRENT}/{u}",
+                            force=True) for u in host.loop(list(hp.rendered.other_units))]
+    return link, aux_links
+
+
+def _run_aux(hp: HostPlan, recorded: release.ReleaseState, desired: str,
+             changed: Sequence[OperationMeta], secrets_changed: Sequence[OperationMeta | None]
+             ) -> None:
+    """The other units: restarted where the release changed them (``changed``: the switch and
+    their links) or a secret they load changed, and running."""
+    aux = list(hp.rendered.other_units)
+    before = layout.release_dir(recorded.current) if recorded.current else "/nonexistent"
+    restart_aux(name=f"Restart {', '.join(aux)} where the release changed them",
+                old=before, new=layout.release_dir(desired),
+                _if=any_changed(*changed))
+    secret_ops = [op for op in secrets_changed if op is not None]
+    for u in host.loop(aux):
+        if secret_ops and u != f"{layout.FIREWALL_SERVICE}.service":
+            systemd.service(name=f"Restart {u} (a secret it loads changed)", service=u,
+                            running=True, restarted=True, _if=any_changed(*secret_ops))
+        systemd.service(name=f"Ensure {u} is running and enabled", service=u, running=True,
+                        enabled=True)
+
+
+def _run_engine(restart_ops: Sequence[OperationMeta]) -> None:
+    """The engine unit: restarted when ``restart_ops`` changed anything, running and enabled."""
     systemd.service(
         name=f"Restart {layout.SERVICE_NAME} (release, unit or image changed)",
         service=f"{layout.SERVICE_NAME}.service",
@@ -200,9 +228,3 @@ def serve(hp: HostPlan, restart_on: Sequence[OperationMeta | None] = (),
         running=True,
         enabled=True,
     )
-    prune_releases(
-        name=f"Prune {layout.RELEASES_DIR} to {layout.KEEP_RELEASES} releases",
-        keep=layout.KEEP_RELEASES,
-        protect=sorted({candidate, desired}),
-    )
-    return ServeResult(candidate, desired, tuple(restart_ops))

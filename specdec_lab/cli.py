@@ -5,17 +5,27 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from specdec.catalog import load_catalog
+from specdec.config.apikey import ensure_key
+from specdec.config.hostdata import parse_hosts
+from specdec.config.inventory import load_inventory
 from specdec.errors import ConfigError
+from specdec.groups.inventory import groups_of
+from specdec_lab import fleet, hubsvc
+from specdec_lab.emulator import launch
 from specdec_lab.errors import LabError
-
-if TYPE_CHECKING:
-    from specdec_lab.instance import Instance
+from specdec_lab.instance import ENV as INSTANCE_ENV
+from specdec_lab.instance import Instance
+from specdec_lab.spec import parse_lab_hosts
+from specdec_lab.state import load_state
+from specdec_lab.traffic import Traffic, parse_mix, run_traffic
 
 __all__ = ["register"]
 
@@ -29,11 +39,9 @@ def _add_instance(p: argparse.ArgumentParser) -> None:
 def _instance(args: argparse.Namespace) -> Instance:
     """The instance the command acts on; ``--instance`` is exported so that the inventory,
     loaded in a child interpreter, sees the same one."""
-    from specdec_lab.instance import ENV, Instance
-
     if args.instance is not None:
         inst = Instance(args.instance)
-        os.environ[ENV] = inst.name
+        os.environ[INSTANCE_ENV] = inst.name
         return inst
     return Instance.from_env()
 
@@ -43,7 +51,14 @@ def register(subparsers: Any) -> None:
         "lab", help="the emulated fleet: systemd-nspawn hosts that identify as devices"
     )
     sub = lab.add_subparsers(dest="lab_command", metavar="ACTION", required=True)
+    _add_fleet(sub)
+    _add_hub(sub)
+    _add_traffic(sub)
+    _add_engine(sub)
 
+
+def _add_fleet(sub: Any) -> None:
+    """``up``, ``down``, ``status``, ``net`` and ``reboot``: the instance's hosts."""
     for name, help_, func in (
         ("up", "boot the inventory's lab hosts (root)", cmd_up),
         ("down", "remove every namespace, mount and process the lab made", cmd_down),
@@ -69,6 +84,8 @@ def register(subparsers: Any) -> None:
     _add_instance(r)
     r.set_defaults(func=cmd_reboot)
 
+
+def _add_hub(sub: Any) -> None:
     h = sub.add_parser("hub", help="the lab's Hub: bytes served per revision and per host")
     h.add_argument("--json", action="store_true", help="machine-readable output")
     h.add_argument("--reset", action="store_true", help="zero the counters")
@@ -77,6 +94,8 @@ def register(subparsers: Any) -> None:
     _add_instance(h)
     h.set_defaults(func=cmd_hub)
 
+
+def _add_traffic(sub: Any) -> None:
     t = sub.add_parser("traffic", help="user traffic with a prompt-category mix for a lab host "
                                         "(bounded in time and count)")
     t.add_argument("host", metavar="HOST", help="lab host (a serving group member: its frontend)")
@@ -95,6 +114,8 @@ def register(subparsers: Any) -> None:
     _add_instance(t)
     t.set_defaults(func=cmd_traffic)
 
+
+def _add_engine(sub: Any) -> None:
     e = sub.add_parser(
         "engine", help="run the engine emulator here: lab engine --device ID -- vllm serve MODEL …"
     )
@@ -111,11 +132,9 @@ def _say(msg: str) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from specdec_lab.fleet import up
-
     inst = _instance(args)
     t0 = time.monotonic()
-    state = up(args.inventory, limit=args.limit, log=_say, instance=inst)
+    state = fleet.up(args.inventory, limit=args.limit, log=_say, instance=inst)
     hosts = [h["spec"] for h in state["hosts"].values()]
     if args.json:
         print(json.dumps({"instance": inst.name, "hosts": hosts,
@@ -131,19 +150,15 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    from specdec_lab.fleet import down
-
     inst = _instance(args)
-    down(args.inventory, log=_say, instance=inst)
+    fleet.down(args.inventory, log=_say, instance=inst)
     if args.json:
         print(json.dumps({"instance": inst.name, "down": True}))
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from specdec_lab.fleet import status
-
-    rows = status(args.inventory, args.limit, instance=_instance(args))
+    rows = fleet.status(args.inventory, args.limit, instance=_instance(args))
     if args.json:
         print(json.dumps(rows, indent=2, sort_keys=True))
         return 0
@@ -162,18 +177,12 @@ def cmd_status(args: argparse.Namespace) -> int:
               f"MiB, {mem[0]:.0f}-{mem[-1]:.0f}, total {sum(mem):.0f} MiB"
               + (f"; boot median {boot[len(boot) // 2]:.1f} s, max {boot[-1]:.1f} s"
                  if boot else ""))
-    try:  # the lab's Hub: what it served (specdec lab hub for the details)
-        from specdec_lab import hubsvc
-
+    with contextlib.suppress(LabError):  # the lab's Hub: what it served (specdec lab hub)
         print(hubsvc.summary(hubsvc.counters(_hub_record(_instance(args))))[0])
-    except LabError:
-        pass
     return 0
 
 
 def _hub_record(inst: Instance) -> dict[str, Any]:
-    from specdec_lab.state import load_state
-
     state = load_state(inst) or {}
     rec = state.get("hub")
     if not isinstance(rec, dict):
@@ -182,8 +191,6 @@ def _hub_record(inst: Instance) -> dict[str, Any]:
 
 
 def cmd_hub(args: argparse.Namespace) -> int:
-    from specdec_lab import hubsvc
-
     rec = _hub_record(_instance(args))
     if args.wan_mbps is not None:
         if not args.wan_mbps >= 0:
@@ -200,29 +207,19 @@ def cmd_hub(args: argparse.Namespace) -> int:
 
 
 def cmd_net(args: argparse.Namespace) -> int:
-    from specdec_lab.fleet import set_link
-
-    set_link(args.host, args.state == "up", instance=_instance(args))
+    fleet.set_link(args.host, args.state == "up", instance=_instance(args))
     _say(f"{args.host}: network {args.state}")
     return 0
 
 
 def cmd_reboot(args: argparse.Namespace) -> int:
-    from specdec_lab.fleet import reboot
-
-    reboot(args.host, wait=not args.no_wait, log=_say, instance=_instance(args))
+    fleet.reboot(args.host, wait=not args.no_wait, log=_say, instance=_instance(args))
     return 0
 
 
 def traffic_url(inventory: str, host: str, inst: Instance) -> tuple[str, str | None]:
     """Where a lab host's users send requests (its API, or its serving group's frontend's), and
     the key its API proxy wants (the fleet's, `specdec.config.apikey`)."""
-    from specdec.config.apikey import ensure_key
-    from specdec.config.hostdata import parse_hosts
-    from specdec.config.inventory import load_inventory
-    from specdec.groups.inventory import groups_of
-    from specdec_lab.spec import parse_lab_hosts
-
     loaded = load_inventory(inventory)
     hosts = {h.name: h for h in parse_lab_hosts(loaded, inst)}
     if host not in hosts:
@@ -235,8 +232,6 @@ def traffic_url(inventory: str, host: str, inst: Instance) -> tuple[str, str | N
 
 
 def cmd_traffic(args: argparse.Namespace) -> int:
-    from specdec_lab.traffic import Traffic, parse_mix, run_traffic
-
     mix = parse_mix(args.mix)
     inst = _instance(args)
     url, key = traffic_url(args.inventory, args.host, inst)
@@ -262,14 +257,8 @@ def cmd_engine(args: argparse.Namespace) -> int:
         raise ConfigError("lab engine: missing engine command (-- vllm serve MODEL …)")
     if args.time_scale is not None and not args.time_scale > 0:
         raise ConfigError(f"--time-scale={args.time_scale!r}: must be > 0")
-    from specdec.catalog import load_catalog
-
     devices = load_catalog().devices
     if args.device not in devices and args.device != "h100-sxm":
         raise ConfigError(f"--device={args.device!r}: unknown device; known: "
                           f"{', '.join(sorted(devices))}")
-    try:
-        from specdec_lab.emulator.launch import run
-    except ImportError as exc:
-        raise LabError(f"the engine emulator is not available: {exc}") from None
-    return run(argv, device=args.device, time_scale=args.time_scale)
+    return launch.run(argv, device=args.device, time_scale=args.time_scale)

@@ -30,6 +30,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from specdec.catalog import load_catalog
 from specdec.errors import ConfigError
 from specdec_lab.images import pinned_ref
 from specdec_lab.instance import Instance
@@ -76,8 +77,6 @@ def parse_faults(text: str | None, hosts: Sequence[str]) -> dict[str, str]:
 
 
 def _default_image(device_id: str, engine: str) -> str:
-    from specdec.catalog import load_catalog
-
     cat = load_catalog()
     dev = cat.device(device_id)
     img = cat.default_image(dev, engine, "36.4.3" if dev.is_jetson else None)

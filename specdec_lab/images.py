@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from specdec.catalog import load_catalog
+from specdec.catalog.images import parse_image_ref
 from specdec_lab.errors import LabError
 from specdec_lab.hubclient import ensure_client, layer_files
 from specdec_lab.instance import Instance
@@ -105,9 +107,6 @@ class LabImage:
 def lab_images() -> list[LabImage]:
     """One lab image per catalog image, except Dynamo's: the lab runs Dynamo natively (its
     venv, bound into the hosts, would otherwise be copied into every host's Docker storage)."""
-    from specdec.catalog import load_catalog
-    from specdec.catalog.images import parse_image_ref
-
     out = []
     for img in load_catalog().images.values():
         if img.engine not in _CMD:

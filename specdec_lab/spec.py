@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from specdec.catalog import load_catalog
+from specdec.config.inventory import load_inventory
 from specdec_lab.errors import LabError
 from specdec_lab.instance import Instance
 from specdec_lab.link import Link, parse_link
@@ -115,6 +116,4 @@ def parse_lab_hosts(hosts: list[tuple[str, dict[str, Any]]],
 
 def lab_hosts(inventory: str, limit: str | None = None,
               instance: Instance | None = None) -> list[LabHost]:
-    from specdec.config.inventory import load_inventory
-
     return parse_lab_hosts(load_inventory(inventory, limit), instance)

@@ -13,7 +13,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from specdec.bench import device_time
+from specdec.bench.client import BenchConfig, run_bench, to_json
+from specdec.bench.prompts import load_prompts
+from specdec.config.apikey import read_key
 from specdec.errors import ConfigError
+from specdec.gate.decide import decide, load_policy, load_result
 
 __all__ = ["register", "write_json_atomic"]
 
@@ -35,8 +40,6 @@ def write_json_atomic(path: str | Path, text: str) -> None:
 
 
 def _gate(args: argparse.Namespace) -> int:
-    from specdec.gate.decide import decide, load_policy, load_result
-
     dec = decide(load_result(args.baseline), load_result(args.candidate), load_policy(args.policy))
     text = json.dumps(dec.to_dict(), indent=2)
     if args.json:
@@ -93,10 +96,6 @@ def _prompt_ids(items: list[str] | None) -> tuple[tuple[int, tuple[str, ...]], .
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from specdec.bench.client import BenchConfig, run_bench, to_json
-    from specdec.bench.prompts import load_prompts
-    from specdec.config.apikey import read_key
-
     levels = _levels(args.concurrency)
     key = read_key(args.api_key_file) if args.api_key_file else None
     cfg = BenchConfig(
@@ -111,10 +110,8 @@ def _bench(args: argparse.Namespace) -> int:
         prompt_ids=_prompt_ids(args.prompt_ids), api_key=key,
     ).validate()
     res: dict[str, Any] = run_bench(cfg)
-    if not args.wall_time:
-        from specdec.bench.device_time import apply
-
-        res = apply(cfg.url, res, key)  # the lab's engine emulator: what the device would show
+    if not args.wall_time:  # the lab's engine emulator: what the device would show
+        res = device_time.apply(cfg.url, res, key)
     text = to_json(res)
     if args.json:
         write_json_atomic(args.json, text)

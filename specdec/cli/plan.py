@@ -8,8 +8,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from specdec.config.hostdata import parse_hosts
+from specdec.config.inventory import load_inventory
+from specdec.engines.registry import engine_of
 from specdec.errors import ConfigError
+from specdec.groups.inventory import check_plans, groups_of, plans_by_group
+from specdec.host.identify import parse_identity, read_identity_root
+from specdec.plan import sites, sockets
+from specdec.plan.planner import plan_host_settings
 from specdec.plan.types import Plan
+from specdec.render.files import render
+from specdec.tune.cache import apply_cached
+from specdec.tune.store import location, open_store
 
 __all__ = ["register"]
 
@@ -41,17 +51,9 @@ def register(subparsers: Any) -> None:
 def _plans(inventory: str, limit: str | None, tune_cache: str | None = None) -> list[Plan]:
     """Plans as the deploy makes them: through the site's mirror, with the tuned values of the
     tune cache (the same location the deploy uses), if any."""
-    from specdec.config.hostdata import parse_hosts
-    from specdec.config.inventory import load_inventory
-    from specdec.groups.inventory import check_plans, groups_of
-    from specdec.plan.planner import plan_host_settings
-    from specdec.plan.sites import resolve
-    from specdec.tune.cache import apply_cached
-    from specdec.tune.store import location, open_store
-
     chosen = load_inventory(inventory, limit)
     # groups and sites span the whole inventory
-    every = resolve(parse_hosts(load_inventory(inventory) if limit else chosen))
+    every = sites.resolve(parse_hosts(load_inventory(inventory) if limit else chosen))
     names = {name for name, _ in chosen}
     groups = groups_of(every)
     plans = [apply_cached(plan_host_settings(s, None, group=groups.get(s.host)),
@@ -125,18 +127,13 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 def _print_sockets(plans: list[Plan]) -> None:
     """Every socket each host opens: its unit, where, what, and who may reach it."""
-    from specdec.plan.sockets import table
-
-    rows = [["HOST", "UNIT", "LISTENS ON", "WHAT", "REACHED BY"], *map(list, table(plans))]
+    rows = [["HOST", "UNIT", "LISTENS ON", "WHAT", "REACHED BY"], *map(list, sockets.table(plans))]
     print("\nsockets (the release's firewall admits only the networks shown):")
     print(_table(rows))
 
 
 def _print_groups(plans: list[Plan]) -> None:
     """Each serving group: its endpoint, its engine's setup, its members and their roles."""
-    from specdec.engines.registry import engine_of
-    from specdec.groups.inventory import plans_by_group
-
     for name, ps in plans_by_group(plans).items():
         seats = [engine_of(p).group_seat(p) for p in ps]
         members = ", ".join(f"{p.host} ({seat.role})" for p, seat in zip(ps, seats, strict=True)
@@ -145,8 +142,6 @@ def _print_groups(plans: list[Plan]) -> None:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    from specdec.render.files import render
-
     plans = [p for p in _plans(args.inventory, None) if p.host == args.host]
     if not plans:
         raise ConfigError(f"--host={args.host!r}: not in {args.inventory}")
@@ -165,8 +160,6 @@ def cmd_render(args: argparse.Namespace) -> int:
 
 
 def cmd_identify(args: argparse.Namespace) -> int:
-    from specdec.host.identify import parse_identity, read_identity_root
-
     root = Path(args.root)
     if not root.is_dir():
         raise ConfigError(f"--root={args.root!r}: not a directory")

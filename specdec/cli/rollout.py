@@ -6,10 +6,32 @@ import argparse
 import hashlib
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specdec.config.inventory import load_inventory
+from specdec.config.settings import HostSettings
 from specdec.errors import RolloutError
+from specdec.fleet import rollout as ro
+from specdec.fleet import shard as sh
+from specdec.fleet.batches import Batch
+from specdec.fleet.resume import load_params, resume_round, to_resume
+from specdec.fleet.store import TLSFiles, open_store
+from specdec.groups.inventory import Group, check_limit, groups_of, units
+from specdec.plan.sites import site_mirror_hosts
+from specdec.report.fleet import (
+    check_run_id,
+    load_reports,
+    new_run_id,
+    reports_root,
+    resolve_run,
+    summary_markdown,
+    write_fleet,
+)
+from specdec.report.merge import merge_runs
+from specdec.tune.store import location
+from specdec.watch.marks import marked
 
 __all__ = ["register"]
 
@@ -61,29 +83,78 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=cmd_report)
 
 
-def cmd_rollout(args: argparse.Namespace) -> int:
-    from specdec.fleet import rollout as ro
-    from specdec.fleet.resume import load_params, resume_round, to_resume
-    from specdec.report.fleet import check_run_id, new_run_id, reports_root
-    from specdec.tune.store import location
+@dataclass(frozen=True)
+class _Options:
+    """The rollout's settings: as given on the command line, else as the resumed run had them."""
 
+    spec: str
+    batches: list[Batch]
+    max_fail: float
+    max_unreach: float
+    data: list[str]
+    limit: str | None
+    tune: str | None
+
+
+def cmd_rollout(args: argparse.Namespace) -> int:
     if args.parallel is not None and args.parallel < 1:
         raise RolloutError(f"--parallel={args.parallel}: must be at least 1")
     if args.resume and args.run_id:
         raise RolloutError("--resume RUN and --run-id: give one (a resumed run keeps its id)")
     root = ro.check_reports_dir(reports_root(args.reports))
-    params: dict[str, Any] = {}
-    left: dict[str, str] = {}
+    run_id, params, left = _run_id(args, root)
+    opts = _options(args, params)
+    inventory = Path(args.inventory)
+    if not inventory.is_file():
+        raise RolloutError(f"inventory {args.inventory!r}: no such file")
+    limit = _marked(str(inventory), root, opts.limit) if args.marked else opts.limit
+    settings, every, groups, names = _fleet(str(inventory), limit, opts.data)
+    if args.resume:
+        names = _resumed(args, run_id, left, names, groups, limit)
+        if not names:
+            print(f"specdec rollout --resume {run_id}: every host converged; nothing to do")
+            return 0
+    order = _order(names, groups, every)
+    hosts = [h for unit in order for h in unit]
+    shard, coord = _sharding(args, root, run_id, order, groups, opts,
+                             resume_round(root / run_id, hosts) if args.resume else 0)
+    plan = ro.RolloutPlan(
+        inventory=inventory.resolve(),
+        hosts=hosts,
+        batches=shard if shard is not None else ro.batch_units(order, opts.batches),
+        max_fail_percent=opts.max_fail,
+        max_unreachable_percent=opts.max_unreach,
+        run_id=run_id,
+        reports_root=root,
+        data=tuple(opts.data),
+        extra_args=("--parallel", str(args.parallel)) if args.parallel else (),
+        meta={s.host: ro.host_meta(s) for s in settings},
+        resume=bool(args.resume) or bool(args.shard and ro.existing_run(root, run_id)),
+        params=_params(args, opts, limit),
+        tune_cache=opts.tune and location(explicit=opts.tune),
+    )
+    if args.resume:
+        print(f"specdec rollout --resume {run_id}: {len(hosts)} host(s) to finish: "
+              + ", ".join(f"{h} ({left.get(h, 'group')})" for h in hosts))
+    return _finish(args, plan, ro.run_rollout(plan, coord=coord))
+
+
+def _run_id(args: argparse.Namespace, root: Path) -> tuple[str, dict[str, Any], dict[str, str]]:
+    """The run id; with ``--resume`` also the run's parameters and its hosts left to finish."""
     if args.resume:
         run_id = check_run_id(args.resume)
         params = load_params(root / run_id)
         _, left = to_resume(root / run_id)
-    else:
-        run_id = check_run_id(args.run_id) if args.run_id else new_run_id()
-        if ro.existing_run(root, run_id) and not args.shard:
-            raise RolloutError(f"--run-id={run_id!r}: already used under {root} (pick "
-                               "another, or --resume it)")
+        return run_id, params, left
+    run_id = check_run_id(args.run_id) if args.run_id else new_run_id()
+    if ro.existing_run(root, run_id) and not args.shard:
+        raise RolloutError(f"--run-id={run_id!r}: already used under {root} (pick "
+                           "another, or --resume it)")
+    return run_id, {}, {}
 
+
+def _options(args: argparse.Namespace, params: dict[str, Any]) -> _Options:
+    """Each setting from its flag, else from the resumed run's ``params``, else its default."""
     def given(name: str, default: Any) -> Any:
         value = getattr(args, name)
         return value if value is not None else params.get(name, default)
@@ -94,68 +165,58 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     max_unreach = ro.parse_max_fail(given("max_unreachable_percent", "100"),
                                     "--max-unreachable-percent")
     data = list(given("data", []))
-    limit = args.limit if args.limit is not None else params.get("limit")
-    tune = args.tune_cache if args.tune_cache is not None else params.get("tune_cache")
     for d in data:
         if "=" not in d or not d.split("=", 1)[0].strip():
             raise RolloutError(f"--data={d!r}: expected KEY=VALUE")
-    inventory = Path(args.inventory)
-    if not inventory.is_file():
-        raise RolloutError(f"inventory {args.inventory!r}: no such file")
+    return _Options(spec, batches, max_fail, max_unreach, data,
+                    limit=args.limit if args.limit is not None else params.get("limit"),
+                    tune=args.tune_cache if args.tune_cache is not None
+                    else params.get("tune_cache"))
 
-    from specdec.config.inventory import load_inventory
-    from specdec.groups.inventory import check_limit, groups_of, units
-    from specdec.plan.sites import site_mirror_hosts
 
-    if args.marked:
-        limit = _marked(str(inventory), root, limit)
-    loaded = load_inventory(str(inventory), limit)
+def _fleet(inventory: str, limit: str | None, data: list[str]
+           ) -> tuple[list[HostSettings], list[HostSettings], dict[str, Group], list[str]]:
+    """The targeted hosts' settings (checked), every host's, the serving groups and the
+    targeted names (a limit may not split a group)."""
+    loaded = load_inventory(inventory, limit)
     settings = ro.check_hosts(loaded, data)
-    every = ro.parse_with_data(load_inventory(str(inventory)), data) if limit else settings
+    every = ro.parse_with_data(load_inventory(inventory), data) if limit else settings
     groups = groups_of(every)
     names = [name for name, _ in loaded]
     check_limit(groups, names)
-    if args.resume:
-        gone = sorted(set(left) - set(names))
-        if gone:
-            raise RolloutError(f"--resume {run_id}: {', '.join(gone)} not in {args.inventory}"
-                               f"{' --limit ' + limit if limit else ''}")
-        # a serving group is resumed whole
-        again = {m for h in left for m in (groups[h].members if h in groups else (h,))}
-        names = [n for n in names if n in again]
-        if not names:
-            print(f"specdec rollout --resume {run_id}: every host converged; nothing to do")
-            return 0
+    return settings, every, groups, names
+
+
+def _resumed(args: argparse.Namespace, run_id: str, left: dict[str, str], names: list[str],
+             groups: dict[str, Group], limit: str | None) -> list[str]:
+    """``--resume``: the targeted hosts left to finish (a serving group is resumed whole)."""
+    gone = sorted(set(left) - set(names))
+    if gone:
+        raise RolloutError(f"--resume {run_id}: {', '.join(gone)} not in {args.inventory}"
+                           f"{' --limit ' + limit if limit else ''}")
+    again = {m for h in left for m in (groups[h].members if h in groups else (h,))}
+    return [n for n in names if n in again]
+
+
+def _order(names: list[str], groups: dict[str, Group],
+           every: list[HostSettings]) -> list[list[str]]:
+    """The deploy units in rollout order: site mirrors first, as their sites' hosts download
+    and pull through them (one per site)."""
     order = units(names, groups)
-    # site mirrors first: their sites' hosts download and pull through them (one per site)
     first = site_mirror_hosts(every)
-    order = [u for u in order if set(u) & first] + [u for u in order if not set(u) & first]
-    hosts = [h for unit in order for h in unit]
-    shard, coord = _sharding(args, root, run_id, order, groups, batches, spec, max_fail,
-                             max_unreach, resume_round(root / run_id, hosts)
-                             if args.resume else 0)
-    plan = ro.RolloutPlan(
-        inventory=inventory.resolve(),
-        hosts=hosts,
-        batches=shard if shard is not None else ro.batch_units(order, batches),
-        max_fail_percent=max_fail,
-        max_unreachable_percent=max_unreach,
-        run_id=run_id,
-        reports_root=root,
-        data=tuple(data),
-        extra_args=("--parallel", str(args.parallel)) if args.parallel else (),
-        meta={s.host: ro.host_meta(s) for s in settings},
-        resume=bool(args.resume) or bool(args.shard and ro.existing_run(root, run_id)),
-        params={"batches": spec, "max_fail_percent": str(max_fail),
-                "max_unreachable_percent": str(max_unreach), "data": data, "limit": limit,
-                "shards": args.shard.split("/")[1] if args.shard else None,
-                "tune_cache": tune},
-        tune_cache=tune and location(explicit=tune),
-    )
-    if args.resume:
-        print(f"specdec rollout --resume {run_id}: {len(hosts)} host(s) to finish: "
-              + ", ".join(f"{h} ({left.get(h, 'group')})" for h in hosts))
-    result = ro.run_rollout(plan, coord=coord)
+    return [u for u in order if set(u) & first] + [u for u in order if not set(u) & first]
+
+
+def _params(args: argparse.Namespace, opts: _Options, limit: str | None) -> dict[str, Any]:
+    """What ``--resume`` reuses (``run.json``)."""
+    return {"batches": opts.spec, "max_fail_percent": str(opts.max_fail),
+            "max_unreachable_percent": str(opts.max_unreach), "data": opts.data,
+            "limit": limit, "shards": args.shard.split("/")[1] if args.shard else None,
+            "tune_cache": opts.tune}
+
+
+def _finish(args: argparse.Namespace, plan: ro.RolloutPlan, result: ro.RolloutResult) -> int:
+    """The fleet summary, where the reports are, and the exit status."""
     print()
     print((plan.run_dir / "summary.md").read_text(), end="")
     print(f"\nreports: {plan.run_dir} (index.html, summary.md, <host>.json)")
@@ -164,17 +225,15 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         return 2
     if result.exit_code == 3:
         print(f"specdec: unreachable hosts left; 'specdec rollout {args.inventory} --resume "
-              f"{run_id}' finishes them when they are back", file=sys.stderr)
+              f"{plan.run_id}' finishes them when they are back", file=sys.stderr)
     return result.exit_code
 
 
 def _sharding(args: argparse.Namespace, root: Path, run_id: str, order: list[list[str]],
-              groups: Any, batches: Any, spec: str, max_fail: float, max_unreach: float,
-              resume_round: int) -> tuple[list[list[str]] | None, Any]:
-    """With --shard: this shard's batches and its coordinator over the fleet store."""
-    from specdec.fleet import shard as sh
-    from specdec.fleet.store import TLSFiles, open_store
-
+              groups: dict[str, Group], opts: _Options, round_no: int
+              ) -> tuple[list[list[str]] | None, Any]:
+    """With --shard: this shard's batches and its coordinator over the fleet store
+    (``round_no``: the resume round, 0 for a new run)."""
     if not args.shard:
         if args.store:
             raise RolloutError("--store is for --shard I/N")
@@ -187,14 +246,14 @@ def _sharding(args: argparse.Namespace, root: Path, run_id: str, order: list[lis
         tls = TLSFiles(*(Path(x) if x else None
                          for x in (args.store_ca, args.store_cert, args.store_key)))
     store = open_store(args.store or str(root / "fleet"), tls)
-    mine, runs_canary, has_canary = sh.shard_batches(order, groups, shard, batches,
-                                                    canary=not resume_round)
-    digest = hashlib.sha256(json.dumps([order, spec, shard.count]).encode()).hexdigest()[:16]
+    mine, runs_canary, has_canary = sh.shard_batches(order, groups, shard, opts.batches,
+                                                    canary=not round_no)
+    digest = hashlib.sha256(json.dumps([order, opts.spec, shard.count]).encode()).hexdigest()[:16]
     coord = sh.ShardCoordinator(
-        store=store, run_id=run_id + (f"/resume{resume_round}" if resume_round else ""),
+        store=store, run_id=run_id + (f"/resume{round_no}" if round_no else ""),
         shard=shard, runs_canary=runs_canary, has_canary=has_canary, digest=digest,
-        tune_dir=root / "cache" / "tune", max_fail_percent=max_fail,
-        max_unreachable_percent=max_unreach)
+        tune_dir=root / "cache" / "tune", max_fail_percent=opts.max_fail,
+        max_unreachable_percent=opts.max_unreach)
     coord.register()
     print(f"specdec rollout {run_id} [shard {shard.label}]: "
           f"{sum(len(b) for b in mine)} host(s) in {len(mine)} batch(es)"
@@ -204,9 +263,6 @@ def _sharding(args: argparse.Namespace, root: Path, run_id: str, order: list[lis
 
 def _marked(inventory: str, root: Path, limit: str | None) -> str:
     """``--marked``: the inventory's hosts with a `specdec watch` reverify mark, as a limit."""
-    from specdec.config.inventory import load_inventory
-    from specdec.watch.marks import marked
-
     if limit:
         raise RolloutError("--marked and --limit: give one of them")
     hosts = marked(root, [name for name, _ in load_inventory(inventory)])
@@ -219,19 +275,8 @@ def _marked(inventory: str, root: Path, limit: str | None) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from specdec.report.fleet import (
-        check_run_id,
-        load_reports,
-        reports_root,
-        resolve_run,
-        summary_markdown,
-        write_fleet,
-    )
-
     root = reports_root(args.reports)
     if args.merge:
-        from specdec.report.merge import merge_runs
-
         if not args.run:
             raise RolloutError("--merge: name the merged run (specdec report RUN --merge ...)")
         out = root / check_run_id(args.run)

@@ -8,7 +8,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from specdec.config.hostdata import parse_hosts
+from specdec.config.inventory import load_inventory
 from specdec.errors import ConfigError
+from specdec.groups.inventory import groups_of
+from specdec.report.fleet import reports_root
+from specdec.watch import expose
+from specdec.watch.run import Options, Target, Watch, rows_json
+from specdec.watch.ssh import connection
+from specdec.watch.table import table
 
 __all__ = ["parse_address", "register", "targets"]
 
@@ -58,12 +66,6 @@ def parse_address(text: str) -> tuple[str, int]:
 def targets(inventory: str, limit: str | None) -> list[Any]:
     """The watched hosts: every targeted host's data checked (specdec_* keys and SSH data),
     one line naming the first bad one, before any host is reached."""
-    from specdec.config.hostdata import parse_hosts
-    from specdec.config.inventory import load_inventory
-    from specdec.groups.inventory import groups_of
-    from specdec.watch.run import Target
-    from specdec.watch.ssh import connection
-
     every = load_inventory(inventory)
     chosen = load_inventory(inventory, limit) if limit else every
     settings = {s.host: s for s in parse_hosts(every)}
@@ -77,11 +79,6 @@ def targets(inventory: str, limit: str | None) -> list[Any]:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from specdec.report.fleet import reports_root
-    from specdec.watch import expose
-    from specdec.watch.run import Options, Watch, rows_json
-    from specdec.watch.table import table
-
     interval = _number("--interval", args.interval, 0.5, 3600)
     window = _number("--window", args.window, 10, 7 * 86400)
     min_drafted = _number("--min-drafted", args.min_drafted, 1, 1e9)

@@ -23,6 +23,7 @@ from specdec.config.settings import (
     PREFIX,
     HostSettings,
 )
+from specdec.engines.base import Engine
 from specdec.engines.registry import ENGINES as ENGINE_IMPLS
 from specdec.engines.registry import engine as engine_named
 from specdec.engines.version import Version
@@ -387,31 +388,54 @@ def parse_host_settings(host: str, data: Any) -> HostSettings:
     mapping = as_mapping(data)
     _check_unknown(host, mapping)
     r = KeyReader(host, mapping, KNOWN_KEYS)
+    # the keys are checked in this order: the first bad one is the error
+    first = _login_keys(r)
+    engine = r.str_("specdec_engine", ENGINES)
+    eng = engine_named(engine)
+    return HostSettings(
+        host=host,
+        **first,
+        **_serving_keys(r, engine, eng),
+        **_model_keys(r),
+        **_engine_keys(r, engine),
+        **_site(r),
+        **_network(r),
+        keys=frozenset(
+            k for k, v in mapping.items() if isinstance(k, str) and k.startswith(PREFIX)
+            and v is not None
+        ),
+    )
 
+
+def _login_keys(r: KeyReader) -> dict[str, Any]:
+    """The keys checked first: the memory share, the SSH login and the service user, the HF
+    token file (a path, never the token)."""
     util = r.get("specdec_gpu_memory_utilization")
     if util is not None:
-        util = hygiene.check_number(host, "specdec_gpu_memory_utilization", util, 0, 1,
+        util = hygiene.check_number(r.host, "specdec_gpu_memory_utilization", util, 0, 1,
                                     hi_open=True)
-    ssh_user = mapping.get("ssh_user") if isinstance(mapping.get("ssh_user"), str) else None
+    ssh_user = r.data.get("ssh_user") if isinstance(r.data.get("ssh_user"), str) else None
     service_user = _service_user(r, ssh_user)
-    ssh = mapping.get("ssh_hostname")
+    ssh = r.data.get("ssh_hostname")
     if ssh is not None:
-        hygiene.check_address(host, "ssh_hostname", ssh)
+        hygiene.check_address(r.host, "ssh_hostname", ssh)
     token_file = r.get("specdec_hf_token_file")
     if isinstance(token_file, str) and redact(token_file) != token_file:
         raise ConfigError(
             f"specdec_hf_token_file={REDACTED}: must be a path to a file holding the token "
             "(on the control node), not the token itself",
-            host=host,
+            host=r.host,
         )
-    hf_token_file = r.str_("specdec_hf_token_file", max_len=hygiene.MAX_PATH)
-    engine = r.str_("specdec_engine", ENGINES)
-    eng = engine_named(engine)
+    return {"gpu_memory_utilization": util, "ssh_user": ssh_user, "service_user": service_user,
+            "ssh_hostname": ssh,
+            "hf_token_file": r.str_("specdec_hf_token_file", max_len=hygiene.MAX_PATH)}
+
+
+def _serving_keys(r: KeyReader, engine: str | None, eng: Engine) -> dict[str, Any]:
+    """What runs and how: device, engine, model, speculation, limits, image, environment."""
     image = r.get("specdec_image")
     extra_args = r.get("specdec_extra_args")
-
-    return HostSettings(
-        host=host,
+    return dict(
         device=r.str_("specdec_device"),
         engine=engine,
         runtime=r.str_("specdec_runtime", RUNTIMES),
@@ -419,38 +443,32 @@ def parse_host_settings(host: str, data: Any) -> HostSettings:
         method=r.str_("specdec_method", METHODS),
         draft=r.repo_id("specdec_draft"),
         num_speculative_tokens=_spec_tokens(r),
-        gpu_memory_utilization=util,
         max_model_len=r.int_("specdec_max_model_len", 128, MAX_MODEL_LEN),
         max_num_seqs=r.int_("specdec_max_num_seqs", 1, 1024),
         port=r.int_("specdec_port", 1024, 65535),
-        image=None if image is None else hygiene.check_image(host, "specdec_image", image),
+        image=None if image is None else hygiene.check_image(r.host, "specdec_image", image),
         engine_version=_engine_version(r),
         memlock=_memlock(r),
         env=_env(r),
         extra_args=() if extra_args is None else hygiene.check_engine_args(
-            host, "specdec_extra_args", extra_args, eng.managed_flags, eng.abbreviated_flags),
+            r.host, "specdec_extra_args", extra_args, eng.managed_flags, eng.abbreviated_flags),
         jetson_tuning=r.bool_("specdec_jetson_tuning", True),
         health_timeout=r.int_("specdec_health_timeout", 30, 24 * 3600) or DEFAULT_HEALTH_TIMEOUT,
+    )
+
+
+def _model_keys(r: KeyReader) -> dict[str, Any]:
+    """The gate, the model's figures when the catalog lacks them, verification and watch."""
+    return dict(
         gate=_gate(r),
         model_params_b=r.float_("specdec_model_params_b", 2000),
         model_weight_gib=r.float_("specdec_model_weight_gib", 4096),
         model_kv_bytes_per_token=r.int_("specdec_model_kv_bytes_per_token", 1, 2**24),
         model_tokenizer=r.str_("specdec_model_tokenizer"),
-        hf_token_file=hf_token_file,
         reverify=r.bool_("specdec_reverify", False),
         verify=r.bool_("specdec_verify", True),
         bench_mode=_bench_mode(r),
         watch_action=_watch(r),
-        service_user=service_user,
-        **_engine_keys(r, engine),
-        **_site(r),
-        **_network(r),
-        ssh_hostname=ssh,
-        ssh_user=ssh_user,
-        keys=frozenset(
-            k for k, v in mapping.items() if isinstance(k, str) and k.startswith(PREFIX)
-            and v is not None
-        ),
     )
 
 

@@ -254,11 +254,7 @@ def run_rollout(plan: RolloutPlan, runner: Runner = _subprocess_runner,
     run_dir.mkdir(parents=True, exist_ok=True)
     write_run_params(plan)
     earlier = {str(r["host"]): r for r in load_reports(run_dir)} if plan.resume else {}
-    env = dict(os.environ)
-    env[RUN_ID_ENV] = plan.run_id
-    env[REPORTS_ENV] = str(plan.reports_root)
-    if plan.tune_cache:
-        env[TUNE_CACHE_ENV] = plan.tune_cache
+    env = _deploy_env(plan)
     result = RolloutResult(run_dir)
     n = len(plan.batches)
     tag = f"{plan.run_id}" + (f" [shard {coord.label}]" if coord.label else "")
@@ -272,18 +268,7 @@ def run_rollout(plan: RolloutPlan, runner: Runner = _subprocess_runner,
             continue
         say(f"specdec rollout {tag}: batch {k}/{n}: {', '.join(batch)}")
         rc, error, lost = _ran(runner(pyinfra_command(plan, batch), env, PROJECT_ROOT))
-        reports = _outcomes(run_dir, batch)
-        failed = unreachable = 0
-        for h in batch:
-            rep = _judge(plan, h, reports.get(h), rc, error, lost)
-            before = earlier.get(h)
-            if before is not None:
-                rep["attempts"] = [*before.get("attempts", []), _attempt(before)]
-            if rep is not reports.get(h) or before is not None:
-                write_host_report(run_dir, rep, fleet=False)
-            result.outcomes[h] = str(rep.get("outcome"))
-            failed += result.outcomes[h] in FAILED
-            unreachable += result.outcomes[h] == UNREACHABLE
+        failed, unreachable = _record_batch(plan, result, batch, (rc, error, lost), earlier)
         if rc != 0 and failed == 0 and unreachable == 0:
             say(f"specdec rollout: pyinfra exited {rc} although every host of batch {k} "
                 "reported success; stopping to be safe")
@@ -292,16 +277,7 @@ def run_rollout(plan: RolloutPlan, runner: Runner = _subprocess_runner,
             f"{failed} failed, {unreachable} unreachable")
         any_failed |= failed > 0
         any_unreachable |= unreachable > 0
-        why = None
-        if exceeds(failed, len(batch), plan.max_fail_percent):
-            why = (f"batch {k} had {failed}/{len(batch)} failed hosts (more than "
-                   f"--max-fail-percent {plan.max_fail_percent:g}%)")
-        elif unreachable == len(batch) or exceeds(unreachable, len(batch),
-                                                  plan.max_unreachable_percent):
-            why = (f"batch {k} had {unreachable}/{len(batch)} unreachable hosts ("
-                   + ("none reached" if unreachable == len(batch) else
-                      f"more than --max-unreachable-percent "
-                      f"{plan.max_unreachable_percent:g}%") + ")")
+        why = _over_budget(plan, k, len(batch), failed, unreachable)
         shared = coord.after_batch(k, batch, failed, unreachable, why is not None)
         why = why or shared
         if why and k < n:
@@ -310,6 +286,52 @@ def run_rollout(plan: RolloutPlan, runner: Runner = _subprocess_runner,
     result.exit_code = 1 if any_failed else 3 if any_unreachable else 0
     write_fleet(run_dir)
     return result
+
+
+def _deploy_env(plan: RolloutPlan) -> dict[str, str]:
+    """pyinfra's environment: ours, with the run id, the reports root and the tune cache."""
+    env = dict(os.environ)
+    env[RUN_ID_ENV] = plan.run_id
+    env[REPORTS_ENV] = str(plan.reports_root)
+    if plan.tune_cache:
+        env[TUNE_CACHE_ENV] = plan.tune_cache
+    return env
+
+
+def _record_batch(plan: RolloutPlan, result: RolloutResult, batch: Sequence[str],
+                  ran: tuple[int, str, dict[str, str]],
+                  earlier: Mapping[str, Mapping[str, Any]]) -> tuple[int, int]:
+    """Each host's report for the batch (a resumed host's keeps its earlier attempts) and
+    outcome; how many failed and how many were unreachable."""
+    rc, error, lost = ran
+    reports = _outcomes(plan.run_dir, batch)
+    failed = unreachable = 0
+    for h in batch:
+        rep = _judge(plan, h, reports.get(h), rc, error, lost)
+        before = earlier.get(h)
+        if before is not None:
+            rep["attempts"] = [*before.get("attempts", []), _attempt(before)]
+        if rep is not reports.get(h) or before is not None:
+            write_host_report(plan.run_dir, rep, fleet=False)
+        result.outcomes[h] = str(rep.get("outcome"))
+        failed += result.outcomes[h] in FAILED
+        unreachable += result.outcomes[h] == UNREACHABLE
+    return failed, unreachable
+
+
+def _over_budget(plan: RolloutPlan, k: int, size: int, failed: int, unreachable: int
+                 ) -> str | None:
+    """Why batch ``k`` stops the rollout: too many failed or unreachable hosts (None: it
+    does not)."""
+    if exceeds(failed, size, plan.max_fail_percent):
+        return (f"batch {k} had {failed}/{size} failed hosts (more than "
+                f"--max-fail-percent {plan.max_fail_percent:g}%)")
+    if unreachable == size or exceeds(unreachable, size, plan.max_unreachable_percent):
+        return (f"batch {k} had {unreachable}/{size} unreachable hosts ("
+                + ("none reached" if unreachable == size else
+                   f"more than --max-unreachable-percent "
+                   f"{plan.max_unreachable_percent:g}%") + ")")
+    return None
 
 
 def _skip_rest(plan: RolloutPlan, result: RolloutResult, k: int, why: str,

@@ -67,6 +67,7 @@ from specdec.gate.inputs import (
     same_setup,
     tokens_estimated,
 )
+from specdec.gate.observe import Result, level_of, observations, population
 from specdec.gate.sequential import bounds, next_scale, pocock_z
 from specdec.plan.types import GatePolicy
 
@@ -81,8 +82,6 @@ __all__ = [
     "tokens_estimated",
     "z_for",
 ]
-
-Result = Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -146,73 +145,6 @@ class Decision:
             "warnings": self.warnings,
             "ci_level": 2.0 * NormalDist().cdf(float(self.figures.get("z") or 0.0)) - 1.0,
         }
-
-
-# -- observations -----------------------------------------------------------------------------
-def _num(x: Any) -> float | None:
-    if isinstance(x, int | float) and not isinstance(x, bool) and x == x and x > 0:
-        return float(x)
-    return None
-
-
-def _level(result: Result, conc: int) -> Mapping[str, Any] | None:
-    levels = result.get("concurrency")
-    lvl = levels.get(str(conc)) if isinstance(levels, Mapping) else None
-    return lvl if isinstance(lvl, Mapping) else None
-
-
-def _intrinsic(r: Mapping[str, Any]) -> float:
-    """Variance of log(seconds per token) its own chunk sizes imply: CV² of tokens per engine
-    step over its decode steps (0 without speculation: one token per step)."""
-    sd, mean, chunks = _num(r.get("chunk_tokens_sd")), _num(r.get("tokens_per_chunk")), \
-        _num(r.get("chunks"))
-    if sd is None or mean is None or chunks is None or chunks < 2:
-        return 0.0
-    return (sd / mean) ** 2 / (chunks - 1)
-
-
-def observations(results: Sequence[Result], conc: int, what: str) -> list[Obs]:
-    """One `Obs` per successful request of level ``conc``, round = index in ``results``; a
-    result without usable per-request records gives one from its level figures."""
-    out: list[Obs] = []
-    for rnd, res in enumerate(results):
-        lvl = _level(res, conc)
-        if lvl is None:
-            continue
-        reqs = [r for r in (lvl.get("requests") or []) if isinstance(r, Mapping)]
-        got = False
-        for r in reqs:
-            tok, e2e = _num(r.get("output_tokens")), _num(r.get("e2el_ms"))
-            if r.get("error") is not None or tok is None or e2e is None:
-                continue
-            tpot, ttft, chunks = _num(r.get("tpot_ms")), _num(r.get("ttft_ms")), \
-                _num(r.get("chunks"))
-            out.append(Obs(str(r.get("category") or "all"), rnd, tok, e2e / 1000,
-                           tpot / 1000 if tpot else None, _intrinsic(r),
-                           str(r.get("prompt_id") or ""), (ttft or 0.0) / 1000,
-                           chunks - 1 if chunks and chunks >= 2 and ttft else None))
-            got = True
-        if got:
-            continue
-        thr = _num(lvl.get("throughput_tok_s"))
-        if thr is None:
-            raise GateError(f"{what}: field concurrency.{conc}.throughput_tok_s must be a "
-                            f"positive number, got {lvl.get('throughput_tok_s')!r}")
-        tp = _num(lvl.get("tpot_ms_p50"))
-        out.append(Obs("all", rnd, thr, 1.0, tp / 1000 if tp else None))
-    return out
-
-
-def _population(results: Sequence[Result]) -> dict[str, float] | None:
-    """Category counts of the measured prompt set (the population the rule is about)."""
-    pops = []
-    for r in results:
-        p = r.get("prompts")
-        cats = p.get("categories") if isinstance(p, Mapping) else None
-        if not isinstance(cats, Mapping) or not cats:
-            return None
-        pops.append({str(k): float(v) for k, v in cats.items() if _num(v)})
-    return pops[0] if all(p == pops[0] for p in pops) else None
 
 
 # -- the rules --------------------------------------------------------------------------------
@@ -382,24 +314,49 @@ def decide(
     est = tokens_estimated([*bases, *cands])
     if est:
         return _held(pol, est, look)
-    k1, k8 = pol.keep_concurrency, pol.guard_concurrency
-    guard = k8 != k1 and any(_level(r, k8) is not None for r in cands) and any(
-        _level(r, k8) is not None for r in bases)
+    k8 = pol.guard_concurrency
+    guard = (k8 != pol.keep_concurrency and any(level_of(r, k8) is not None for r in cands)
+             and any(level_of(r, k8) is not None for r in bases))
     if not guard:
         warnings.append(f"no concurrency {k8} level in both arms: the regression guard has no "
                         "data, so the result cannot be keep")
+    fits, figures = _fits(pol, guard, bases, cands, look)
+    rules = [f.rule for f in fits]
+    dec, code, reason = _verdict(rules, pol, guard, look)
+    nxt = _next_round(fits, pol, look)
+    if dec != "inconclusive":
+        nxt = _NextRound()  # nothing more to measure
+    return Decision(dec, rules, reason, pol.to_dict(), rounds=look, figures=figures,
+                    warnings=warnings, keep_possible=dec == "keep" or (
+                        dec == "inconclusive" and guard),
+                    code=code, pending=nxt.pending, conservative=code == "round_limit",
+                    allocation=nxt.allocation, scale=nxt.scale,
+                    baseline_scale=nxt.baseline_scale)
+
+
+@dataclass(frozen=True)
+class _Fit:
+    """One rule after this look, with what sizes its next round: its estimate and requests."""
+
+    spec: _Spec
+    rule: Rule
+    est: Estimate
+    obs: list[Obs]  # both arms' requests at the rule's level
+
+
+def _fits(pol: GatePolicy, guard: bool, bases: list[Result], cands: list[Result], look: int
+          ) -> tuple[list[_Fit], dict[str, Any]]:
+    """Every rule's state after ``look`` rounds, and the figures the decision reports."""
     z = z_for(pol)
-    pop = _population([*bases, *cands])
-    rules: list[Rule] = []
-    scores: list[dict[str, float]] = []
-    scale: dict[int, float] = {}
-    base_scale = 1.0
+    pop = population([*bases, *cands])
+    k1, k8 = pol.keep_concurrency, pol.guard_concurrency
     figures: dict[str, Any] = {"z": z, "look": look, "indifference": pol.indifference}
     obs = {lv: (observations(cands, lv, "candidate"), observations(bases, lv, "baseline"))
            for lv in sorted({k1, k8} if guard else {k1})}
+    every = [arm for pair in obs.values() for arm in pair]
+    fits = []
     for s in _specs(pol, guard):
         c, b = obs[s.level]
-        every = [arm for pair in obs.values() for arm in pair]
         got = _rule(s, c, b, pop, pol, z, look, every) if c and b else None
         if got is None:
             if s.kind == "median":
@@ -407,56 +364,75 @@ def decide(
                                 "per request or tpot_ms_p50)")
             raise GateError(f"no measured requests at concurrency {s.level} in both arms")
         rule, e = got
-        rules.append(rule)
-        if rule.verdict == "unclear":
-            first = min(o.round for o in c + b)
-            share = sum(1 for o in c + b if o.round == first) / len(c + b)
-            # at the keep level the arms grow apart: the baseline's part of the variance is its
-            # runs' step time (no acceptance to sample)
-            fixed = 0.0
-            if s.level == k1 and e.cand is not None and e.req_var > 0:
-                fixed = min(1.0, max(0.0, (e.req_var - e.cand.var) / e.req_var))
-            want, want_b = next_scale(e, pol, bounds(pol, s.guard), look, share, fixed,
-                                      rule.distance)
-            scale[s.level] = max(scale.get(s.level, 1.0), want)
-            if s.level == k1:
-                base_scale = max(base_scale, want_b)
+        fits.append(_Fit(s, rule, e, c + b))
         figures.setdefault("timing_sd", {})[str(s.level)] = round(e.timing_sd, 5)
-        if rule.verdict == "unclear" and s.level == k1 and e.cand is not None:
-            sc = e.cand.allocation_score()
-            tot = sum(sc.values())
-            if tot > 0 and e.cand.stratified:
-                scores.append({c: v / tot for c, v in sc.items()})
         figures[f"{'tpot_p50' if s.kind == 'median' else 'throughput'}_ratio_c{s.level}"] = \
             e.ratio
         figures.setdefault("category_weights", e.weights)
+    return fits, figures
+
+
+def _verdict(rules: list[Rule], pol: GatePolicy, guard: bool, look: int
+             ) -> tuple[str, str, str]:
+    """keep / disable / inconclusive, its code and its reason."""
     verdicts = [r.verdict for r in rules]
-    last = look >= pol.max_rounds
     if "fail" in verdicts:
         dec = "disable"
     elif guard and all(v == "pass" for v in verdicts):
         dec = "keep"
     else:
         dec = "inconclusive"
-    if dec == "inconclusive" and not guard and (last or "unclear" not in verdicts):
-        code, reason = "no_guard", (f"no concurrency {k8} measurements: speculation is not "
-                                    "kept without the regression guard")
-        dec = "disable"
-    else:
-        code, reason = _reason(dec, rules, pol, look)
-    pending = _pending(rules, pol, look)
+    if dec == "inconclusive" and not guard and (look >= pol.max_rounds
+                                                or "unclear" not in verdicts):
+        return "disable", "no_guard", (f"no concurrency {pol.guard_concurrency} measurements: "
+                                       "speculation is not kept without the regression guard")
+    return (dec, *_reason(dec, rules, pol, look))
+
+
+@dataclass(frozen=True)
+class _NextRound:
+    """What an inconclusive decision's next round measures (the defaults: nothing more)."""
+
+    pending: tuple[int, ...] = ()
+    allocation: dict[str, float] = field(default_factory=dict)
+    scale: dict[int, float] = field(default_factory=dict)
+    baseline_scale: float = 1.0
+
+
+def _next_round(fits: list[_Fit], pol: GatePolicy, look: int) -> _NextRound:
+    """The levels still open, each with as many requests as its open rules ask for, and the
+    candidate's keep-level requests by category (`specdec.gate.sequential`)."""
+    k1 = pol.keep_concurrency
+    scale: dict[int, float] = {}
+    base_scale = 1.0
+    scores: list[dict[str, float]] = []
+    for f in fits:
+        if f.rule.verdict != "unclear":
+            continue
+        s, e = f.spec, f.est
+        first = min(o.round for o in f.obs)
+        share = sum(1 for o in f.obs if o.round == first) / len(f.obs)
+        # at the keep level the arms grow apart: the baseline's part of the variance is its
+        # runs' step time (no acceptance to sample)
+        fixed = 0.0
+        if s.level == k1 and e.cand is not None and e.req_var > 0:
+            fixed = min(1.0, max(0.0, (e.req_var - e.cand.var) / e.req_var))
+        want, want_b = next_scale(e, pol, bounds(pol, s.guard), look, share, fixed,
+                                  f.rule.distance)
+        scale[s.level] = max(scale.get(s.level, 1.0), want)
+        if s.level == k1:
+            base_scale = max(base_scale, want_b)
+        if s.level == k1 and e.cand is not None:
+            sc = e.cand.allocation_score()
+            tot = sum(sc.values())
+            if tot > 0 and e.cand.stratified:
+                scores.append({c: v / tot for c, v in sc.items()})
+    pending = _pending([f.rule for f in fits], pol, look)
     alloc = {c: sum(sc.get(c, 0.0) for sc in scores) / len(scores)
              for c in sorted({c for sc in scores for c in sc})} if scores else {}
-    return Decision(dec, rules, reason, pol.to_dict(), rounds=look, figures=figures,
-                    warnings=warnings, keep_possible=dec == "keep" or (
-                        dec == "inconclusive" and guard),
-                    code=code, pending=pending if dec == "inconclusive" else (),
-                    conservative=code == "round_limit",
-                    allocation=alloc if dec == "inconclusive" else {},
-                    scale={lv: sc for lv, sc in scale.items() if lv in pending and sc > 1.0}
-                    if dec == "inconclusive" else {},
-                    baseline_scale=base_scale if dec == "inconclusive" and k1 in pending
-                    else 1.0)
+    return _NextRound(pending, alloc, {lv: sc for lv, sc in scale.items()
+                                       if lv in pending and sc > 1.0},
+                      base_scale if k1 in pending else 1.0)
 
 
 def decide_adaptive(

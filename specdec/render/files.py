@@ -205,31 +205,39 @@ def render(plan: Plan) -> Rendered:
         raise RenderError(f"runtime={plan.runtime!r}: unknown runtime", host=plan.host)
     if plan.runtime == "docker" and not plan.image:
         raise RenderError("runtime docker needs an image", host=plan.host)
-    device = load_catalog().devices.get(plan.device)
-    is_jetson = device.is_jetson if device is not None else plan.device.startswith(
-        ("orin", "agx")
-    )
+    is_jetson = _is_jetson(plan)
     release_id = plan.release_id()
     rdir = layout.release_dir(release_id)
+    files = [RenderedFile(f"{rdir}/{UNIT_FILE}", _engine_unit(plan, release_id, is_jetson))]
+    net = network_files(plan)
+    # in start order: the firewall, the engine's own units, the API proxy
+    files += [RenderedFile(f"{rdir}/{f.name}", f.content)
+              for f in [*net[:2], *_engine(plan).release_files(plan, release_id), *net[2:]]]
+    files.append(RenderedFile(f"{rdir}/plan.json", plan.to_json() + "\n"))
+    files.append(RenderedFile(
+        LIMITS_PATH,
+        template("limits.conf.j2", user=plan.service_user,
+                 memlock=_limits_kib(plan.memlock), stack=STACK_BYTES // 1024),
+    ))
+    return Rendered(release_id=release_id, files=tuple(files))
+
+
+def _is_jetson(plan: Plan) -> bool:
+    device = load_catalog().devices.get(plan.device)
+    return device.is_jetson if device is not None else plan.device.startswith(("orin", "agx"))
+
+
+def _engine_unit(plan: Plan, release_id: str, is_jetson: bool) -> str:
+    """The engine's systemd unit: its environment, credentials, sandbox and command."""
     docker = plan.runtime == "docker"
     speculation = describe_speculation(plan)
     engine = _engine(plan)
-    env_lines = [env_assignment(k, v) for k, v in hub_env()]
-    env_lines.append(env_assignment("HF_HUB_OFFLINE", "1"))
-    credentials: list[str] = []
-    if not docker:
-        env_lines.append("HF_TOKEN_PATH=%d/hf_token")  # %d: systemd's credentials directory
-        cache = f"/var/cache/{ENGINE_CACHE}"
-        env_lines += [env_assignment("HOME", cache), env_assignment("XDG_CACHE_HOME", cache)]
-        env_lines += [env_assignment(k, v) for k, v in engine.environment(plan)]
-        credentials = [f"{c}:{layout.CREDENTIALS[c]}" for c in
-                       dict.fromkeys(["hf_token", *(c for _, c in engine.secret_env(plan))])]
-    env_lines += [env_assignment(k, v) for k, v in plan.env]
+    env_lines, credentials = _unit_environment(plan, engine, docker)
     box = sandbox.docker_cli() if docker else sandbox.gpu(
         is_jetson, [layout.HF_HOME], engine.peers(plan))
 
     argv = _docker_argv(plan, release_id, is_jetson) if docker else _native_argv(plan, release_id)
-    unit = template(
+    return template(
         "specdec-engine.service.j2",
         plan=plan,
         release_id=release_id,
@@ -248,15 +256,20 @@ def render(plan: Plan) -> Rendered:
         state_dir=layout.STATE_DIR,
         after="".join(" " + u for u in engine.unit_after(plan)),
     )
-    files = [RenderedFile(f"{rdir}/{UNIT_FILE}", unit)]
-    net = network_files(plan)
-    # in start order: the firewall, the engine's own units, the API proxy
-    files += [RenderedFile(f"{rdir}/{f.name}", f.content)
-              for f in [*net[:2], *engine.release_files(plan, release_id), *net[2:]]]
-    files.append(RenderedFile(f"{rdir}/plan.json", plan.to_json() + "\n"))
-    files.append(RenderedFile(
-        LIMITS_PATH,
-        template("limits.conf.j2", user=plan.service_user,
-                 memlock=_limits_kib(plan.memlock), stack=STACK_BYTES // 1024),
-    ))
-    return Rendered(release_id=release_id, files=tuple(files))
+
+
+def _unit_environment(plan: Plan, engine: Engine, docker: bool) -> tuple[list[str], list[str]]:
+    """The unit's ``Environment=`` lines and, natively, its ``LoadCredential=`` entries (a
+    container gets its own environment and secrets on the docker command line)."""
+    env_lines = [env_assignment(k, v) for k, v in hub_env()]
+    env_lines.append(env_assignment("HF_HUB_OFFLINE", "1"))
+    credentials: list[str] = []
+    if not docker:
+        env_lines.append("HF_TOKEN_PATH=%d/hf_token")  # %d: systemd's credentials directory
+        cache = f"/var/cache/{ENGINE_CACHE}"
+        env_lines += [env_assignment("HOME", cache), env_assignment("XDG_CACHE_HOME", cache)]
+        env_lines += [env_assignment(k, v) for k, v in engine.environment(plan)]
+        credentials = [f"{c}:{layout.CREDENTIALS[c]}" for c in
+                       dict.fromkeys(["hf_token", *(c for _, c in engine.secret_env(plan))])]
+    env_lines += [env_assignment(k, v) for k, v in plan.env]
+    return env_lines, credentials

@@ -77,17 +77,16 @@ def nginx_conf(m: SiteMirror, *, cache_dir: str = CACHE_DIR, log_dir: str = LOG_
            "    proxy_ssl_verify_depth 4;\n"
            f"    proxy_ssl_trusted_certificate {CA_FILE};\n") if scheme == "https" else ""
     resolver = f"    resolver {m.resolver} valid=300s ipv6=off;\n" if m.resolver else ""
+    return (_http_level(m, cache_dir, small_max, lfs_max)
+            + _hub_server(m, log_dir, hub_port, lfs_port, resolver, tls)
+            + _lfs_server(scheme, log_dir, lfs_port, resolver, tls))
+
+
+def _http_level(m: SiteMirror, cache_dir: str, small_max: str, lfs_max: str) -> str:
+    """The two caches, the maps the servers read and the log format."""
     cdn_map = "".join(f'    "{h}" 1;\n' for h in m.cdn_hosts)
-    hide = "".join(f"        proxy_hide_header {h};\n" for h in
-                   ("X-Xet-Hash", "X-Xet-Refresh-Route", "X-Xet-Cas-Url",
-                    "X-Xet-Access-Token", "X-Xet-Token-Expiration", "Link"))
-    # the Hub's own absolute redirects stay on this port; any other host's go to the LFS port
-    redirect = (f"        proxy_redirect {up}/ http://$host:{hub_port}/;\n"
-                f"        proxy_redirect ~^https?://([^/]+)/(.*)$ "
-                f"http://$host:{lfs_port}/$1/$2;\n")
-    resolve = f"{redirect}{hide}"
     return f"""\
-# specdec site mirror of site {m.site} on {m.host}: the Hugging Face Hub ({up}), cached.
+# specdec site mirror of site {m.site} on {m.host}: the Hugging Face Hub ({m.hub_upstream}), cached.
 # Rendered by specdec (specdec/mirror_config.py); changes here are overwritten.
 proxy_cache_path {cache_dir}/hub levels=1:2 keys_zone=specdec_hub:10m max_size={small_max}
                  inactive=30d use_temp_path=off;
@@ -108,11 +107,30 @@ map $specdec_cdn_host $specdec_cdn_ok {{
 log_format specdec_mirror '$remote_addr [$time_local] "$request_method $uri" $status '
                           '$body_bytes_sent $upstream_cache_status $request_time';
 
+"""
+
+
+def _hub_responses(up: str, hub_port: int, lfs_port: int) -> str:
+    """The Hub's own absolute redirects stay on this port, any other host's go to the LFS port;
+    Xet headers hidden."""
+    hide = "".join(f"        proxy_hide_header {h};\n" for h in
+                   ("X-Xet-Hash", "X-Xet-Refresh-Route", "X-Xet-Cas-Url",
+                    "X-Xet-Access-Token", "X-Xet-Token-Expiration", "Link"))
+    return (f"        proxy_redirect {up}/ http://$host:{hub_port}/;\n"
+            f"        proxy_redirect ~^https?://([^/]+)/(.*)$ "
+            f"http://$host:{lfs_port}/$1/$2;\n{hide}")
+
+
+def _hub_server(m: SiteMirror, log_dir: str, hub_port: int, lfs_port: int, resolver: str,
+                tls: str) -> str:
+    """The clients' ``HF_ENDPOINT``: the Hub's answers, a file at a commit cached."""
+    resolve = _hub_responses(m.hub_upstream, hub_port, lfs_port)
+    return f"""\
 server {{
     listen {hub_port};
     access_log {log_dir}/specdec-mirror.access.log specdec_mirror;
     error_log {log_dir}/specdec-mirror.error.log warn;
-{resolver}    set $specdec_hub "{up}";
+{resolver}    set $specdec_hub "{m.hub_upstream}";
     proxy_http_version 1.1;
     proxy_set_header Connection "";
 {tls}
@@ -120,6 +138,19 @@ server {{
     location /api/ {{
         proxy_pass $specdec_hub;
     }}
+{_commit_file_location(resolve)}{_GATE_LOCATIONS}\
+    # A branch or tag name moves: never cached.
+    location / {{
+        proxy_pass $specdec_hub;
+{resolve}    }}
+}}
+
+"""
+
+
+def _commit_file_location(resolve: str) -> str:
+    """A file at a commit: cached by path, each request authorised by the Hub first."""
+    return f"""\
     # A file at a commit: cached by path; each request authorised by the Hub first.
     location ~ "^/[^/]+/[^/]+/resolve/[0-9a-f]{{40}}/" {{
         auth_request /_specdec_gate;
@@ -138,9 +169,13 @@ server {{
         proxy_cache_bypass $specdec_is_head;
         proxy_cache_convert_head off;
 {resolve}    }}
+"""
+
+
+_GATE_LOCATIONS = """\
     # May the caller have this file? The Hub's answer to HEAD of it: 2xx or a redirect (to the
     # CDN) is yes, 401/403 is no (and is what the caller gets).
-    location = /_specdec_gate {{
+    location = /_specdec_gate {
         internal;
         proxy_method HEAD;
         proxy_pass_request_body off;
@@ -149,16 +184,17 @@ server {{
         proxy_intercept_errors on;
         error_page 301 302 303 307 308 = @specdec_allowed;
         proxy_pass $specdec_hub$specdec_raw_path;
-    }}
-    location @specdec_allowed {{
+    }
+    location @specdec_allowed {
         return 204;
-    }}
-    # A branch or tag name moves: never cached.
-    location / {{
-        proxy_pass $specdec_hub;
-{resolve}    }}
-}}
+    }
+"""
 
+
+def _lfs_server(scheme: str, log_dir: str, lfs_port: int, resolver: str, tls: str) -> str:
+    """The CDN's content-addressed bytes: only the CDN hosts named, no credential sent on,
+    cached in slices."""
+    return f"""\
 server {{
     listen {lfs_port};
     access_log {log_dir}/specdec-mirror-lfs.access.log specdec_mirror;

@@ -301,35 +301,13 @@ def index_html(reports: Sequence[Mapping[str, Any]], run_id: str,
         thr1.append((host, f["base_c1"], f["cand_c1"]))
         thr8.append((host, f["base_c8"], f["cand_c8"]))
         acc.append((host, f["per_position"]))
-        color = OUTCOME_COLORS.get(str(r.get("outcome")), "#000")
-        al = f["acceptance_length"]
-        device = str(r.get("device") or "-") + (" (emulated)" if f["emulated"] else "")
-        rows.append(
-            "<tr>" + "".join(f"<td>{x}</td>" for x in (
-                e(host), e(device), e(str(f["power_mode"] or "-")), e(_method(r)),
-                f'<b style="color:{color}">{e(str(r.get("outcome")))}</b>'
-                + (f' ({e(str(r["previous_outcome"]))})' if r.get("previous_outcome") else ""),
-                e(pct(f["c1_gain"])), e(pct(f["tpot_change"])), e(pct(f["c8_gain"])),
-                f"{al:.2f}" if isinstance(al, int | float) else "-",
-                roof(f["roofline_base_pct"]), roof(f["roofline_spec_pct"]),
-                e(str(r.get("phase") or "-")), e(str(r.get("message") or "")),
-                *(livecols.cells(live.get(host)) if live else ()),
-            )) + "</tr>")
+        rows.append(_host_row(r, f, live))
     head = "".join(f"<th>{h}</th>" for h in (
         "host", "device", "power mode", "method", "outcome", "c1 throughput gain (gate)",
         "TPOT change (gate)", "c8 gain", "acceptance length", "decode % of bw limit",
         "spec % of AL x limit", "phase", "reason", *(livecols.HEADERS if live else ())))
-    counts: dict[str, int] = {}
-    for r in reports:
-        counts[str(r.get("outcome"))] = counts.get(str(r.get("outcome")), 0) + 1
-    tally = ", ".join(f'<b style="color:{OUTCOME_COLORS.get(o, "#000")}">{counts[o]} {o}</b>'
-                      for o in OUTCOMES if counts.get(o)) or "no hosts"
-    gated = sum(counts.get(o, 0) for o in GATED)
-    charts = [tune_chart(str(r.get("host")), r.get("tune")) for r in reports]
-    tuning = ("<h2>Tuning (num_speculative_tokens: auto)</h2>\n"
-              "<p>Throughput vs the baseline as the tune phase fitted it from the points it "
-              "measured on the host (dots); lines per method compared.</p>\n"
-              + "\n".join(c for c in charts if c)) if any(charts) else ""
+    tally, gated = _tally(reports)
+    tuning = _tuning(reports)
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>specdec rollout {e(run_id)}</title>
 <style>
@@ -355,6 +333,47 @@ time (what the device would show).</p>
 {tuning}
 </body></html>
 """
+
+
+def _host_row(r: Mapping[str, Any], f: Mapping[str, Any],
+              live: Mapping[str, Mapping[str, Any]] | None) -> str:
+    """One host's table row (``f``: its `figures`), with its live cells when watched."""
+    e = html.escape
+    host = str(r.get("host"))
+    color = OUTCOME_COLORS.get(str(r.get("outcome")), "#000")
+    al = f["acceptance_length"]
+    device = str(r.get("device") or "-") + (" (emulated)" if f["emulated"] else "")
+    return "<tr>" + "".join(f"<td>{x}</td>" for x in (
+        e(host), e(device), e(str(f["power_mode"] or "-")), e(_method(r)),
+        f'<b style="color:{color}">{e(str(r.get("outcome")))}</b>'
+        + (f' ({e(str(r["previous_outcome"]))})' if r.get("previous_outcome") else ""),
+        e(pct(f["c1_gain"])), e(pct(f["tpot_change"])), e(pct(f["c8_gain"])),
+        f"{al:.2f}" if isinstance(al, int | float) else "-",
+        roof(f["roofline_base_pct"]), roof(f["roofline_spec_pct"]),
+        e(str(r.get("phase") or "-")), e(str(r.get("message") or "")),
+        *(livecols.cells(live.get(host)) if live else ()),
+    )) + "</tr>"
+
+
+def _tally(reports: Sequence[Mapping[str, Any]]) -> tuple[str, int]:
+    """The outcomes counted (coloured, in `OUTCOMES` order) and how many the gate decided."""
+    counts: dict[str, int] = {}
+    for r in reports:
+        counts[str(r.get("outcome"))] = counts.get(str(r.get("outcome")), 0) + 1
+    tally = ", ".join(f'<b style="color:{OUTCOME_COLORS.get(o, "#000")}">{counts[o]} {o}</b>'
+                      for o in OUTCOMES if counts.get(o)) or "no hosts"
+    return tally, sum(counts.get(o, 0) for o in GATED)
+
+
+def _tuning(reports: Sequence[Mapping[str, Any]]) -> str:
+    """Each tuned host's curve (empty when no host was tuned)."""
+    charts = [tune_chart(str(r.get("host")), r.get("tune")) for r in reports]
+    if not any(charts):
+        return ""
+    return ("<h2>Tuning (num_speculative_tokens: auto)</h2>\n"
+            "<p>Throughput vs the baseline as the tune phase fitted it from the points it "
+            "measured on the host (dots); lines per method compared.</p>\n"
+            + "\n".join(c for c in charts if c))
 
 
 def write_fleet(run_dir: Path, secret: str | None = None) -> None:

@@ -135,13 +135,38 @@ class Monitor:
         spec = self.speculative()
         runs = [self.running[m] for m in self.members if m in self.running]
         scale = next((r.time_scale for r in runs if r.time_scale), None)
-        se = est.se_log if est is not None else None
-        s = est.speedup if est is not None else None
-        lo_hi: tuple[float | None, float | None] = (None, None)
-        if s is not None and se is not None:
-            z = self.levels.z
-            lo_hi = (s * math.exp(-z * se) - 1, s * math.exp(z * se) - 1)
         status = sorted({v for v in self.status.values()}) or ["starting"]
+        notes = self._notes(runs, spec)
+        row: dict[str, Any] = {
+            "host": self.name, "members": list(self.members),
+            "status": "ok" if status == ["ok"] else "; ".join(s for s in status if s != "ok"),
+            "decision": g.outcome if g else None,
+            "decided_at": g.decided_at.isoformat() if g and g.decided_at else None,
+            "decision_age_s": round(now - g.decided_at.timestamp(), 1)
+            if g and g.decided_at else None,
+            "speculative": spec,
+            "method": runs[0].method if runs else None, "k": runs[0].k if runs else None,
+            "release": runs[0].release if runs else None,
+            **_gate_columns(g),
+            **_live_columns(est, self.levels.z),
+            "verdict": self.tracker.verdict,
+            "verdict_since": datetime.fromtimestamp(self.tracker.since, UTC)
+            .isoformat(timespec="seconds") if self.tracker.since else None,
+            "verdict_changes": self.tracker.total_changes,
+            "keep_level": self.levels.keep, "floor_level": self.levels.floor,
+            "action": self.action, "marked": self.marked, "notes": notes,
+            "reader_cpu_s": round(sum(self.reader_cpu.values()), 3),
+            "as_of": datetime.fromtimestamp(now, UTC).isoformat(timespec="seconds"),
+            "device_time": {"emulated": scale is not None, "time_scale": scale},
+        }
+        frontend = self._frontend()
+        if frontend is not None:
+            row["frontend"] = frontend
+        return row
+
+    def _notes(self, runs: list[Running], spec: bool | None) -> list[str]:
+        """What the row's figures cannot show: caveats, missing gate facts, extrapolation."""
+        g, est = self.gate, self.last
         notes = sorted({c for r in runs for c in r.caveats})
         if g is None:
             notes.append("no gate report for this host on the control node")
@@ -154,46 +179,43 @@ class Monitor:
                          "marked again for this release")
         if self.tracker.verdict == CANNOT_TELL and spec is False:
             notes.append("speculation is off: live acceptance is not observable")
-        row: dict[str, Any] = {
-            "host": self.name, "members": list(self.members),
-            "status": "ok" if status == ["ok"] else "; ".join(s for s in status if s != "ok"),
-            "decision": g.outcome if g else None,
-            "decided_at": g.decided_at.isoformat() if g and g.decided_at else None,
-            "decision_age_s": round(now - g.decided_at.timestamp(), 1)
-            if g and g.decided_at else None,
-            "speculative": spec,
-            "method": runs[0].method if runs else None, "k": runs[0].k if runs else None,
-            "release": runs[0].release if runs else None,
-            "gate_al": g.al if g else None, "gate_gain_c1": g.gain_c1 if g else None,
+        return notes
+
+    def _frontend(self) -> dict[str, Any] | None:
+        """A serving group's frontend figures over the window (None: no frontend samples)."""
+        fronts = [s.frontend for m in self.members for s in self.window(m).usable()
+                  if s.frontend]
+        if not fronts:
+            return None
+        secs = sum(s.device_s for m in self.members for s in self.window(m).usable()
+                   if s.frontend)
+        return {
+            "requests_per_s": sum(f.get("requests", 0.0) for f in fronts) / secs
+            if secs else None,
+            "tokens_per_s": sum(f.get("generated", 0.0) for f in fronts) / secs
+            if secs else None,
+            "inflight_mean": sum(f.get("busy_mean", 0.0) for f in fronts) / len(fronts)}
+
+
+def _gate_columns(g: GateFacts | None) -> dict[str, Any]:
+    """What the gate measured at deploy time."""
+    return {"gate_al": g.al if g else None, "gate_gain_c1": g.gain_c1 if g else None,
             "gate_gain_c8": g.gain_c8 if g else None,
             "gate_tokens_per_step": g.tokens_per_step if g else None,
-            "cost_source": g.cost.source if g and g.cost else None,
-            "live_al": est.al if est else None,
+            "cost_source": g.cost.source if g and g.cost else None}
+
+
+def _live_columns(est: Estimate | None, z: float) -> dict[str, Any]:
+    """The live estimate: acceptance, the gain and its interval at ``z``, the traffic."""
+    s = est.speedup if est is not None else None
+    se = est.se_log if est is not None else None
+    lo_hi: tuple[float | None, float | None] = (None, None)
+    if s is not None and se is not None:
+        lo_hi = (s * math.exp(-z * se) - 1, s * math.exp(z * se) - 1)
+    return {"live_al": est.al if est else None,
             "est_gain": None if s is None else round(s - 1.0, 4),
             "est_gain_ci": [None if x is None else round(x, 4) for x in lo_hi],
             "hypothetical": bool(est and est.hypothetical),
             "tokens_per_s": est.tokens_s if est else None,
             "requests_per_s": est.requests_s if est else None,
-            "window": est.to_dict() if est else None,
-            "verdict": self.tracker.verdict,
-            "verdict_since": datetime.fromtimestamp(self.tracker.since, UTC)
-            .isoformat(timespec="seconds") if self.tracker.since else None,
-            "verdict_changes": self.tracker.total_changes,
-            "keep_level": self.levels.keep, "floor_level": self.levels.floor,
-            "action": self.action, "marked": self.marked, "notes": notes,
-            "reader_cpu_s": round(sum(self.reader_cpu.values()), 3),
-            "as_of": datetime.fromtimestamp(now, UTC).isoformat(timespec="seconds"),
-            "device_time": {"emulated": scale is not None, "time_scale": scale},
-        }
-        fronts = [s.frontend for m in self.members for s in self.window(m).usable()
-                  if s.frontend]
-        if fronts:
-            secs = sum(s.device_s for m in self.members for s in self.window(m).usable()
-                       if s.frontend)
-            row["frontend"] = {
-                "requests_per_s": sum(f.get("requests", 0.0) for f in fronts) / secs
-                if secs else None,
-                "tokens_per_s": sum(f.get("generated", 0.0) for f in fronts) / secs
-                if secs else None,
-                "inflight_mean": sum(f.get("busy_mean", 0.0) for f in fronts) / len(fronts)}
-        return row
+            "window": est.to_dict() if est else None}

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec.catalog import Catalog, Image, load_catalog
+from specdec.config.inventory import load_inventory
 from specdec.engines.registry import ENGINES, support
 from specdec.engines.support import Target
 from specdec.engines.version import Version
@@ -151,8 +152,6 @@ def golden_plans(engine: str) -> list[tuple[Path, dict[str, Any]]]:
 @cache
 def example_hosts() -> tuple[tuple[str, str, dict[str, Any]], ...]:
     """(inventory, host, data) of every example inventory (the lab's: every row of its table)."""
-    from specdec.config.inventory import load_inventory
-
     saved = {k: os.environ.get(k) for k in ("SPECDEC_LAB_HOSTS", "SPECDEC_LAB_FAULTS")}
     os.environ["SPECDEC_LAB_HOSTS"] = "8"
     os.environ.pop("SPECDEC_LAB_FAULTS", None)

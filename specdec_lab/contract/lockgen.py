@@ -22,6 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from specdec_lab.contract.controls import checker_input
 from specdec_lab.contract.installer import (
     LOCKS,
     InstallError,
@@ -122,8 +123,6 @@ def _origin(option: str, path: Path | None) -> str:
 
 def derive(version: str, exclude_newer: str, seed: Path | None = None,
            like: Path | None = None, rounds: int = 60) -> Path:
-    from specdec_lab.contract.controls import checker_input
-
     cache = cache_root()
     uv = ensure_uv(cache)
     env = uv_env(cache)

@@ -10,7 +10,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from specdec.catalog import load_catalog
+from specdec.engines.version import Version
 from specdec.errors import ConfigError, SpecdecError
+from specdec.host.identify import parse_identity, read_identity_root
 from specdec_lab.emulator.faults import Faults, parse_faults
 from specdec_lab.emulator.hostpower import HostPower
 from specdec_lab.emulator.logs import EngineLog
@@ -128,11 +131,6 @@ def resolve_device(device: str | None, engine: str | None = None,
     if name:
         return device_profile(name, engine=engine, power_mode=power_mode)
     try:
-        from specdec.host.identify import parse_identity, read_identity_root
-    except ImportError:
-        raise ConfigError("cannot identify this machine (specdec.host.identify is unavailable); "
-                          "set SPECDEC_EMU_DEVICE") from None
-    try:
         ident = parse_identity(read_identity_root(Path("/")))
     except SpecdecError as exc:
         raise ConfigError(f"RuntimeError: Failed to infer device type ({exc}); set "
@@ -163,9 +161,6 @@ def make_context(engine: str, device: str | None, time_scale: float | None,
 
 def engine_version(engine: str, device: DeviceProfile) -> str:
     """$SPECDEC_EMU_ENGINE_VERSION, else the device's default catalog image's release."""
-    from specdec.catalog import load_catalog
-    from specdec.engines.version import Version
-
     raw = os.environ.get(VERSION_ENV, "").strip()
     if raw:
         try:
@@ -185,8 +180,6 @@ def engine_version(engine: str, device: DeviceProfile) -> str:
 
 def emulated_version(engine: str) -> str:
     """What ``--version`` prints: the release this emulator process emulates."""
-    from specdec.engines.version import Version
-
     raw = os.environ.get(VERSION_ENV, "").strip()
     try:
         if raw:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 
+from specdec.catalog import load_catalog
 from specdec.errors import ConfigError
 from specdec_lab.emulator.acceptance import VARIANTS
 from specdec_lab.emulator.core import EngineModel, SpecConfig
@@ -197,8 +198,6 @@ def setup_for(
             raise ConfigError(f"draft={draft!r} is not in the catalog")
     elif method in HEAD_METHODS:
         cat_head = None
-        from specdec.catalog import load_catalog
-
         m = load_catalog().models.get(model)
         if m is not None:
             cat_head = m.heads.get("eagle3")

@@ -45,24 +45,60 @@ async def _run(cfg, pset, http, plan):
     base, started, counts, offsets, chosen, warm = plan
     measured_set = pset["measured"]
     server, served = await probe_server(http, base)
-    model = cfg.model
+    model = _model(cfg.model, served, base)
+    warm_failed = await _warmup(http, cfg, model, warm) if warm else 0
+    levels, warnings, spec = await _measure(http, cfg, model, server, measured_set,
+                                            (counts, offsets, chosen))
+    conf = {k: getattr(cfg, k) for k in CONFIG_FIELDS}
+    conf.update(concurrency=list(cfg.concurrency), requests=[counts[c] for c in cfg.concurrency],
+                prompt_offset=list(cfg.prompt_offset),
+                prompt_ids={str(c): [p["id"] for p in ps] for c, ps in chosen.items()})
+    cats = {}  # type: dict[str, int]
+    for p in measured_set:
+        cats[p["category"]] = cats.get(p["category"], 0) + 1
+    return {
+        "schema": SCHEMA, "tool": "specdec bench", "url": cfg.url, "model": model,
+        "endpoint": cfg.endpoint, "server": server, "started_at": started,
+        "finished_at": datetime.now(timezone.utc).isoformat(), "config": conf,
+        "prompts": {"source": pset["source"], "measured": len(measured_set), "categories": cats},
+        "warmup": {"requests": len(warm), "failed": warm_failed}, "concurrency": levels,
+        "spec_decode": spec,
+        "tokens": {"tokenizer": cfg.tokenizer or model, "tokenizer_found": False,
+                   "estimated": sum(lv["tokens_estimated"] for lv in levels.values()),
+                   "counted": 0},
+        "warnings": warnings,
+    }
+
+
+def _model(model, served, base):
+    """``--model``, which the server must serve; else the only model it serves."""
     if model is None:
         if len(served) != 1:
             raise BenchError(f"{base} serves {len(served)} models ({', '.join(served) or 'none'}"
                              "); pick one with --model")
-        model = served[0]
-    elif model not in served:
+        return served[0]
+    if model not in served:
         raise BenchError(f"--model {model!r} is not served at {base} (served: "
                          f"{', '.join(served) or 'none'})")
-    warm_failed, warnings, levels = 0, [], {}  # type: int, list[str], dict[str, dict]
-    if warm:
-        wrecs = await run_requests(http, cfg, model, warm, max(cfg.concurrency), "warmup",
-                                   max_tokens=max(2, min(cfg.max_tokens, cfg.warmup_max_tokens)))
-        bad = [r for r in wrecs if not r.ok]
-        warm_failed = len(bad)
-        if len(bad) == len(wrecs):
-            raise BenchError(f"warmup: all {len(wrecs)} requests failed ({bad[0].error_kind}: "
-                             f"{bad[0].error})")
+    return model
+
+
+async def _warmup(http, cfg, model, warm):
+    """The warmup requests (not measured): how many failed; all failing is an error."""
+    wrecs = await run_requests(http, cfg, model, warm, max(cfg.concurrency), "warmup",
+                               max_tokens=max(2, min(cfg.max_tokens, cfg.warmup_max_tokens)))
+    bad = [r for r in wrecs if not r.ok]
+    if len(bad) == len(wrecs):
+        raise BenchError(f"warmup: all {len(wrecs)} requests failed ({bad[0].error_kind}: "
+                         f"{bad[0].error})")
+    return len(bad)
+
+
+async def _measure(http, cfg, model, server, measured_set, plan):
+    """Each level's requests with its speculation counters: the levels' results, the
+    warnings, and the counters over all levels (None without speculation)."""
+    counts, offsets, chosen = plan
+    warnings, levels = [], {}  # type: list[str], dict[str, dict]
     total, any_spec, last = Counters(), False, None
     for conc in cfg.concurrency:
         n, off = counts[conc], offsets[conc]
@@ -85,25 +121,7 @@ async def _run(cfg, pset, http, plan):
         levels[str(conc)] = lvl
     empty = Counters(present=True, per_pos=None if total.per_pos is None else {})
     spec = spec_delta(empty, total) if any_spec else None
-    conf = {k: getattr(cfg, k) for k in CONFIG_FIELDS}
-    conf.update(concurrency=list(cfg.concurrency), requests=[counts[c] for c in cfg.concurrency],
-                prompt_offset=list(cfg.prompt_offset),
-                prompt_ids={str(c): [p["id"] for p in ps] for c, ps in chosen.items()})
-    cats = {}  # type: dict[str, int]
-    for p in measured_set:
-        cats[p["category"]] = cats.get(p["category"], 0) + 1
-    return {
-        "schema": SCHEMA, "tool": "specdec bench", "url": cfg.url, "model": model,
-        "endpoint": cfg.endpoint, "server": server, "started_at": started,
-        "finished_at": datetime.now(timezone.utc).isoformat(), "config": conf,
-        "prompts": {"source": pset["source"], "measured": len(measured_set), "categories": cats},
-        "warmup": {"requests": len(warm), "failed": warm_failed}, "concurrency": levels,
-        "spec_decode": spec,
-        "tokens": {"tokenizer": cfg.tokenizer or model, "tokenizer_found": False,
-                   "estimated": sum(lv["tokens_estimated"] for lv in levels.values()),
-                   "counted": 0},
-        "warnings": warnings,
-    }
+    return levels, warnings, spec
 
 
 # -- device time (as specdec.bench.device_time) ---------------------------------------------------

@@ -53,32 +53,25 @@ def _point_plan(plan: Plan, cfg: Config) -> Plan:
 def run_tune(ctx: Ctx, bench: Bench, base: Arm) -> tuple[Tuned, dict[str, Any]]:
     """The tuned release, and the baseline's round-1 result (for the gate)."""
     plan = ctx.spec.plan
-    pol = plan.gate
     t0 = ctx.io.monotonic()
-    search = Search(plan.tune_methods, pol, builtin_prompts().categories(),
+    search = Search(plan.tune_methods, plan.gate, builtin_prompts().categories(),
                     per_batch_supported(plan), plan.max_num_seqs)
     start = Config(plan.method, plan.draft, plan.num_speculative_tokens)
+    baseline, restarts = _search(ctx, bench, base, search, start)
+    result = search.choose()
+    tplan = tuned_plan(plan, result)
+    rid, files = release_files(tplan)
+    _record(ctx, result, tplan, rid, ctx.io.monotonic() - t0, restarts)
+    return Tuned(tplan, rid, files, result), baseline
+
+
+def _search(ctx: Ctx, bench: Bench, base: Arm, search: Search, start: Config
+            ) -> tuple[dict[str, Any], int]:
+    """The baseline measured once and every point the search asks for (what runs now first:
+    no restart); the baseline's result and how many times the engine restarted."""
     restarts = 0
-
-    def point(cfg: Config) -> None:
-        nonlocal restarts
-        rid, files = ((ctx.spec.candidate, ()) if cfg == start
-                      else release_files(_point_plan(plan, cfg)))
-        restarts += ctx.running != rid
-        bench.activate(rid, f"tune {cfg.label()}", files)
-        results, took = [], 0.0
-        first = search.first_round(cfg)
-        for n, rb in enumerate(point_benches(ctx.spec.bench, pol, first), start=first + 1):
-            res, s = bench.measure("candidate", rid, rb, n, name=f"tune.{cfg.method}.k{cfg.k}")
-            results.append(res)
-            took += s
-        try:
-            search.add(cfg, results[0], took, results[1:])
-        except ValueError as exc:
-            raise VerifyFailure("tune", str(exc)) from None
-
     if ctx.running == ctx.spec.candidate:
-        point(start)  # what runs now first: no restart
+        restarts += _point(ctx, bench, search, start, start)
     restarts += ctx.running != base.release
     baseline, took = bench.baseline(base.release, base.files)
     try:
@@ -87,12 +80,36 @@ def run_tune(ctx: Ctx, bench: Bench, base: Arm) -> tuple[Tuned, dict[str, Any]]:
         raise VerifyFailure("tune", str(exc)) from None
     cfg: Config | None = search.next() if search.order else start
     while cfg is not None:
-        point(cfg)
+        restarts += _point(ctx, bench, search, cfg, start)
         cfg = search.next()
-    result = search.choose()
-    tplan = tuned_plan(plan, result)
-    rid, files = release_files(tplan)
-    wall = ctx.io.monotonic() - t0
+    return baseline, restarts
+
+
+def _point(ctx: Ctx, bench: Bench, search: Search, cfg: Config, start: Config) -> bool:
+    """Run and benchmark one point (``start``: the plan's own release); whether the engine
+    restarted for it."""
+    plan = ctx.spec.plan
+    rid, files = ((ctx.spec.candidate, ()) if cfg == start
+                  else release_files(_point_plan(plan, cfg)))
+    restarted = ctx.running != rid
+    bench.activate(rid, f"tune {cfg.label()}", files)
+    results, took = [], 0.0
+    first = search.first_round(cfg)
+    for n, rb in enumerate(point_benches(ctx.spec.bench, plan.gate, first), start=first + 1):
+        res, s = bench.measure("candidate", rid, rb, n, name=f"tune.{cfg.method}.k{cfg.k}")
+        results.append(res)
+        took += s
+    try:
+        search.add(cfg, results[0], took, results[1:])
+    except ValueError as exc:
+        raise VerifyFailure("tune", str(exc)) from None
+    return restarted
+
+
+def _record(ctx: Ctx, result: TuneResult, tplan: Plan, rid: str, wall: float,
+            restarts: int) -> None:
+    """The choice in the tune cache (when there is one) and in the host's report."""
+    plan = ctx.spec.plan
     where = ctx.spec.tune_cache
     cache = None
     if where is not None:
@@ -114,4 +131,3 @@ def run_tune(ctx: Ctx, bench: Bench, base: Arm) -> tuple[Tuned, dict[str, Any]]:
                 points=len(result.measured), restarts=restarts)
     ctx.event(f"tuned: {result.config.label()} after {len(result.measured)} point(s) in "
               f"{wall:.1f}s; release {rid}")
-    return Tuned(tplan, rid, files, result), baseline
