@@ -19,12 +19,12 @@ from pyinfra.context import ctx_host
 from specdec.catalog import load_catalog
 from specdec.config import apikey, pki
 from specdec.config.hftoken import read_token
-from specdec.config.hostdata import parse_host_settings
 from specdec.config.settings import HostSettings
 from specdec.engines.base import HostPackage
 from specdec.errors import SpecdecError, redact
-from specdec.groups.inventory import check_limit, check_plans, groups_of
 from specdec.plan import packages as hostpkgs
+from specdec.plan.groups import check_limit, check_plans, groups_of
+from specdec.plan.hostdata import parse_host_settings
 from specdec.plan.planner import baseline, gated_repos, plan_host_settings
 from specdec.plan.sites import resolve as resolve_sites
 from specdec.plan.types import Group, Plan

@@ -1,4 +1,4 @@
-"""Serving groups: the group's verification (thin: the logic is `specdec.groups.verify`).
+"""Serving groups: the group's verification (thin: the logic is `specdec.verify.group`).
 
 A group's members verify as one. Each member's verify operation runs on its own host, as every
 host's does; the first member to get there verifies the whole group through its endpoint, using
@@ -22,12 +22,12 @@ from pyinfra.api.operation import OperationMeta
 from pyinfra.context import ctx_host
 
 from specdec.errors import redact
-from specdec.groups.verify import Reached, failed_report, verify_group
 from specdec.plan.types import Group
 from specdec.roles.common import HostPlan, escalation
 from specdec.roles.hostio import MemberIO, previous_report, write_report
 from specdec.roles.lock import connector_args, fail_command, release_now
 from specdec.roles.serve import ServeResult
+from specdec.verify.group import Reached, failed_report, verify_group
 from specdec.verify.spec import VerifySpec
 from specdec.verify.verifier import FAILURE_OUTCOMES
 

@@ -14,10 +14,10 @@ from typing import Any
 
 from specdec.catalog import load_catalog
 from specdec.config.apikey import ensure_key
-from specdec.config.hostdata import parse_hosts
 from specdec.config.inventory import load_inventory
 from specdec.errors import ConfigError
-from specdec.groups.inventory import groups_of
+from specdec.plan.groups import groups_of
+from specdec.plan.hostdata import parse_hosts
 from specdec_lab import fleet, hubsvc
 from specdec_lab.emulator import launch
 from specdec_lab.errors import LabError

@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from specdec.catalog import load_catalog
-from specdec_lab.errors import LabError
 from specdec.host import layout
+from specdec_lab.errors import LabError
 from specdec_lab.filelock import locked
 from specdec_lab.paths import CACHE_DIR
 from specdec_lab.spec import LabHost

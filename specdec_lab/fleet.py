@@ -24,15 +24,15 @@ from pathlib import Path
 from typing import Any
 
 from specdec.config import apikey
-from specdec.config.hostdata import parse_hosts
 from specdec.config.inventory import load_inventory
 from specdec.engines.registry import engine
 from specdec.errors import SpecdecError
-from specdec_lab.errors import LabError
-from specdec.groups.inventory import groups_of
+from specdec.plan.groups import groups_of
+from specdec.plan.hostdata import parse_hosts
 from specdec_lab import dynamo, hubsvc, images, link
 from specdec_lab import host as hostmod
 from specdec_lab import sites as labsite
+from specdec_lab.errors import LabError
 from specdec_lab.footprint import netns_pss_kib
 from specdec_lab.instance import Instance
 from specdec_lab.rootfs import HOST_RECIPE, IMAGE_RECIPE, cached_rootfs, ensure_rootfs

@@ -151,8 +151,12 @@ def image_ref(catalog_ref: str) -> str:
     raise LabError(f"{catalog_ref}: not a catalog image (see specdec/catalog/images.yaml)")
 
 
+DIGESTS_ENV = "SPECDEC_LAB_IMAGE_DIGESTS"  # another digests file (tests: as if built)
+
+
 def digests_file() -> Path:
-    return CACHE_DIR / "images.json"
+    """The digests of the images pushed so far (``$SPECDEC_LAB_IMAGE_DIGESTS`` moves it)."""
+    return Path(os.environ.get(DIGESTS_ENV) or CACHE_DIR / "images.json")
 
 
 IMAGES_LOCK = CACHE_DIR / ".images.lock"  # the OCI layout, the registry storage, images.json

@@ -15,12 +15,12 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specdec.config.hostdata import parse_hosts
 from specdec.config.inventory import load_inventory
-from specdec_lab.errors import LabError
 from specdec.host.layout import HF_TOKEN_FILE
 from specdec.host.prefetch import CONTAINER_HF_TOKEN
+from specdec.plan.hostdata import parse_hosts
 from specdec.plan.sites import site_mirrors
+from specdec_lab.errors import LabError
 from specdec_lab.hubsvc import CDN_PORT, endpoint
 from specdec_lab.images import REGISTRY
 from specdec_lab.spec import LabHost

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specdec_lab.errors import LabError
 from specdec_lab import paths
+from specdec_lab.errors import LabError
 from specdec_lab.instance import Instance
 from specdec_lab.spec import HOST_NAME, LabHost
 from specdec_lab.system import Proc, cmdline, start_time

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from specdec_lab.errors import LabError
 from specdec_lab import cgroup, hubsvc, paths
+from specdec_lab.errors import LabError
 from specdec_lab.instance import Instance
 from specdec_lab.state import HostRecord, check_state, shared_lock
 from specdec_lab.system import (

@@ -7,7 +7,7 @@ Every other module calls only public names: `specdec.plan.planner.make_plan` / `
 `specdec.tune.cache.apply_cached` / `store`, `specdec.cli.main`, the on-host bench core
 (`specdec.bench.onhost.cli.parse_args`, `run.run_bench`), `specdec.bench.client.run_bench_async`,
 `specdec_lab.emulator.setup.setup_for`, `specdec_lab.emulator.core.EngineCore` / `simulate`,
-`python3 -m specdec_lab.emulator`, `specdec.gate.decide.decide` / `decide_adaptive`,
+`python3 -m specdec_lab.emulator`, `specdec.gate.decide.decide` (and `benchmarks/gateloop.abab`),
 `specdec.tune.search.Search`,
 `specdec.report.fleet.summary_markdown` / `index_html`.
 """
@@ -64,12 +64,12 @@ def engine_step_fields(result: Any) -> dict[str, Any]:
 # -- Dynamo serving groups: moved by the refactor under way (both layouts below) -------------
 def dynamo_groups(hosts: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     """The serving groups of a generated inventory. Baseline: `specdec.dynamo.group.groups_of`
-    over ``(name, data)``; later: `specdec.groups.groups_of` over parsed host settings."""
+    over ``(name, data)``; now: `specdec.plan.groups.groups_of` over parsed host settings."""
     try:
         from specdec.dynamo.group import groups_of
     except ImportError:
-        from specdec.config.hostdata import parse_host_settings
-        from specdec.groups.inventory import groups_of
+        from specdec.plan.groups import groups_of
+        from specdec.plan.hostdata import parse_host_settings
 
         return groups_of([parse_host_settings(n, d) for n, d in hosts])
     return groups_of(hosts)
@@ -80,7 +80,7 @@ def check_group_plans(plans: list[Any]) -> None:
     try:
         from specdec.dynamo.group import check_plans
     except ImportError:
-        from specdec.groups.inventory import check_plans
+        from specdec.plan.groups import check_plans
     check_plans(plans)
 
 

@@ -54,7 +54,9 @@ def _policies() -> list[Any]:
 
 
 def gate(dom: Domain, quick: bool) -> None:
-    from specdec.gate.decide import decide, decide_adaptive
+    from gateloop import abab as decide_adaptive
+
+    from specdec.gate.decide import decide
 
     s1s: list[Any] = [0.8, 1.0, 1.1, 1.2, 1.3, 1.45, 1.6, 2.0,
                       {"chat": 1.0, "code": 1.15, "summarization": 2.0, "repetitive": 3.0}]

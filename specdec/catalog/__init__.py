@@ -1,4 +1,8 @@
-"""The device and model catalog: typed, validated on load."""
+"""The device and model catalog: what each device, model, EAGLE head and image *is*
+(``devices.yaml``, ``models.yaml``, ``images.yaml``), typed and validated on load
+(`load_catalog`); `images` parses image references and the image table.
+
+May import `specdec.errors`, `config.hygiene` and `engines.version` only."""
 
 from __future__ import annotations
 

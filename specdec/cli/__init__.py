@@ -30,14 +30,16 @@ PLUGIN_GROUP = "specdec.commands"
 
 
 def _plugins() -> list[Callable[[Any], None]]:
-    """The ``register`` of every installed command plugin that loads (one that does not, e.g.
-    the lab without its files, is left out of the CLI)."""
+    """The ``register`` of every installed command plugin. A plugin whose package is not
+    installed (a product-only install has no ``specdec_lab``) is left out; any other import
+    error is a broken install and is raised."""
     out = []
     for ep in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
         try:
             out.append(ep.load())
-        except ImportError:
-            continue
+        except ModuleNotFoundError as exc:
+            if exc.name != ep.module.split(".")[0]:
+                raise
     return out
 
 

@@ -8,13 +8,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from specdec.config.hostdata import parse_hosts
 from specdec.config.inventory import load_inventory
 from specdec.engines.registry import engine_of
 from specdec.errors import ConfigError
-from specdec.groups.inventory import check_plans, groups_of, plans_by_group
 from specdec.host.identify import parse_identity, read_identity_root
 from specdec.plan import sites, sockets
+from specdec.plan.groups import check_plans, groups_of, plans_by_group
+from specdec.plan.hostdata import parse_hosts
 from specdec.plan.planner import plan_host_settings
 from specdec.plan.types import Plan
 from specdec.render.files import render

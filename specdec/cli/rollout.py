@@ -18,7 +18,7 @@ from specdec.fleet import shard as sh
 from specdec.fleet.batches import Batch
 from specdec.fleet.resume import load_params, resume_round, to_resume
 from specdec.fleet.store import TLSFiles, open_store
-from specdec.groups.inventory import Group, check_limit, groups_of, units
+from specdec.plan.groups import Group, check_limit, groups_of, units
 from specdec.plan.sites import site_mirror_hosts
 from specdec.report.fleet import (
     check_run_id,

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from specdec.config.hostdata import parse_hosts
 from specdec.config.inventory import load_inventory
 from specdec.errors import ConfigError
-from specdec.groups.inventory import groups_of
+from specdec.plan.groups import groups_of
+from specdec.plan.hostdata import parse_hosts
 from specdec.report.fleet import reports_root
 from specdec.watch import expose
 from specdec.watch.run import Options, Target, Watch, rows_json

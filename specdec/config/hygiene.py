@@ -1,6 +1,6 @@
 """Input hygiene in one place: every value that can reach a unit file, YAML, a shell command or
-an error message passes a check here first (host data in `specdec.config.hostdata`, host names in
-`specdec.config.hostdata` / the deploy's prepare / `specdec rollout`, tokens in
+an error message passes a check here first (host data in `specdec.plan.hostdata`, host names in
+`specdec.plan.hostdata` / the deploy's prepare / `specdec rollout`, tokens in
 `specdec.config.hftoken`).
 
 A failure is a `ConfigError` naming host, key and the value as `show` renders it: repr'd (so

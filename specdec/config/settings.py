@@ -1,5 +1,5 @@
 """`HostSettings`: one host's validated ``specdec_*`` keys (parsed once, by
-`specdec.config.hostdata`)."""
+`specdec.plan.hostdata`)."""
 
 from __future__ import annotations
 

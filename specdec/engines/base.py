@@ -10,8 +10,9 @@ interface, one module per kind, looked up by name).
 
 from __future__ import annotations
 
+import ipaddress
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
@@ -21,12 +22,12 @@ from specdec.config.settings import HostSettings
 from specdec.engines.ranges import first_version
 from specdec.engines.support import Support, Target, with_first_ok
 from specdec.engines.version import Version
+from specdec.errors import ConfigError
 from specdec.host import layout
 from specdec.plan.types import DynamoPlan, Group, Plan, Socket
 
 __all__ = ["LOOPBACK", "Endpoints", "Engine", "GroupSeat", "HostPackage", "MetricsSource",
-           "ReleaseFile",
-           "describe_speculation"]
+           "ReleaseFile", "describe_speculation", "member_reach"]
 
 LOOPBACK = "127.0.0.1"
 
@@ -268,3 +269,18 @@ class Engine(ABC):
         """Where the running release's counters are read on the host (`specdec watch`);
         empty: the engine exposes none the watch knows."""
         return []
+
+def member_reach(members: Sequence[tuple[str, str]], key: str = "specdec_dynamo_address"
+                 ) -> tuple[str, ...]:
+    """The members' addresses as /32 or /128 networks (a host name cannot be firewalled: the
+    member's address for its group's traffic must be an IP address)."""
+    out = []
+    for name, addr in members:
+        try:
+            ip = ipaddress.ip_address(addr)
+        except ValueError:
+            raise ConfigError(f"{key}={addr!r}: must be an IP address (the group's firewall "
+                              "lets its members in by address; set it, or ssh_hostname, to "
+                              "the member's IP)", host=name) from None
+        out.append(str(ipaddress.ip_network(ip)))
+    return tuple(out)

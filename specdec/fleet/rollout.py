@@ -5,7 +5,7 @@
 follow Ansible's ``serial``: each item is the size of the next batch (a count, or a percentage
 of all targeted hosts, rounded down, at least 1); the last item repeats until every host had
 its turn. A Dynamo serving group is one unit: its members go into one batch together, never
-split (`specdec.groups.inventory`). After each batch the per-host reports decide: a host is failed
+split (`specdec.plan.groups`). After each batch the per-host reports decide: a host is failed
 when its outcome is ``rolled_back``, ``failed`` or ``held`` (or it has no report at all); when a
 batch's failed share
 *exceeds* ``--max-fail-percent`` (default 0) the rollout stops and the hosts of later batches
@@ -45,20 +45,19 @@ from typing import Any
 
 from specdec.config.apikey import read_key
 from specdec.config.hftoken import read_token
-from specdec.config.hostdata import parse_hosts
 from specdec.config.pki import read_pem
 from specdec.config.settings import HostSettings
 from specdec.errors import RolloutError, redact
 from specdec.fleet.batches import Batch, batch_hosts, batch_units, exceeds, parse_batches
 from specdec.fleet.resume import CONVERGED
 from specdec.fleet.shard import Coordinator
+from specdec.plan.hostdata import parse_hosts
 from specdec.plan.planner import plan_host_settings
 from specdec.report.fleet import (
     REPORTS_ENV,
     RUN_ID_ENV,
     check_run_id,
     load_reports,
-    safe_name,
     skipped_report,
     write_fleet,
     write_host_report,
@@ -404,7 +403,3 @@ def host_meta(s: HostSettings) -> dict[str, Any]:
 def existing_run(root: Path, run_id: str) -> bool:
     d = root / check_run_id(run_id)
     return d.is_dir() and any(p for p in d.glob("*.json"))
-
-
-def host_file(run_dir: Path, host: str) -> Path:
-    return run_dir / f"{safe_name(host)}.json"

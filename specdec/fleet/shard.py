@@ -31,7 +31,7 @@ from pathlib import Path
 from specdec.errors import RolloutError
 from specdec.fleet.batches import Batch, batch_units
 from specdec.fleet.store import FleetStore, update_json
-from specdec.groups.inventory import Group
+from specdec.plan.groups import Group
 
 __all__ = ["Coordinator", "Shard", "ShardCoordinator", "parse_shard", "shard_batches",
            "shard_units",

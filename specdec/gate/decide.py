@@ -52,7 +52,7 @@ ratio of the arms' medians over the category mixture.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Any
@@ -75,7 +75,6 @@ __all__ = [
     "Decision",
     "Rule",
     "decide",
-    "decide_adaptive",
     "load_policy",
     "load_result",
     "observations",
@@ -433,29 +432,3 @@ def _next_round(fits: list[_Fit], pol: GatePolicy, look: int) -> _NextRound:
     return _NextRound(pending, alloc, {lv: sc for lv, sc in scale.items()
                                        if lv in pending and sc > 1.0},
                       base_scale if k1 in pending else 1.0)
-
-
-def decide_adaptive(
-    run_round: Callable[[str, int, tuple[int, ...]], Mapping[str, Any]],
-    policy: GatePolicy | None = None,
-    on_round: Callable[[Decision], None] | None = None,
-) -> Decision:
-    """ABAB rounds: ``run_round(arm, i, levels)`` benchmarks arm ``baseline``/``candidate`` at
-    ``levels`` (every level in round 0, then the ones the gate still needs)."""
-    pol = policy or GatePolicy()
-    check_policy(pol, "(given)")
-    levels = tuple(sorted({pol.keep_concurrency, pol.guard_concurrency}))
-    bases: list[Mapping[str, Any]] = []
-    cands: list[Mapping[str, Any]] = []
-    dec: Decision | None = None
-    for i in range(pol.max_rounds):
-        bases.append(run_round("baseline", i, levels))
-        cands.append(run_round("candidate", i, levels))
-        dec = decide(bases, cands, pol)
-        if on_round is not None:
-            on_round(dec)
-        if dec.decision != "inconclusive" or dec.held:
-            break
-        levels = dec.pending
-    assert dec is not None
-    return dec

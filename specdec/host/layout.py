@@ -61,7 +61,6 @@ CREDENTIALS = {
 }
 STATE_DIR = "/var/lib/specdec"
 HF_HOME = "/var/lib/specdec/hf"  # HF cache (hub/ under it), owned by SERVICE_USER
-HUB_CACHE = f"{HF_HOME}/hub"  # every Hub cache variable an image may read points here (hub_env)
 LOCAL_MODELS = f"{HF_HOME}/local"  # --local-dir copies, for engines that need a directory
 TIKTOKEN_DIR = f"{HF_HOME}/tiktoken"  # TIKTOKEN_ENCODINGS_BASE (gpt-oss's harmony encoding)
 RELEASES_DIR = "/var/lib/specdec/releases"
@@ -87,5 +86,6 @@ def hub_env() -> list[tuple[str, str]]:
     HF_HOME/hub; transformers reads TRANSFORMERS_CACHE; jetson-containers images set the last
     three to /data/models/huggingface (packages/llm/huggingface_hub/Dockerfile), which would
     otherwise win over HF_HOME."""
-    return [("HF_HOME", HF_HOME), ("HF_HUB_CACHE", HUB_CACHE),
-            ("HUGGINGFACE_HUB_CACHE", HUB_CACHE), ("TRANSFORMERS_CACHE", HUB_CACHE)]
+    hub = f"{HF_HOME}/hub"
+    return [("HF_HOME", HF_HOME), ("HF_HUB_CACHE", hub), ("HUGGINGFACE_HUB_CACHE", hub),
+            ("TRANSFORMERS_CACHE", hub)]

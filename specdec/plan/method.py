@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specdec.catalog import Catalog, Device, Model
-from specdec.config.hostdata import HostSettings
 from specdec.errors import ConfigError
+from specdec.plan.hostdata import HostSettings
 
 __all__ = ["HEAD_METHODS", "SELF_METHODS", "MethodCandidate", "candidates", "one_layer",
            "spec_tokens"]

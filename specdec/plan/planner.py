@@ -17,22 +17,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from specdec.catalog import GIB, Catalog, Device, Image, Model, load_catalog
-from specdec.config.hostdata import parse_host_settings
 from specdec.config.hygiene import check_image
 from specdec.config.settings import HostSettings
 from specdec.engines.base import Engine
 from specdec.engines.registry import engine, engine_of
 from specdec.engines.version import Version
 from specdec.errors import ConfigError, PlanError
-from specdec.groups.inventory import groups_of
 from specdec.host.identify import Identity
+from specdec.plan.groups import groups_of
+from specdec.plan.hostdata import parse_host_settings
 from specdec.plan.image import engine_details, engine_version, image_for_host, runnable
 from specdec.plan.memory import fit, fit_problem, max_model_len_for
 from specdec.plan.method import MethodCandidate, candidates, one_layer, spec_tokens
 from specdec.plan.sites import mirror_image
 from specdec.plan.sockets import DEFAULT_LISTEN, plan_sockets
-from specdec.plan.types import ANY_NETWORK, DynamoPlan, FitReport, Group, Plan
-from specdec.tune.search import K_MAX
+from specdec.plan.types import ANY_NETWORK, K_MAX, DynamoPlan, FitReport, Group, Plan
 
 __all__ = ["DEFAULT_PORT", "baseline", "check_image", "gated_repos", "make_plan",
            "plan_host_settings"]
@@ -154,7 +153,7 @@ def make_plan(
     group: Group | None = None,
 ) -> Plan:
     """Plan one host from its host data (dict, Mapping or pyinfra ``host.data``): parse it
-    (`specdec.config.hostdata.parse_host_settings`), then `plan_host_settings`."""
+    (`specdec.plan.hostdata.parse_host_settings`), then `plan_host_settings`."""
     identity, cat = _coerce_args(identity, catalog)
     return plan_host_settings(parse_host_settings(host, data), identity, cat, installed, group)
 
@@ -167,7 +166,7 @@ def plan_host_settings(
     group: Group | None = None,
 ) -> Plan:
     """Plan one host from its parsed settings. ``installed``: engine -> version found on the
-    host (native runtime), when known; ``group``: its serving group (`specdec.groups.groups_of`
+    host (native runtime), when known; ``group``: its serving group (`specdec.plan.groups.groups_of`
     over the inventory)."""
     cat = catalog or load_catalog()
     host = s.host

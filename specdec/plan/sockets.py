@@ -15,7 +15,6 @@ only.
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Iterable, Sequence
 
 from specdec.engines.base import LOOPBACK, Engine
@@ -23,27 +22,13 @@ from specdec.errors import ConfigError
 from specdec.host import layout
 from specdec.plan.types import ANY_NETWORK, Plan, Socket
 
-__all__ = ["DEFAULT_LISTEN", "LOOPBACK", "describe", "member_reach",
+__all__ = ["DEFAULT_LISTEN", "LOOPBACK", "describe",
            "plan_sockets", "table"]
 
 DEFAULT_LISTEN = "0.0.0.0"
 _WILDCARD = ("0.0.0.0", "::")
 
 
-def member_reach(members: Sequence[tuple[str, str]], key: str = "specdec_dynamo_address"
-                 ) -> tuple[str, ...]:
-    """The members' addresses as /32 or /128 networks (a host name cannot be firewalled: the
-    member's address for its group's traffic must be an IP address)."""
-    out = []
-    for name, addr in members:
-        try:
-            ip = ipaddress.ip_address(addr)
-        except ValueError:
-            raise ConfigError(f"{key}={addr!r}: must be an IP address (the group's firewall "
-                              "lets its members in by address; set it, or ssh_hostname, to "
-                              "the member's IP)", host=name) from None
-        out.append(str(ipaddress.ip_network(ip)))
-    return tuple(out)
 
 
 def _who(reach: tuple[str, ...]) -> str:

@@ -8,10 +8,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ANY_NETWORK", "DynamoPlan", "FitReport", "GatePolicy", "Group", "Plan", "Socket",
-           "http_url"]
+__all__ = ["ANY_NETWORK", "K_MAX", "DynamoPlan", "FitReport", "GatePolicy", "Group", "Plan",
+           "Socket", "http_url"]
 
 ANY_NETWORK = ("0.0.0.0/0", "::/0")  # specdec_allow_from's default: the API needs its key
+
+
+K_MAX = 8  # the tune's search domain is k = 1..K_MAX (num_speculative_tokens: auto)
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,7 @@ class FitReport:
 @dataclass(frozen=True)
 class Group:
     """A serving group of the inventory: hosts that serve one model behind one frontend and
-    deploy, verify and roll back as one (`specdec.groups`)."""
+    deploy, verify and roll back as one (`specdec.plan.groups`)."""
 
     name: str
     members: tuple[str, ...]  # inventory order

@@ -35,11 +35,11 @@ from pathlib import Path
 from typing import Any
 
 from specdec.errors import RolloutError, redact
+from specdec.report import livecols
 from specdec.report.cells import OUTCOME_COLORS, figures, md_cell, pct, roof
 from specdec.report.groups import group_lines, groups_html
 from specdec.tune.chart import tune_chart, tune_line
 from specdec.verify.roofline import HOW
-from specdec.watch import livecols
 
 __all__ = [
     "OUTCOMES",

@@ -56,7 +56,7 @@ from typing import Any
 
 from specdec.gate.estimators import mixture_median
 from specdec.gate.rounds import BenchSettings, RoundBench, round_bench
-from specdec.plan.types import GatePolicy
+from specdec.plan.types import K_MAX, GatePolicy
 from specdec.tune.figures import LevelFit, level_fit, merged
 from specdec.tune.stderr import point_se
 
@@ -64,7 +64,6 @@ __all__ = ["CUTOFF", "FLAT", "K_MAX", "MAX_ROUNDS", "POINT_ROUNDS", "POOL_Z", "R
            "REPEAT_MARGIN", "SAME_Z", "SPLIT", "TIE_Z", "Config", "Search", "TuneResult",
            "level_fit", "point_benches", "schedule"]
 
-K_MAX = 8  # the search domain is k = 1..K_MAX
 REFINE_GAIN = 0.02  # measure the curve's predicted best when it promises this much more
 CUTOFF = 0.95  # a later method is refined only if its curve reaches this share of the best
 REPEAT_MARGIN = 0.15  # two methods this close at their best points: each measured once more

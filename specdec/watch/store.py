@@ -1,7 +1,7 @@
 """The watch file, ``reports/watch.json``: per host the latest row (what the table and the JSON
 show), the verdict's history and the samples of its sliding window, so that ``specdec watch
 --once`` run from a timer builds its window across runs. Written atomically under a lock; the
-fleet report reads the rows (`specdec.watch.livecols`)."""
+fleet report reads the rows (`specdec.report.livecols`)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from specdec.watch.livecols import WATCH_FILE
+from specdec.report.livecols import WATCH_FILE
 from specdec.watch.window import Sample
 
 __all__ = ["WATCH_FILE", "load", "locked", "sample_from", "sample_to", "save"]

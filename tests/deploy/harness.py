@@ -419,7 +419,7 @@ def _path(root: str, rel: str) -> Path:
 
 
 def host_plan(world: World, data: dict[str, Any]) -> HostPlan:
-    from specdec.config.hostdata import parse_host_settings
+    from specdec.plan.hostdata import parse_host_settings
     from specdec.roles.common import plan_host
 
     native = data.get("specdec_runtime") == "native"

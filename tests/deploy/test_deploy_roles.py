@@ -449,7 +449,7 @@ def test_spark_gpt_oss_gets_its_local_head_and_tiktoken(spark_world, monkeypatch
 
 
 def test_host_data_is_parsed_once_per_host_per_run(agx_world, monkeypatch):
-    import specdec.config.hostdata as hostdata
+    import specdec.plan.hostdata as hostdata
 
     parsed: list[str] = []
     check = hostdata._check_unknown

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import shlex
 
-from specdec.config.hostdata import parse_host_settings
+from specdec.plan.hostdata import parse_host_settings
 from specdec.plan.sites import mirror_of, resolve
 from specdec.render.mirror import CACHE_DIR, NGINX_CONF, render_mirror
 from specdec.roles.common import plan_host

@@ -2,7 +2,7 @@
 frontend and a worker; ``lab-dyn2``: a worker; the workers are the engine emulator registered as
 Dynamo vLLM workers) deploy, are gated through the frontend's OpenAI endpoint as one, and a
 fault in one worker rolls the whole group back while every member keeps serving its last-good
-release (`specdec.groups.verify`)."""
+release (`specdec.verify.group`)."""
 
 from __future__ import annotations
 

@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from specdec.config.hostdata import parse_host_settings, parse_hosts
 from specdec.engines.dynamo.facts import dynamo_facts
 from specdec.engines.registry import support
 from specdec.engines.support import Target
 from specdec.engines.version import Version
 from specdec.errors import ConfigError
 from specdec.fleet.rollout import Batch, batch_units
-from specdec.groups.inventory import check_limit, check_plans, groups_of, units
 from specdec.host import layout, release
+from specdec.plan.groups import check_limit, check_plans, groups_of, units
+from specdec.plan.hostdata import parse_host_settings, parse_hosts
 from specdec.plan.planner import baseline, make_plan
 from specdec.render.files import render
 from specdec.report.fleet import summary_markdown

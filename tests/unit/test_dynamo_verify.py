@@ -1,4 +1,4 @@
-"""specdec.groups.verify: a (Dynamo) serving group kept, disabled or rolled back as one, against
+"""specdec.verify.group: a (Dynamo) serving group kept, disabled or rolled back as one, against
 fake members (units, worker health, the frontend's readiness and benchmark)."""
 
 from __future__ import annotations
@@ -8,15 +8,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from specdec.config.hostdata import parse_hosts
 from specdec.engines.registry import engine
 from specdec.errors import BenchError
 from specdec.gate.rounds import RoundBench
-from specdec.groups.inventory import groups_of
-from specdec.groups.members import Member
-from specdec.groups.verify import GroupVerifier
+from specdec.plan.groups import groups_of
+from specdec.plan.hostdata import parse_hosts
 from specdec.plan.planner import baseline, make_plan
 from specdec.render.files import render
+from specdec.verify.group import GroupVerifier
+from specdec.verify.members import Member
 from specdec.verify.spec import FileSpec, VerifySpec
 from tests.unit.verify_fakes import FAST, PLAIN, SLOW8, TOKEN, Behaviour, FakeHost
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from specdec.config.hostdata import parse_hosts
-from specdec.groups.inventory import groups_of
+from specdec.plan.groups import groups_of
+from specdec.plan.hostdata import parse_hosts
 from specdec.plan.planner import make_plan, plan_host_settings
 from specdec.plan.types import Plan
 from specdec.render import firewall, proxy

@@ -51,8 +51,6 @@ def test_every_lab_host_plans_and_starts(monkeypatch: pytest.MonkeyPatch, tmp_pa
     import json
     from pathlib import Path
 
-    import pyinfra_cli.inventory  # noqa: F401  (the inventory then loads in this process)
-
     import specdec_lab.images as images
     from specdec.cli.plan import _plans
 
@@ -60,7 +58,7 @@ def test_every_lab_host_plans_and_starts(monkeypatch: pytest.MonkeyPatch, tmp_pa
     pinned = {img.ref: "sha256:" + "0" * 64 for img in images.lab_images()}
     path = tmp_path / "images.json"
     path.write_text(json.dumps(pinned))
-    monkeypatch.setattr(images, "digests_file", lambda: path)
+    monkeypatch.setenv(images.DIGESTS_ENV, str(path))  # the inventory loads in a child
     monkeypatch.chdir(Path(__file__).resolve().parents[2])
     monkeypatch.setenv("SPECDEC_LAB_HOSTS", "8")
     plans = _plans("inventories/lab.py", None)

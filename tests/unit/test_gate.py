@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import random
@@ -9,9 +10,17 @@ from typing import Any
 import pytest
 
 from specdec.errors import GateError
-from specdec.gate.decide import decide, decide_adaptive, load_policy, load_result
+from specdec.gate.decide import decide, load_policy, load_result
 from specdec.gate.rounds import BenchSettings, pick, round_bench
 from specdec.plan.types import GatePolicy
+
+# the gate's rounds without a host (benchmarks/gateloop.py, which the fingerprint drives too)
+_spec = importlib.util.spec_from_file_location(
+    "gateloop", Path(__file__).resolve().parents[2] / "benchmarks" / "gateloop.py")
+assert _spec is not None and _spec.loader is not None
+_gateloop = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_gateloop)
+decide_adaptive = _gateloop.abab
 
 N_TOK = 64
 CATS = {"chat": 16, "code": 16, "summarization": 12, "repetitive": 8}

@@ -1,4 +1,4 @@
-"""specdec.config.hostdata: typed, validated specdec_* keys; one-line errors naming host, key,
+"""specdec.plan.hostdata: typed, validated specdec_* keys; one-line errors naming host, key,
 value."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from specdec.config.hostdata import HostSettings, as_mapping, parse_host_settings
 from specdec.errors import ConfigError
+from specdec.plan.hostdata import HostSettings, as_mapping, parse_host_settings
 from specdec.plan.types import GatePolicy
 
 

@@ -7,10 +7,10 @@ from collections import Counter
 
 import pytest
 
-from specdec.config.hostdata import parse_hosts
 from specdec.config.inventory import load_inventory
 from specdec.errors import ConfigError
-from specdec.groups.inventory import groups_of
+from specdec.plan.groups import groups_of
+from specdec.plan.hostdata import parse_hosts
 from specdec_lab import fleet as labfleet
 from specdec_lab.spec import parse_lab_hosts
 

@@ -10,9 +10,9 @@ import shlex
 import pytest
 
 from specdec.config import hygiene
-from specdec.config.hostdata import RESERVED_ENV, parse_hosts
 from specdec.errors import ConfigError
-from specdec.groups.inventory import groups_of
+from specdec.plan.groups import groups_of
+from specdec.plan.hostdata import RESERVED_ENV, parse_hosts
 from specdec.plan.planner import make_plan, plan_host_settings
 from specdec.render.files import render
 from tests.unit.test_render import CASES, plan_for

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from specdec.cli import main
-from specdec.config.hostdata import parse_host_settings
 from specdec.errors import RolloutError
 from specdec.fleet import rollout as ro
+from specdec.plan.hostdata import parse_host_settings
 from specdec.report.fleet import load_reports, skipped_report, write_host_report
 
 

@@ -20,7 +20,7 @@ from specdec.fleet import rollout as ro
 from specdec.fleet import shard as sh
 from specdec.fleet.resume import to_resume
 from specdec.fleet.store import LocalStore, open_store, update_json
-from specdec.groups.inventory import Group
+from specdec.plan.groups import Group
 from specdec.report.fleet import load_reports, skipped_report, write_host_report
 from specdec.report.merge import merge_runs
 

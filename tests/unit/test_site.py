@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from specdec.config.hostdata import parse_host_settings, parse_hosts
 from specdec.errors import ConfigError
+from specdec.plan.hostdata import parse_host_settings, parse_hosts
 from specdec.plan.planner import make_plan
 from specdec.plan.sites import (
     DEFAULT_HUB,

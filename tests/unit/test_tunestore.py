@@ -119,7 +119,7 @@ def test_two_control_nodes_share_the_cache(tmp_path: Path, inventory: Path) -> N
     # plain pyinfra, from node B: the deploy's tune store is the same location
     deploy = tmp_path / "where.py"
     deploy.write_text("from specdec.roles.common import tune_store\n"
-                      "from specdec.config.hostdata import parse_host_settings\n"
+                      "from specdec.plan.hostdata import parse_host_settings\n"
                       "print('TUNE_CACHE=' + tune_store(parse_host_settings('h', {})).location)\n")
     local = tmp_path / "fleet" / "local.py"
     local.write_text("hosts = ['@local']\n")

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from specdec.config.hostdata import parse_hosts
-from specdec.groups.inventory import groups_of
 from specdec.host import guard
+from specdec.plan.groups import groups_of
+from specdec.plan.hostdata import parse_hosts
 from specdec.plan.planner import make_plan, plan_host_settings
 from specdec.render.files import render
 

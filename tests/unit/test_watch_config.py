@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from specdec.config.hostdata import parse_host_settings
 from specdec.engines.registry import engine_of
 from specdec.errors import ConfigError
+from specdec.plan.hostdata import parse_host_settings
 from specdec.plan.planner import plan_host_settings
 from specdec.watch.running import plan_from_json, time_scale
 from specdec.watch.ssh import connection

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from specdec.config.hostdata import parse_host_settings
 from specdec.engines.registry import engine_of
+from specdec.plan.hostdata import parse_host_settings
 from specdec.plan.planner import plan_host_settings
 from specdec.report.fleet import write_fleet, write_host_report
 from specdec.watch import marks, store

@@ -47,7 +47,7 @@ _LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?
 
 def parse_vllm(text: str) -> Counters:
     """Sum vLLM's spec-decode counters over label sets (engines, model names)."""
-    out, per_pos = Counters(), {}  # type: Counters, Dict[int, float]
+    out, per_pos = Counters(), {}  # type: Counters, dict[int, float]
     for line in text.splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
@@ -172,7 +172,7 @@ def spec_delta(before: Counters, after: Counters) -> dict[str, Any] | None:
 
 def diff_counters(before: Counters, after: Counters) -> Counters:
     """after − before as a Counters value (checked by `spec_delta` first)."""
-    pp = None  # type: Optional[Dict[int, float]]
+    pp = None  # type: dict[int, float] | None
     if after.per_pos is not None:
         prev = before.per_pos or {}
         pp = {k: v - prev.get(k, 0.0) for k, v in after.per_pos.items()}
@@ -183,7 +183,7 @@ def diff_counters(before: Counters, after: Counters) -> Counters:
 
 def add_counters(a: Counters, b: Counters) -> Counters:
     """Sum of two deltas-as-counters (used to aggregate levels)."""
-    pp = None  # type: Optional[Dict[int, float]]
+    pp = None  # type: dict[int, float] | None
     if a.per_pos is not None and b.per_pos is not None:
         pp = dict(a.per_pos)
         for k, v in b.per_pos.items():

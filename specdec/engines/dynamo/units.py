@@ -38,9 +38,8 @@ card's tokenizer and config from it, so no member needs another's files.
 
 from __future__ import annotations
 
-from specdec.engines.base import LOOPBACK
+from specdec.engines.base import LOOPBACK, member_reach
 from specdec.host import layout
-from specdec.plan.sockets import member_reach
 from specdec.plan.types import DynamoPlan, Plan
 from specdec.render import sandbox
 from specdec.render.unitfile import Specified, env_assignment, exec_line, secret_env_argv, template

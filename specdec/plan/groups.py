@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from specdec.config.settings import HostSettings
+from specdec.engines.base import member_reach
 from specdec.engines.registry import engine
 from specdec.errors import ConfigError
-from specdec.plan.sockets import member_reach
 from specdec.plan.types import Group, Plan
 
 __all__ = ["Group", "check_limit", "check_plans", "groups_of", "plans_by_group", "units"]

@@ -37,9 +37,9 @@ from specdec.bench.device_time import to_device_time
 from specdec.bench.metrics import spec_delta
 from specdec.errors import SpecdecError, one_line
 from specdec.gate.rounds import RoundBench
-from specdec.groups.members import GroupFailure, GroupOps, Member, stop_failing
 from specdec.host import layout, release
 from specdec.plan.types import Group
+from specdec.verify.members import GroupFailure, GroupOps, Member, stop_failing
 from specdec.verify.phases.bench import Bench, bench_summary
 from specdec.verify.phases.gate import Arm, run_gate
 from specdec.verify.phases.host import VerifyFailure, now_iso, upload_command
