@@ -1,5 +1,5 @@
-"""The `specdec` command line: one module per command group (`plan`, `bench`, `rollout`,
-`watch`), and the groups other packages register (the lab's `specdec lab`).
+"""The `specdec` command line: one module per command group (`plan`, `identify`, `bench`,
+`rollout`, `watch`), and the commands other packages register (the lab's `specdec lab`).
 
 May import every other package of specdec (it is the top layer); nothing imports it but
 ``specdec.__main__`` and the ``specdec`` script."""
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
@@ -17,47 +18,77 @@ from specdec.errors import SpecdecError
 
 __all__ = ["main"]
 
-# Each module defines register(subparsers) which adds its commands and sets
-# `func(args) -> int` on the parser via set_defaults(func=...).
-COMMAND_MODULES = (
-    "specdec.cli.plan",  # plan, render, identify
-    "specdec.cli.bench",  # bench, gate
-    "specdec.cli.rollout",  # rollout, report
-    "specdec.cli.watch",  # watch
-)
-# Other packages add command groups through this entry-point group (the lab: `specdec lab`).
+# Each command's module: register(subparsers) adds its commands and sets `func(args) -> int`
+# on each parser via set_defaults(func=...). Only the module of the command given is imported,
+# so `specdec identify` stays light (it runs on devices) and `--help` fast.
+COMMANDS = {
+    "plan": ("specdec.cli.plan", "show each host's plan (offline)"),
+    "render": ("specdec.cli.plan", "write one host's release files under a directory"),
+    "identify": ("specdec.cli.identify", "identify this machine (or a root) as a device"),
+    "bench": ("specdec.cli.bench", "benchmark an OpenAI-compatible server"),
+    "gate": ("specdec.cli.bench", "keep / disable / inconclusive from two bench results"),
+    "rollout": ("specdec.cli.rollout", "deploy batch by batch (canary first), stop on failures, "
+                                       "report"),
+    "report": ("specdec.cli.rollout", "print a rollout's fleet summary (Markdown)"),
+    "watch": ("specdec.cli.watch", "live acceptance and estimated speed-up per host, against "
+                                   "what the gate measured"),
+}
+# Other packages add commands through this entry-point group, one command per entry point of
+# that name (the lab: `specdec lab`).
 PLUGIN_GROUP = "specdec.commands"
 
 
-def _plugins() -> list[Callable[[Any], None]]:
-    """The ``register`` of every installed command plugin. A plugin whose package is not
-    installed (a product-only install has no ``specdec_lab``) is left out; any other import
-    error is a broken install and is raised."""
-    out = []
-    for ep in sorted(entry_points(group=PLUGIN_GROUP), key=lambda e: e.name):
+def _plugin(name: str) -> Callable[[Any], None] | None:
+    """The ``register`` of the installed plugin ``name``. None when its package is not
+    installed (a product-only install has no ``specdec_lab``); any other import error is a
+    broken install and is raised."""
+    for ep in entry_points(group=PLUGIN_GROUP, name=name):
         try:
-            out.append(ep.load())
+            register: Callable[[Any], None] = ep.load()
         except ModuleNotFoundError as exc:
             if exc.name != ep.module.split(".")[0]:
                 raise
-    return out
+            return None
+        return register
+    return None
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _plugin_names() -> list[str]:
+    return sorted(ep.name for ep in entry_points(group=PLUGIN_GROUP) if ep.name not in COMMANDS)
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The command word of ``argv`` (the first word that is not an option)."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word
+    return None
+
+
+def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
+    """The parser, with the full arguments of the command ``argv`` names (every command's,
+    when it names none: the help lists them all)."""
     parser = argparse.ArgumentParser(
         prog="specdec", description="Speculative decoding rollout for Jetson Orin and DGX Spark."
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).register(sub)
-    for register in _plugins():
-        register(sub)
+    chosen = _command_of(argv)
+    if chosen in COMMANDS:
+        importlib.import_module(COMMANDS[chosen][0]).register(sub)
+    plugins = _plugin_names()
+    for name in plugins:
+        if chosen in (name, None) and (register := _plugin(name)) is not None:
+            register(sub)
+    for name, (_, help_) in COMMANDS.items():
+        if name not in sub.choices:
+            sub.add_parser(name, help=help_)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(words)
+    args = parser.parse_args(words)
     try:
         return int(args.func(args) or 0)
     except SpecdecError as exc:
@@ -66,6 +97,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("specdec: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `specdec plan … | head`: the reader is gone, not an error of ours
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

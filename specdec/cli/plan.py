@@ -1,17 +1,15 @@
-"""``specdec plan``, ``specdec render`` and ``specdec identify`` (all offline)."""
+"""``specdec plan`` and ``specdec render`` (both offline)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from specdec.config.inventory import load_inventory
 from specdec.engines.registry import engine_of
 from specdec.errors import ConfigError
-from specdec.host.identify import parse_identity, read_identity_root
 from specdec.plan import sites, sockets
 from specdec.plan.groups import check_plans, groups_of, plans_by_group
 from specdec.plan.hostdata import parse_hosts
@@ -42,10 +40,6 @@ def register(subparsers: Any) -> None:
     r.add_argument("--out", required=True, metavar="DIR", help="output root (files keep paths)")
     r.set_defaults(func=cmd_render)
 
-    i = subparsers.add_parser("identify", help="identify this machine (or a root) as a device")
-    i.add_argument("--root", default="/", metavar="DIR", help="root to read identity files from")
-    i.add_argument("--json", action="store_true", help="machine-readable output")
-    i.set_defaults(func=cmd_identify)
 
 
 def _plans(inventory: str, limit: str | None, tune_cache: str | None = None) -> list[Plan]:
@@ -156,18 +150,4 @@ def cmd_render(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise ConfigError(f"--out={args.out!r}: cannot write {dest}: {exc.strerror}") from None
         print(dest)
-    return 0
-
-
-def cmd_identify(args: argparse.Namespace) -> int:
-    root = Path(args.root)
-    if not root.is_dir():
-        raise ConfigError(f"--root={args.root!r}: not a directory")
-    ident = parse_identity(read_identity_root(root))
-    if args.json:
-        print(json.dumps(ident.to_dict(), sort_keys=True))
-    else:
-        head, _, rest = ident.describe().partition(", ")
-        print(f"{head}: {rest}")
-    sys.stdout.flush()
     return 0
