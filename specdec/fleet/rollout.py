@@ -90,7 +90,6 @@ UNREACHABLE = "unreachable"
 # (pyinfra/api/util.py log_host_command_error: "Command socket/SSH error: ...").
 _LOST = re.compile(r"^\s*\[([A-Za-z0-9@/._-]+)\]\s+(Could not connect|SSH error|EOF error|"
                    r"Could not resolve hostname|Command socket/SSH error)\b(.*)$")
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = Path(str(resources.files("specdec.deploys"))) / "specdec.py"
 
 
@@ -266,7 +265,9 @@ def run_rollout(plan: RolloutPlan, runner: Runner = _subprocess_runner,
         if not batch:
             continue
         say(f"specdec rollout {tag}: batch {k}/{n}: {', '.join(batch)}")
-        rc, error, lost = _ran(runner(pyinfra_command(plan, batch), env, PROJECT_ROOT))
+        # pyinfra runs where the user runs specdec: its group data is the inventory's and the
+        # working directory's (as `specdec plan` reads it), never this package's examples
+        rc, error, lost = _ran(runner(pyinfra_command(plan, batch), env, Path.cwd()))
         failed, unreachable = _record_batch(plan, result, batch, (rc, error, lost), earlier)
         if rc != 0 and failed == 0 and unreachable == 0:
             say(f"specdec rollout: pyinfra exited {rc} although every host of batch {k} "

@@ -62,9 +62,11 @@ class FakePyinfra:
         self.calls: list[list[str]] = []
         self.envs: list[dict[str, str]] = []
         self.rc_override = rc_override
+        self.cwds: list[Path] = []
 
     def __call__(self, cmd: list[str], env: Any, cwd: Path) -> int:
         self.calls.append(cmd)
+        self.cwds.append(cwd)
         self.envs.append(dict(env))
         hosts = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--limit"]
         run_dir = Path(env["SPECDEC_REPORTS_DIR"]) / env["SPECDEC_RUN_ID"]
@@ -100,6 +102,18 @@ def test_all_good_runs_every_batch(tmp_path):
     assert all(e["SPECDEC_RUN_ID"] == "run1" for e in fake.envs)
     summary = (tmp_path / "reports" / "run1" / "summary.md").read_text()
     assert summary.count("| kept |") == 8
+
+
+def test_pyinfra_runs_in_the_users_directory(tmp_path, monkeypatch):
+    """pyinfra reads group data from the working directory and beside the inventory, as
+    `specdec plan` does: it runs where the user runs specdec, never in this package's checkout
+    (whose example group_data/ would apply to the user's groups of the same name)."""
+    user = tmp_path / "fleet"
+    user.mkdir()
+    monkeypatch.chdir(user)
+    fake = FakePyinfra({})
+    ro.run_rollout(make_plan(tmp_path, HOSTS[:2], batches="100%"), fake, say=lambda s: None)
+    assert fake.cwds == [user]
 
 
 def test_canary_failure_stops_and_skips_the_rest(tmp_path):
