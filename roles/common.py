@@ -25,7 +25,7 @@ from specdec.errors import SpecdecError, redact
 from specdec.plan import packages as hostpkgs
 from specdec.plan.groups import check_limit, check_plans, groups_of
 from specdec.plan.hostdata import parse_host_settings
-from specdec.plan.planner import baseline, gated_repos, plan_host_settings
+from specdec.plan.planner import baseline, missing_token, plan_host_settings
 from specdec.plan.sites import resolve as resolve_sites
 from specdec.plan.types import Group, Plan
 from specdec.render.files import Rendered, render
@@ -42,7 +42,6 @@ __all__ = [
     "HostSecrets",
     "SecretIO",
     "escalation",
-    "missing_token_message",
     "one_line",
     "plan_host",
     "prepare_host",
@@ -195,24 +194,14 @@ class SecretIO(BytesIO):
 
 
 def read_hf_token(settings: HostSettings) -> HiddenValue | None:
-    """The HF token on the control node: the file named by ``specdec_hf_token_file``, else
-    ``$HF_TOKEN``; None when neither is set. The value only ever travels as a `HiddenValue`."""
+    """The HF token on the control node (`specdec.config.hftoken.read_token`: the file named by
+    ``specdec_hf_token_file``, ``$HF_TOKEN``, or what ``hf auth login`` saved); None when there
+    is none. The value only ever travels as a `HiddenValue`."""
     try:
         token = read_token(settings.host, settings.hf_token_file)
     except SpecdecError as exc:
         raise DeployError(one_line(exc)) from None
     return HiddenValue(token) if token is not None else None
-
-
-def missing_token_message(hp: HostPlan) -> str | None:
-    """Why this host cannot be deployed without an HF token, or None."""
-    gated = gated_repos(hp.plan)
-    if not gated:
-        return None
-    return (
-        f"{hp.plan.host}: {', '.join(gated)} is gated on Hugging Face but no token is given: "
-        "set specdec_hf_token_file (a file on the control node) or $HF_TOKEN"
-    )
 
 
 def _prepare_one(h: Any, settings: HostSettings, token: HiddenValue | None,
@@ -228,7 +217,7 @@ def _prepare_one(h: Any, settings: HostSettings, token: HiddenValue | None,
     native = (settings.runtime or "docker") == "native"
     installed = h.get_fact(EngineVersions) if native else None
     hp = plan_host(settings, identity, installed, group)
-    if token is None and (msg := missing_token_message(hp)):
+    if msg := missing_token(hp.plan, token is not None):
         raise DeployError(msg)
     _check_service_user(h, settings)
     return dataclasses.replace(hp, secrets=with_group_secrets(secrets, settings, group)), token

@@ -8,6 +8,7 @@
      ├── BenchError       a benchmark that could not measure
      ├── GateError        malformed benchmark results or policy given to the gate
      └── RolloutError     a rollout that was refused or stopped
+    Problems (a ConfigError): every problem of one run's input, one line each
 
 (The lab adds its own, `specdec_lab.errors.LabError`.)
 
@@ -27,6 +28,7 @@ image ships it.)
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 __all__ = [
     "REDACTED",
@@ -41,6 +43,7 @@ __all__ = [
     "BenchError",
     "GateError",
     "RolloutError",
+    "Problems",
 ]
 
 REDACTED = "<redacted>"
@@ -95,3 +98,29 @@ class GateError(SpecdecError):
 
 class RolloutError(SpecdecError):
     exit_code = 2
+
+
+class Problems(ConfigError):
+    """Every problem one run found in its input, one line each (per host), so that a run with
+    three mistakes is fixed in one go: ``str`` is the lines joined by newlines."""
+
+    def __init__(self, lines: Sequence[str]) -> None:
+        self.lines = tuple(dict.fromkeys(one_line(line) for line in lines if line))
+        super().__init__("\n".join(self.lines))
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines)
+
+    @classmethod
+    def raise_if_any(cls, errors: Sequence[SpecdecError | str]) -> None:
+        """Raise the errors as one `Problems` (one alone: as itself)."""
+        if len(errors) == 1 and isinstance(errors[0], SpecdecError):
+            raise errors[0]
+        if errors:
+            raise cls([line for e in errors for line in _lines(e)])
+
+
+def _lines(error: SpecdecError | str) -> tuple[str, ...]:
+    if isinstance(error, Problems):
+        return error.lines
+    return (str(error),)

@@ -92,7 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except SpecdecError as exc:
-        print(f"specdec: error: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines():  # `Problems`: one line each
+            print(f"specdec: error: {line}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("specdec: interrupted", file=sys.stderr)

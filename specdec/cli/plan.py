@@ -7,17 +7,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from specdec.config.inventory import load_inventory
 from specdec.engines.registry import engine_of
 from specdec.errors import ConfigError
-from specdec.plan import sites, sockets
-from specdec.plan.groups import check_plans, groups_of, plans_by_group
-from specdec.plan.hostdata import parse_hosts
-from specdec.plan.planner import plan_host_settings
+from specdec.fleet.plans import plan_fleet
+from specdec.plan import sockets
+from specdec.plan.groups import plans_by_group
 from specdec.plan.types import Plan
 from specdec.render.files import render
-from specdec.tune.cache import apply_cached
-from specdec.tune.store import location, open_store
 
 __all__ = ["register"]
 
@@ -32,6 +28,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--tune-cache", metavar="DIR|URL",
                    help="the tune cache (default: $SPECDEC_TUNE_CACHE, else specdec_tune_cache "
                         "in host data, else tune-cache/ beside the inventory)")
+    p.add_argument("--data", action="append", default=None, metavar="KEY=VALUE",
+                   help="a host-data value over every host's (as pyinfra's and rollout's "
+                        "--data); repeatable")
     p.set_defaults(func=cmd_plan)
 
     r = subparsers.add_parser("render", help="write one host's release files under a directory")
@@ -42,19 +41,10 @@ def register(subparsers: Any) -> None:
 
 
 
-def _plans(inventory: str, limit: str | None, tune_cache: str | None = None) -> list[Plan]:
-    """Plans as the deploy makes them: through the site's mirror, with the tuned values of the
-    tune cache (the same location the deploy uses), if any."""
-    chosen = load_inventory(inventory, limit)
-    # groups and sites span the whole inventory
-    every = sites.resolve(parse_hosts(load_inventory(inventory) if limit else chosen))
-    names = {name for name, _ in chosen}
-    groups = groups_of(every)
-    plans = [apply_cached(plan_host_settings(s, None, group=groups.get(s.host)),
-                          open_store(location(tune_cache, inventory, s.tune_cache)), s.reverify)
-             for s in every if s.host in names]
-    check_plans(plans)
-    return plans
+def _plans(inventory: str, limit: str | None, tune_cache: str | None = None,
+           data: list[str] | None = None) -> list[Plan]:
+    """Plans as the deploy makes them (`specdec.fleet.plans`): every problem at once."""
+    return plan_fleet(inventory, limit, data or (), tune_cache).plans
 
 
 def _k(p: Plan) -> str:
@@ -97,7 +87,10 @@ def _short(text: str | None, n: int = 40) -> str:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    plans = _plans(args.inventory, args.limit, args.tune_cache)
+    for d in args.data or ():
+        if "=" not in d or not d.split("=", 1)[0].strip():
+            raise ConfigError(f"--data={d!r}: expected KEY=VALUE")
+    plans = _plans(args.inventory, args.limit, args.tune_cache, args.data)
     if args.json:
         print(json.dumps([plan_record(p) for p in plans], indent=2, sort_keys=True))
         return 0

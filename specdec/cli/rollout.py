@@ -16,9 +16,10 @@ from specdec.errors import RolloutError
 from specdec.fleet import rollout as ro
 from specdec.fleet import shard as sh
 from specdec.fleet.batches import Batch
+from specdec.fleet.plans import plan_fleet
 from specdec.fleet.resume import load_params, resume_round, to_resume
 from specdec.fleet.store import TLSFiles, open_store
-from specdec.plan.groups import Group, check_limit, groups_of, units
+from specdec.plan.groups import Group, check_limit, units
 from specdec.plan.sites import site_mirror_hosts
 from specdec.report.fleet import (
     check_run_id,
@@ -108,7 +109,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     if not inventory.is_file():
         raise RolloutError(f"inventory {args.inventory!r}: no such file")
     limit = _marked(str(inventory), root, opts.limit) if args.marked else opts.limit
-    settings, every, groups, names = _fleet(str(inventory), limit, opts.data)
+    settings, every, groups, names = _fleet(str(inventory), limit, opts.data, opts.tune)
     if args.resume:
         names = _resumed(args, run_id, left, names, groups, limit)
         if not names:
@@ -174,17 +175,16 @@ def _options(args: argparse.Namespace, params: dict[str, Any]) -> _Options:
                     else params.get("tune_cache"))
 
 
-def _fleet(inventory: str, limit: str | None, data: list[str]
+def _fleet(inventory: str, limit: str | None, data: list[str], tune: str | None
            ) -> tuple[list[HostSettings], list[HostSettings], dict[str, Group], list[str]]:
     """The targeted hosts' settings (checked), every host's, the serving groups and the
     targeted names (a limit may not split a group)."""
     loaded = load_inventory(inventory, limit)
-    settings = ro.check_hosts(loaded, data)
-    every = ro.parse_with_data(load_inventory(inventory), data) if limit else settings
-    groups = groups_of(every)
     names = [name for name, _ in loaded]
-    check_limit(groups, names)
-    return settings, every, groups, names
+    fleet = plan_fleet(inventory, limit, data, tune, files=True)  # every problem at once
+    check_limit(fleet.groups, names)
+    settings = [s for s in fleet.settings if s.host in names]
+    return settings, fleet.settings, fleet.groups, names
 
 
 def _resumed(args: argparse.Namespace, run_id: str, left: dict[str, str], names: list[str],

@@ -3,6 +3,7 @@ one-line `ConfigError` naming host, key and value (secret-looking values redacte
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -11,11 +12,24 @@ from specdec.config import hygiene
 from specdec.config.hygiene import show
 from specdec.errors import REDACTED, ConfigError
 
-__all__ = ["SECRET_MARKERS", "KeyReader", "key_text"]
+__all__ = ["SECRET_MARKERS", "KeyReader", "closest", "did_you_mean", "key_text"]
 
 # An engine env key containing one of these is a secret and belongs in /etc/specdec/hf_token.
 SECRET_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "KEY")
 _KEY = re.compile(r"[A-Za-z0-9_]{1,64}")
+
+
+def closest(value: str, choices: Collection[str]) -> str | None:
+    """The one of ``choices`` closest to ``value`` (case ignored), if any is close."""
+    lowered = {c.lower(): c for c in choices}
+    close = difflib.get_close_matches(value.lower(), list(lowered), n=1, cutoff=0.6)
+    return lowered[close[0]] if close else None
+
+
+def did_you_mean(value: str, choices: Collection[str], prefix: str = "") -> str:
+    """``"; did you mean X?"`` (``prefix`` + the closest of ``choices``), else ``""``."""
+    close = closest(value, choices)
+    return f"; did you mean {prefix}{close}?" if close else ""
 
 
 def key_text(key: Any) -> str:
@@ -50,7 +64,8 @@ class KeyReader:
             return None
         hygiene.check_text(self.host, key, value, max_len)
         if choices is not None and value not in choices:
-            raise self.fail(key, value, f"must be one of {', '.join(choices)}")
+            raise self.fail(key, value, f"must be one of {', '.join(choices)}"
+                            + did_you_mean(value, choices))
         return value
 
     def repo_id(self, key: str) -> str | None:

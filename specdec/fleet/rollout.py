@@ -43,15 +43,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from specdec.config.apikey import read_key
-from specdec.config.hftoken import read_token
-from specdec.config.pki import read_pem
 from specdec.config.settings import HostSettings
 from specdec.errors import RolloutError, redact
 from specdec.fleet.batches import Batch, batch_hosts, batch_units, exceeds, parse_batches
 from specdec.fleet.resume import CONVERGED
 from specdec.fleet.shard import Coordinator
-from specdec.plan.hostdata import parse_hosts
 from specdec.plan.planner import plan_host_settings
 from specdec.report.fleet import (
     REPORTS_ENV,
@@ -73,7 +69,6 @@ __all__ = [
     "RolloutResult",
     "batch_hosts",
     "batch_units",
-    "check_hosts",
     "check_reports_dir",
     "exceeds",
     "parse_batches",
@@ -347,46 +342,6 @@ def _skip_rest(plan: RolloutPlan, result: RolloutResult, k: int, why: str,
                                                        **plan.meta.get(h, {})), fleet=False)
         result.outcomes[h] = "skipped"
     say(f"specdec rollout: stopping after batch {k}; {len(rest)} host(s) untouched ({why})")
-
-
-def _cli_value(arg: str) -> Any:
-    """A ``--data`` value as pyinfra reads it (pyinfra 3.10, pyinfra_cli/util.py,
-    parse_cli_arg): true/false, an integer, JSON, else the string."""
-    if arg.lower() in ("true", "false"):
-        return arg.lower() == "true"
-    try:
-        return int(arg)
-    except ValueError:
-        pass
-    try:
-        return json.loads(arg)
-    except ValueError:
-        return arg
-
-
-def parse_with_data(hosts: Sequence[tuple[str, Mapping[str, Any]]],
-                    data: Sequence[str] = ()) -> list[HostSettings]:
-    """Every host's settings with the ``--data`` overrides (as the deploy will see them)."""
-    overrides = {k.strip(): _cli_value(v) for k, v in (d.split("=", 1) for d in data)}
-    return parse_hosts(hosts, overrides)
-
-
-def check_hosts(hosts: Sequence[tuple[str, Mapping[str, Any]]],
-                data: Sequence[str] = ()) -> list[HostSettings]:
-    """Refuse bad input before the first batch, as the deploy's prepare would: every host's
-    name, ``specdec_*`` data (with the ``--data`` overrides) and HF token. Raises `ConfigError`;
-    returns the hosts' settings."""
-    settings = []
-    for name, host_data in hosts:  # host by host: the first bad one is the error
-        s = parse_with_data([(name, host_data)], data)[0]
-        read_token(name, s.hf_token_file)
-        if s.api_key_file:  # a named key file must be there (the default one is made)
-            read_key(s.api_key_file, name)
-        if s.tls_cert_file and s.tls_key_file:
-            read_pem(s.tls_cert_file, "specdec_tls.cert", name)
-            read_pem(s.tls_key_file, "specdec_tls.key", name)
-        settings.append(s)
-    return settings
 
 
 def host_meta(s: HostSettings) -> dict[str, Any]:

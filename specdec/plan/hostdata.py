@@ -7,14 +7,13 @@ which.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from specdec.catalog import ENGINES, METHODS, RUNTIMES
 from specdec.config import hygiene
-from specdec.config.keys import SECRET_MARKERS, KeyReader, key_text
+from specdec.config.keys import SECRET_MARKERS, KeyReader, did_you_mean, key_text
 from specdec.config.settings import (
     BENCH_MODES,
     DEFAULT_BENCH_MODE,
@@ -27,7 +26,7 @@ from specdec.engines.base import Engine
 from specdec.engines.registry import ENGINES as ENGINE_IMPLS
 from specdec.engines.registry import engine as engine_named
 from specdec.engines.version import Version
-from specdec.errors import REDACTED, ConfigError, GateError, redact
+from specdec.errors import REDACTED, ConfigError, GateError, Problems, redact
 from specdec.gate.inputs import check_policy
 from specdec.host.layout import SERVICE_USER
 from specdec.plan.types import GatePolicy
@@ -69,9 +68,7 @@ def _check_unknown(host: str, data: Mapping[str, Any]) -> None:
     for key in sorted(k for k in data if isinstance(k, str) and k.startswith(PREFIX)):
         if key in KNOWN_KEYS:
             continue
-        names = [k[len(PREFIX):] for k in KNOWN_KEYS]
-        close = difflib.get_close_matches(key[len(PREFIX):], names, n=1, cutoff=0.6)
-        hint = f"; did you mean {PREFIX}{close[0]}?" if close else ""
+        hint = did_you_mean(key[len(PREFIX):], [k[len(PREFIX):] for k in KNOWN_KEYS], PREFIX)
         raise ConfigError(f"unknown key {KeyReader(host, data, KNOWN_KEYS).shown(key, data[key])}"
                           f"{hint}", host=host)
 
@@ -163,8 +160,7 @@ def _gate(r: KeyReader) -> GatePolicy:
     kwargs: dict[str, Any] = {}
     for name, val in value.items():
         if name not in _GATE_FIELDS:
-            close = difflib.get_close_matches(str(name), list(_GATE_FIELDS), n=1, cutoff=0.6)
-            hint = f"; did you mean {close[0]}?" if close else ""
+            hint = did_you_mean(str(name), _GATE_FIELDS)
             raise r.fail(f"{key}.{key_text(name)}", val, f"unknown gate field{hint}")
         field = f"{key}.{name}"
         if isinstance(getattr(GatePolicy(), name), int):
@@ -196,8 +192,7 @@ def _watch(r: KeyReader) -> str:
         raise r.fail(key, value, "must be a mapping like {action: report}")
     for name in value:
         if name != "action":
-            close = difflib.get_close_matches(str(name), ["action"], n=1, cutoff=0.6)
-            hint = f"; did you mean {close[0]}?" if close else ""
+            hint = did_you_mean(str(name), ["action"])
             raise ConfigError(f"{key}.{key_text(name)}={hygiene.show(value[name])}: unknown "
                               f"field{hint}", host=r.host)
     action = value.get("action", "report")
@@ -475,9 +470,47 @@ def _model_keys(r: KeyReader) -> dict[str, Any]:
 def parse_hosts(hosts: Iterable[tuple[str, Any]],
                 overrides: Mapping[str, Any] | None = None) -> list[HostSettings]:
     """Every host's settings, in order (``overrides``: values over each host's data, as
-    pyinfra's ``--data``); the first bad host raises."""
-    return [parse_host_settings(name, {**as_mapping(data), **(overrides or {})})
-            for name, data in hosts]
+    pyinfra's ``--data``); any bad key of any host raises `Problems`: every one of them."""
+    settings, errors = parse_hosts_all(hosts, overrides)
+    Problems.raise_if_any(errors)
+    return settings
+
+
+def parse_hosts_all(hosts: Iterable[tuple[str, Any]],
+                    overrides: Mapping[str, Any] | None = None
+                    ) -> tuple[list[HostSettings], list[ConfigError]]:
+    """The settings of the hosts whose data is good, and every bad key of the others."""
+    out: list[HostSettings] = []
+    errors: list[ConfigError] = []
+    for name, data in hosts:
+        settings, bad = parse_host_collect(name, {**as_mapping(data), **(overrides or {})})
+        errors += bad
+        if settings is not None:
+            out.append(settings)
+    return out, errors
+
+
+# `KeyReader.fail` and `specdec.config.hygiene` start a message with ``[unknown key ]KEY=…``.
+_BAD_KEY = re.compile(r"^(?:unknown key )?([A-Za-z_][A-Za-z0-9_]{0,63})=")
+
+
+def parse_host_collect(host: str, data: Any) -> tuple[HostSettings | None, list[ConfigError]]:
+    """`parse_host_settings`, every bad key reported: a key that fails is set aside and the
+    rest read again, until the data parses or an error names no key of it."""
+    mapping = dict(as_mapping(data))
+    errors: list[ConfigError] = []
+    while True:
+        try:
+            settings = parse_host_settings(host, mapping)
+        except ConfigError as exc:
+            errors.append(exc)
+            text = str(exc).removeprefix(f"{host}: ")
+            m = _BAD_KEY.match(text)
+            if m is None or m.group(1) not in mapping:
+                return None, errors
+            del mapping[m.group(1)]
+        else:
+            return (None if errors else settings), errors
 
 
 KNOWN_KEYS = tuple(

@@ -31,9 +31,10 @@ from specdec.plan.memory import fit, fit_problem, max_model_len_for
 from specdec.plan.method import MethodCandidate, candidates, one_layer, spec_tokens
 from specdec.plan.sites import mirror_image
 from specdec.plan.sockets import DEFAULT_LISTEN, plan_sockets
+from specdec.plan.suggest import instead, unknown_model
 from specdec.plan.types import ANY_NETWORK, K_MAX, DynamoPlan, FitReport, Group, Plan
 
-__all__ = ["DEFAULT_PORT", "baseline", "check_image", "gated_repos", "make_plan",
+__all__ = ["DEFAULT_PORT", "baseline", "check_image", "gated_repos", "make_plan", "missing_token",
            "plan_host_settings"]
 
 DEFAULT_PORT = 8000
@@ -46,12 +47,8 @@ def _custom_model(s: HostSettings, cat: Catalog, device: Device) -> Model:
     base = cat.models.get(s.model)
     if base is None:
         if s.model_params_b is None:
-            known = ", ".join(sorted(cat.models))
-            raise ConfigError(
-                f"specdec_model={s.model!r}: not in the catalog; set specdec_model_params_b "
-                f"(and optionally specdec_model_weight_gib) or use one of: {known}",
-                host=s.host,
-            )
+            raise ConfigError(f"specdec_model={s.model!r}: not in the catalog; "
+                              f"{unknown_model(cat, device, s.model)}", host=s.host)
         params = s.model_params_b
         # bf16 weights; KV scaled from an 8B-class model (131072 B/token) by sqrt(params / 8B).
         weight = s.model_weight_gib or params * 1e9 * 2 / GIB
@@ -179,7 +176,7 @@ def plan_host_settings(
     cands, cand_notes = candidates(s, cat, device, model)
     notes += cand_notes
     cands = runnable(s, rel.engine, rel.version, model, cands, notes)
-    choice = _memory_fit(s, device, model, cands, notes)
+    choice = _memory_fit(s, cat, device, model, cands, notes)
     tuning = _tuning(s, device, choice.cand, cands, rel.engine, notes)
     port = s.port or DEFAULT_PORT
     dyn = _group_part(s, group, rel, port, choice.cand.method, tuning.k, notes)
@@ -260,10 +257,17 @@ def _pinned_choice(s: HostSettings) -> bool:
     return s.method is not None or s.draft is not None
 
 
-def _memory_fit(s: HostSettings, device: Device, model: Model, cands: list[MethodCandidate],
-                notes: list[str]) -> _Choice:
-    """The first candidate that fits in memory (noted unless the method or draft is pinned)."""
-    choice = _first_fit(s, device, model, cands, notes)
+def _memory_fit(s: HostSettings, cat: Catalog, device: Device, model: Model,
+                cands: list[MethodCandidate], notes: list[str]) -> _Choice:
+    """The first candidate that fits in memory (noted unless the method or draft is pinned);
+    none does: the last one's problem, and what would fit."""
+    try:
+        choice = _first_fit(s, device, model, cands, notes)
+    except PlanError as exc:
+        length = s.max_model_len or min(device.max_model_len, model.max_context)
+        drafted = any(c.draft_weight_gib for c in cands)
+        raise PlanError(str(exc).removeprefix(f"{s.host}: ")
+                        + instead(cat, device, model, length, drafted), host=s.host) from None
     if not _pinned_choice(s):
         notes.append(f"method {choice.cand.method}: {choice.cand.why}, fits")
     return choice
@@ -462,3 +466,13 @@ def gated_repos(plan: Plan, catalog: Catalog | None = None) -> list[str]:
     """The repos this plan downloads that the catalog records as gated (they need a token)."""
     cat = catalog or load_catalog()
     return [r for r in (plan.model, plan.draft) if r and cat.is_gated(r)]
+
+
+def missing_token(plan: Plan, has_token: bool, catalog: Catalog | None = None) -> str | None:
+    """Why ``plan`` cannot be deployed without an HF token (one line), or None."""
+    gated = [] if has_token else gated_repos(plan, catalog)
+    if not gated:
+        return None
+    return (f"{plan.host}: {', '.join(gated)} is gated on Hugging Face but no token is given: "
+            "set specdec_hf_token_file (a file on the control node) or $HF_TOKEN, or run "
+            "`hf auth login` on this machine")

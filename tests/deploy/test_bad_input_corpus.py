@@ -191,6 +191,7 @@ def test_real_cli_refuses_with_exit_2(tmp_path: Path, hosts: str, env: dict[str,
 
 
 
+@pytest.mark.usefixtures("hf_token")  # the model is gated: the plan wants a token
 @pytest.mark.parametrize("name", [*TUNE_CASES, "good"])
 def test_tune_cache_entry_is_input(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                    capsys: pytest.CaptureFixture[str]) -> None:

@@ -20,7 +20,7 @@ INVENTORIES = sorted((ROOT / "inventories").glob("*.py"))
 
 def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     # PYTHONPATH: this checkout's specdec, also when cwd is elsewhere (not an installed one).
-    env = dict(os.environ, HF_TOKEN="hf_MARKERtoken123",
+    env = dict(os.environ, HF_TOKEN="hf_MARKERtoken123456789abcd",
                PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH"))
                                           if p))
     return subprocess.run([sys.executable, "-m", "specdec", *args], cwd=cwd, env=env,

@@ -45,6 +45,7 @@ def test_every_plan_that_fits_starts_in_the_engine(device: str) -> None:
     assert checked > 0
 
 
+@pytest.mark.usefixtures("hf_token")
 def test_every_lab_host_plans_and_starts(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     """The whole lab fleet (all 8 hosts and the Dynamo group): each plans, and each vLLM plan
     (Dynamo's workers run vLLM) starts."""

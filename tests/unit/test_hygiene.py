@@ -17,7 +17,7 @@ from specdec.config import hygiene
 from specdec.config.hftoken import read_token
 from specdec.engines.registry import engine as engine_named
 from specdec.errors import ConfigError, RenderError, redact
-from specdec.fleet.rollout import check_hosts
+from specdec.fleet.plans import plan_fleet
 from specdec.host import layout, release
 from specdec.plan.planner import make_plan
 from specdec.render.files import render
@@ -205,15 +205,18 @@ def test_hf_token_sources_share_one_validator(tmp_path: Path) -> None:
 def test_rollout_checks_hosts_with_data_overrides(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HF_TOKEN", raising=False)
-    ok = {"specdec_device": "agx-orin-64gb", "specdec_model": "Qwen/Qwen3-0.6B"}
-    check_hosts([("a-1", ok)], ["specdec_reverify=true"])
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # no token saved by hf auth login
+    inv = tmp_path / "inv.py"
+    inv.write_text('hosts = [("a-1", {"specdec_device": "agx-orin-64gb", '
+                   '"specdec_model": "Qwen/Qwen3-0.6B"})]\n')
+    plan_fleet(str(inv), data=["specdec_reverify=true"])
     with pytest.raises(ConfigError, match="^a-1: specdec_port=1: must be an integer"):
-        check_hosts([("a-1", ok)], ["specdec_port=1"])
+        plan_fleet(str(inv), data=["specdec_port=1"])
     with pytest.raises(ConfigError, match="^a-1: specdec_extra_args\\[0\\]='--port=2'"):
-        check_hosts([("a-1", ok)], ['specdec_extra_args=["--port=2"]'])
+        plan_fleet(str(inv), data=['specdec_extra_args=["--port=2"]'])
     monkeypatch.setenv("HF_TOKEN", "hf_bad token")
     with pytest.raises(ConfigError, match=r"^a-1: \$HF_TOKEN: does not hold a single token"):
-        check_hosts([("a-1", ok)])
+        plan_fleet(str(inv))
 
 
 def test_activate_waits_for_the_guards_lock(tmp_path: Path,

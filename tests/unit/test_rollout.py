@@ -197,6 +197,7 @@ def test_cli_used_run_id_refused(tmp_path, capsys):
     assert rc == 2 and "already used" in capsys.readouterr().err
 
 
+@pytest.mark.usefixtures("hf_token")
 def test_cli_rollout_end_to_end_with_fake_pyinfra(tmp_path, capsys, monkeypatch):
     fake = FakePyinfra({"orin-nano-01": "disabled"})
     real = ro.run_rollout

@@ -137,6 +137,7 @@ def test_resume_finishes_the_hosts_that_did_not_converge(tmp_path):
     assert json.loads((tmp_path / "reports/run1/hosts.json").read_text()) == HOSTS
 
 
+@pytest.mark.usefixtures("hf_token")
 def test_cli_resume(tmp_path, capsys, monkeypatch):
     fleet = Fleet(down={"agx-orin-01"})
     real = ro.run_rollout
@@ -357,6 +358,7 @@ def test_two_shards_over_etcd(tmp_path, etcd):
                                                                "unreachable": 1}
 
 
+@pytest.mark.usefixtures("hf_token")
 def test_cli_two_shards_share_the_default_store(tmp_path, monkeypatch, capsys):
     fleet = Fleet()
     real = ro.run_rollout

@@ -53,12 +53,14 @@ def test_the_wheel_ships_the_pyinfra_layer_and_not_the_lab_data_in_the_product(
 
 @pytest.mark.parametrize("inventory", ["jetsons.py", "spark.py"])
 def test_plan_and_render_without_the_lab_from_any_directory(venv: Path, tmp_path: Path,
-                                                             inventory: str) -> None:
+                                                             inventory: str, hf_token: str
+                                                             ) -> None:
     user = tmp_path / "fleet"
     (user / "inventories").mkdir(parents=True)
     shutil.copy(ROOT / "inventories" / inventory, user / "inventories" / inventory)
     shutil.copytree(ROOT / "group_data", user / "group_data")
-    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path),
+           "HF_TOKEN": hf_token}  # the examples' models are gated
     plan = subprocess.run([str(venv / "bin/specdec"), "plan", f"inventories/{inventory}",
                            "--json"], cwd=user, env=env, capture_output=True, text=True,
                           timeout=300)
