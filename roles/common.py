@@ -24,7 +24,7 @@ from specdec.engines.base import HostPackage
 from specdec.errors import SpecdecError, redact
 from specdec.plan import packages as hostpkgs
 from specdec.plan.groups import check_limit, check_plans, groups_of
-from specdec.plan.hostdata import parse_host_settings
+from specdec.plan.hostdata import parse_host_collect, parse_host_settings
 from specdec.plan.planner import baseline, missing_token, plan_host_settings
 from specdec.plan.sites import resolve as resolve_sites
 from specdec.plan.types import Group, Plan
@@ -244,12 +244,12 @@ _Prepared = dict[str, "tuple[HostPlan, HiddenValue | None] | DeployError"]
 
 
 def _settings(h: Any) -> HostSettings:
-    """The host's data; a host `specdec watch` marked (``specdec_watch: {action: reverify}``)
-    verifies again as with ``specdec_reverify: true``."""
-    try:
-        s = parse_host_settings(h.name, h.data)
-    except SpecdecError as exc:
-        raise DeployError(one_line(exc)) from None
+    """The host's data (every bad key of it in one `DeployError`, a line each); a host
+    `specdec watch` marked (``specdec_watch: {action: reverify}``) verifies again as with
+    ``specdec_reverify: true``."""
+    s, errors = parse_host_collect(h.name, h.data)
+    if s is None:
+        raise DeployError("\n".join(one_line(e) for e in errors))
     if not s.reverify and watch_marks.get(reports_root(), h.name) is not None:
         s = dataclasses.replace(s, reverify=True)
     return s
@@ -261,19 +261,23 @@ def _prepare_all(state: Any) -> _Prepared:
 
     Host names, host data and HF tokens are checked first, for every host of the run (also one
     pyinfra could not connect to), before any fact is gathered on any host: the first bad one,
-    in inventory order, stops them all.
+    every problem of every host, a line each, stops them all.
     """
     targeted = [h for h in state.inventory if state.is_host_in_limit(h)]
     settings: dict[str, HostSettings] = {}
     tokens: dict[str, HiddenValue | None] = {}
     secrets: dict[str, HostSecrets] = {}
-    for h in targeted:  # host by host: the first bad one (data, token, key) stops them all
+    bad: list[str] = []
+    for h in targeted:  # every host's problems (data, token, key), all of them stop the run
         try:
             settings[h.name] = _settings(h)
             tokens[h.name] = read_hf_token(settings[h.name])
             secrets[h.name] = read_host_secrets(settings[h.name])
         except DeployError as exc:
-            return {x.name: exc for x in state.inventory}
+            bad.append(str(exc))
+    if bad:
+        err = DeployError("\n".join(bad))
+        return {x.name: err for x in state.inventory}
     try:  # serving groups over the whole inventory; a group is targeted whole or not at all
         for h in state.inventory:
             if h.name not in settings:
@@ -312,7 +316,7 @@ def prepare_host(h: Any) -> tuple[HostPlan, HiddenValue | None]:
 
     The first host to get here prepares *every* host (the others wait): names, data and tokens
     of all targeted hosts first, then facts and plans of the active ones. If any host is bad,
-    every host raises the same one-line `DeployError` (the first bad host in inventory order).
+    every host raises the same `DeployError`: every problem found, a line each.
     This runs in pyinfra's prepare phase, which only gathers read-only facts, so no host has
     been changed when the run stops.
     """

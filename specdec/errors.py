@@ -93,7 +93,7 @@ class BenchError(SpecdecError):
 
 
 class GateError(SpecdecError):
-    pass
+    exit_code = 2
 
 
 class RolloutError(SpecdecError):

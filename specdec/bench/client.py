@@ -186,11 +186,11 @@ def _served_model(cfg: BenchConfig, server: ServerInfo) -> str:
     base = cfg.base_url
     if cfg.model is None:
         if len(server.models) != 1:
-            raise BenchError(f"{base} serves {len(server.models)} models "
+            raise ConfigError(f"{base} serves {len(server.models)} models "
                              f"({', '.join(server.models) or 'none'}); pick one with --model")
         return server.models[0]
     if cfg.model not in server.models:
-        raise BenchError(f"--model {cfg.model!r} is not served at {base} "
+        raise ConfigError(f"--model {cfg.model!r} is not served at {base} "
                          f"(served: {', '.join(server.models) or 'none'})")
     return cfg.model
 

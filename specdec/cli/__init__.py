@@ -11,7 +11,7 @@ import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
-from importlib.metadata import entry_points
+from importlib.metadata import PackageNotFoundError, entry_points, version
 from typing import Any
 
 from specdec.errors import SpecdecError
@@ -33,6 +33,13 @@ COMMANDS = {
     "watch": ("specdec.cli.watch", "live acceptance and estimated speed-up per host, against "
                                    "what the gate measured"),
 }
+EXIT_STATUS = """exit status:
+  0  done (gate: keep speculation)
+  1  a failure (a host failed, a server or a device misbehaved)
+  2  bad input (inventory, host data, flags, files): refused before any host changed
+  3  rollout: only unreachable hosts left (--resume finishes them); gate: disable speculation
+  4  gate: inconclusive (measure more)"""
+
 # Other packages add commands through this entry-point group, one command per entry point of
 # that name (the lab: `specdec lab`).
 PLUGIN_GROUP = "specdec.commands"
@@ -65,23 +72,36 @@ def _command_of(argv: Sequence[str]) -> str | None:
     return None
 
 
+def _version() -> str:
+    try:
+        return version("specdec")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The parser, with the full arguments of the command ``argv`` names (every command's,
-    when it names none: the help lists them all)."""
+    when it names none: the help lists them all, the plugins' apart, after the product's)."""
     parser = argparse.ArgumentParser(
-        prog="specdec", description="Speculative decoding rollout for Jetson Orin and DGX Spark."
+        prog="specdec", description="Speculative decoding rollout for Jetson Orin and DGX Spark.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"specdec {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     chosen = _command_of(argv)
     if chosen in COMMANDS:
         importlib.import_module(COMMANDS[chosen][0]).register(sub)
-    plugins = _plugin_names()
-    for name in plugins:
-        if chosen in (name, None) and (register := _plugin(name)) is not None:
-            register(sub)
     for name, (_, help_) in COMMANDS.items():
         if name not in sub.choices:
             sub.add_parser(name, help=help_)
+    product = len(sub._choices_actions)
+    for name in _plugin_names():
+        if chosen in (name, None) and (register := _plugin(name)) is not None:
+            register(sub)
+    extra = sub._choices_actions[product:]  # listed apart: not part of the product
+    del sub._choices_actions[product:]
+    parser.epilog = EXIT_STATUS + ("\n\ntest infrastructure (installed plugins):\n" + "\n".join(
+        f"  {a.dest:<10}  {a.help}" for a in extra) if extra else "")
     return parser
 
 

@@ -1,7 +1,9 @@
 """`specdec bench` and `specdec gate`.
 
 Both write their JSON only after success (to a temporary file, then renamed), so a failed run
-never leaves a partial result behind; failures are one line on stderr and exit status 1.
+never leaves a partial result behind; failures are one line on stderr, exit status 2 for bad
+input (flags, files, a model the server does not serve), 1 for anything else. `specdec gate`
+exits by its decision (`GATE_EXIT`), so a CI step can branch on it.
 """
 
 from __future__ import annotations
@@ -39,13 +41,17 @@ def write_json_atomic(path: str | Path, text: str) -> None:
         raise ConfigError(f"--json {path}: cannot write: {exc.strerror or exc}") from None
 
 
+# The gate's exit status by decision (1 and 2 stay failure and bad input).
+GATE_EXIT = {"keep": 0, "disable": 3, "inconclusive": 4}
+
+
 def _gate(args: argparse.Namespace) -> int:
     dec = decide(load_result(args.baseline), load_result(args.candidate), load_policy(args.policy))
     text = json.dumps(dec.to_dict(), indent=2)
     if args.json:
         write_json_atomic(args.json, text)
     print(text)
-    return 0
+    return GATE_EXIT[dec.decision]
 
 
 def _levels(text: str) -> tuple[int, ...]:
@@ -123,8 +129,9 @@ def _bench(args: argparse.Namespace) -> int:
 def register(sub: Any) -> None:
     g = sub.add_parser("gate", help="keep / disable / inconclusive from two bench results",
                        description="Decide whether speculation stays on, from a baseline and a "
-                                   "candidate `specdec bench --json` result (default policy: "
-                                   "seed 000).")
+                                   "candidate `specdec bench --json` result (the default policy "
+                                   "unless --policy). Exit status: 0 keep, 3 disable, "
+                                   "4 inconclusive, 2 bad input.")
     g.add_argument("baseline", help="bench JSON with speculation off")
     g.add_argument("candidate", help="bench JSON with speculation on")
     g.add_argument("--policy", default=None, help="YAML/JSON file of GatePolicy fields")

@@ -87,15 +87,16 @@ def plan_fleet(inventory: str, limit: str | None = None, data: Sequence[str] = (
     parsed, errors = parse_hosts_all(every_raw, overrides)
     problems: list[SpecdecError | str] = list(errors)
     names = [name for name, _ in chosen]
-    settings, groups = parsed, {}
+    settings, groups, grouped = parsed, {}, True
     try:  # groups and sites span the whole inventory
         settings = sites.resolve(parsed)
         groups = groups_of(settings)
     except SpecdecError as exc:
         problems.append(exc)
+        grouped = False
     plans = []
     for s in settings:
-        if s.host not in names:
+        if s.host not in names or (s.group and not grouped):  # a bad group: said once
             continue
         has_token, bad = check_inputs(s, files)
         problems += bad

@@ -386,7 +386,6 @@ def _assemble(s: HostSettings, device: Device, model: Model, rel: _Release, choi
         fit=choice.report,
         extra_args=s.extra_args,
         env=s.env,
-        fault=dict(s.env).get("SPECDEC_EMU_FAULT"),
         notes=tuple(notes),
         service_user=s.service_user,
         pinned=tuple(sorted(s.keys)),

@@ -167,7 +167,6 @@ class Plan:
     fit: FitReport
     extra_args: tuple[str, ...] = ()  # appended verbatim to the engine command line
     env: tuple[tuple[str, str], ...] = ()  # non-secret environment for the engine
-    fault: str | None = None  # lab only: engine emulator fault spec (see specdec_lab.emulator)
     notes: tuple[str, ...] = field(default=())  # why choices were made (for reports)
     service_user: str = "specdec"  # runs the engine (in the docker group for docker runtime)
     pinned: tuple[str, ...] = ()  # specdec_* keys the host data set (baseline keeps pinned values)
@@ -207,4 +206,6 @@ class Plan:
         d = self.to_dict()
         for k in ("host", "notes", "pinned"):
             d.pop(k)
+        # ids as they were when plans carried this env value as a field of its own
+        d["fault"] = dict(self.env).get("SPECDEC_EMU_FAULT")
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]

@@ -131,7 +131,7 @@ def test_pinned_values_kept() -> None:
     assert (p.gpu_memory_utilization, p.max_model_len, p.max_num_seqs, p.port) == (
         0.5, 2048, 2, 9000)
     assert p.extra_args == ("--enforce-eager",)
-    assert p.fault == "crash"
+    assert dict(p.env)["SPECDEC_EMU_FAULT"] == "crash"
     assert "specdec_gpu_memory_utilization" in p.pinned
 
 
