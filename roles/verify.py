@@ -53,6 +53,7 @@ from specdec.roles.lock import LockLost, connector_args, fail_command, release_n
 from specdec.roles.lock import skip_host as _skip_host
 from specdec.roles.serve import ServeResult
 from specdec.verify import verifier as sv
+from specdec.verify.progress import Progress
 from specdec.verify.spec import HostIO, Roofline, VerifySpec
 
 __all__ = ["PyinfraIO", "bench_settings", "make_io", "verify", "verify_spec"]
@@ -136,7 +137,8 @@ def _run_verify(spec: VerifySpec, state: Any, conn: dict[str, Any],
                 token: HiddenValue | None, result: dict[str, Any]) -> None:
     # The token travels masked (pyinfra may print a callback's arguments at -vvv).
     secret = token.unmask() if token is not None else None
-    verifier = sv.Verifier(spec, make_io(conn, spec))
+    verifier = sv.Verifier(spec, make_io(conn, spec),
+                           progress=Progress(spec.plan.host, secret=secret))
     try:
         rep = verifier.run(state)
     except LockLost as exc:  # another rollout owns the host now: change nothing more

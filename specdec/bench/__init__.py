@@ -15,7 +15,7 @@ too many failed requests, malformed SSE, server restarted mid-run, …).
 
 Both raise/print `specdec.errors.BenchError` (or `ConfigError` for bad arguments). The result is
 a dict: ``concurrency`` → level → vLLM-style keys (``median_tpot_ms``, ``output_throughput``,
-``p99_ttft_ms``, …) and the seed's (``tpot_ms_p50``, ``ttft_ms_p50``, ``throughput_tok_s``), plus
+``p99_ttft_ms``, …) and the gate's (``tpot_ms_p50``, ``ttft_ms_p50``, ``throughput_tok_s``), plus
 ``steady_output_throughput``, ``errors``, ``spec_decode`` (per level) and ``requests`` (per-request
 records paired by ``index``/``prompt_id`` in `specdec.gate.decide`); top-level ``spec_decode`` (all
 levels;

@@ -7,23 +7,48 @@ import json
 from pathlib import Path
 from typing import Any
 
+from specdec.config.inventory import excluding
 from specdec.engines.registry import engine_of
 from specdec.errors import ConfigError
-from specdec.fleet.plans import plan_fleet
+from specdec.fleet.plans import Fleet, plan_fleet
 from specdec.plan import sockets
+from specdec.plan.effects import effects, first_deploy
 from specdec.plan.groups import plans_by_group
+from specdec.plan.sites import site_mirror_hosts
 from specdec.plan.types import Plan
 from specdec.render.files import render
 
 __all__ = ["register"]
 
+COLUMNS = """columns:
+  HOST     the inventory's name
+  DEVICE   the catalog device (specdec_device)
+  ENGINE   the engine and its release
+  RUNTIME  docker (the image) or native (a venv on the host)
+  MODEL    the target model (a Hugging Face id)
+  METHOD   the speculative method; none: speculation off
+  DRAFT    the draft model or EAGLE head (-: none)
+  K        num_speculative_tokens; (auto): tuned on the host at the first deploy, (tuned): from
+           the tune cache; a/b-c:k per batch size where the engine schedules it
+  MEM      the fraction of device memory the engine may take (gpu_memory_utilization)
+  LEN      max_model_len: tokens of context per sequence
+  SEQS     max_num_seqs: sequences served at once
+  KV GiB   the KV cache left / what one sequence of LEN needs (target and draft)
+  RELEASE  the release's content id: the same id on a host means nothing to change"""
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
-        "plan", help="show each host's plan (offline; hosts must declare specdec_device)"
+        "plan", help="show each host's plan (offline; hosts must declare specdec_device)",
+        description="Each host's plan as the deploy will make it, offline: every problem of "
+                    "the inventory at once (one line each, exit 2), then the plans, the serving "
+                    "groups, the sockets and what a first deploy changes and costs.",
+        epilog=COLUMNS, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("inventory", metavar="INVENTORY", help="pyinfra inventory file")
     p.add_argument("--limit", metavar="HOST", help="host names, globs or groups (comma-separated)")
+    p.add_argument("--exclude", metavar="HOST",
+                   help="leave out these host names, globs or groups (comma-separated)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--tune-cache", metavar="DIR|URL",
                    help="the tune cache (default: $SPECDEC_TUNE_CACHE, else specdec_tune_cache "
@@ -41,10 +66,19 @@ def register(subparsers: Any) -> None:
 
 
 
-def _plans(inventory: str, limit: str | None, tune_cache: str | None = None,
-           data: list[str] | None = None) -> list[Plan]:
-    """Plans as the deploy makes them (`specdec.fleet.plans`): every problem at once."""
-    return plan_fleet(inventory, limit, data or (), tune_cache).plans
+def _print_effects(fleet: Fleet) -> None:
+    """Each host's first-deploy effects and duration estimate (`specdec.plan.effects`)."""
+    by_host = {s.host: s for s in fleet.settings}
+    mirrors = site_mirror_hosts(fleet.settings)
+    print("\nfirst deploy (what changes beyond the release, how long):")
+    keys = set()
+    for p in fleet.plans:
+        lines = effects(p, by_host[p.host], p.host in mirrors)
+        keys |= {line for line in lines if line.startswith("api key:")}
+        for line in (*(x for x in lines if x not in keys), first_deploy(p).text()):
+            print(f"  {p.host}: {line}")
+    for line in sorted(keys):  # one key for the fleet: said once
+        print(f"  {line}")
 
 
 def _k(p: Plan) -> str:
@@ -90,9 +124,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for d in args.data or ():
         if "=" not in d or not d.split("=", 1)[0].strip():
             raise ConfigError(f"--data={d!r}: expected KEY=VALUE")
-    plans = _plans(args.inventory, args.limit, args.tune_cache, args.data)
+    limit = excluding(args.inventory, args.limit, args.exclude)
+    fleet = plan_fleet(args.inventory, limit, args.data or (), args.tune_cache)
+    plans = fleet.plans
     if args.json:
-        print(json.dumps([plan_record(p) for p in plans], indent=2, sort_keys=True))
+        print(json.dumps([_json_record(fleet, p) for p in plans], indent=2, sort_keys=True))
         return 0
     rows = [["HOST", "DEVICE", "ENGINE", "RUNTIME", "MODEL", "METHOD", "DRAFT", "K", "MEM",
              "LEN", "SEQS", "KV GiB", "RELEASE"]]
@@ -109,7 +145,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(f"  {p.host}: {note}")
     _print_groups(plans)
     _print_sockets(plans)
+    _print_effects(fleet)
     return 0
+
+
+def _json_record(fleet: Fleet, p: Plan) -> dict[str, Any]:
+    """`plan_record` with the first deploy's effects and estimate."""
+    s = next(s for s in fleet.settings if s.host == p.host)
+    est = first_deploy(p)
+    return {**plan_record(p), "effects": effects(p, s, p.host in site_mirror_hosts(
+        fleet.settings)), "first_deploy": {"low_s": round(est.low_s), "high_s": round(
+            est.high_s), "engine_starts": list(est.restarts), "download_gib": round(
+                est.download_gib, 2)}}
 
 
 def _print_sockets(plans: list[Plan]) -> None:
@@ -129,7 +176,7 @@ def _print_groups(plans: list[Plan]) -> None:
 
 
 def cmd_render(args: argparse.Namespace) -> int:
-    plans = [p for p in _plans(args.inventory, None) if p.host == args.host]
+    plans = [p for p in plan_fleet(args.inventory).plans if p.host == args.host]
     if not plans:
         raise ConfigError(f"--host={args.host!r}: not in {args.inventory}")
     rendered = render(plans[0])

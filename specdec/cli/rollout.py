@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specdec.config.inventory import load_inventory
+from specdec.config.inventory import excluding, load_inventory
 from specdec.config.settings import HostSettings
 from specdec.errors import RolloutError
 from specdec.fleet import rollout as ro
@@ -50,6 +50,16 @@ def register(subparsers: Any) -> None:
                    help="stop when a batch's unreachable hosts exceed N%% (default 100; a "
                         "batch with no host reached always stops)")
     r.add_argument("--limit", metavar="HOST", help="host names, globs or groups (comma-separated)")
+    r.add_argument("--exclude", metavar="HOST",
+                   help="leave out these host names, globs or groups (comma-separated)")
+    r.add_argument("--dry", action="store_true",
+                   help="pyinfra --dry over the targeted hosts: what would change; nothing is "
+                        "changed and no report is written")
+    r.add_argument("--diff", action="store_true",
+                   help="pyinfra --diff: show how each changed text file changes (secrets are "
+                        "never shown)")
+    r.add_argument("-v", dest="verbose", action="count", default=0,
+                   help="pyinfra -v (meta), -vv (input), -vvv (output)")
     r.add_argument("--marked", action="store_true",
                    help="only the hosts `specdec watch` marked for re-verification")
     r.add_argument("--run-id", metavar="ID", help="report directory name (default: timestamp)")
@@ -102,6 +112,9 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         raise RolloutError(f"--parallel={args.parallel}: must be at least 1")
     if args.resume and args.run_id:
         raise RolloutError("--resume RUN and --run-id: give one (a resumed run keeps its id)")
+    if args.dry and (args.resume or args.shard):
+        raise RolloutError(f"--dry and {'--resume' if args.resume else '--shard'}: a dry run "
+                           "deploys nothing, so it has nothing to resume or share")
     root = ro.check_reports_dir(reports_root(args.reports))
     run_id, params, left = _run_id(args, root)
     opts = _options(args, params)
@@ -109,6 +122,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     if not inventory.is_file():
         raise RolloutError(f"inventory {args.inventory!r}: no such file")
     limit = _marked(str(inventory), root, opts.limit) if args.marked else opts.limit
+    limit = excluding(str(inventory), limit, args.exclude)
     settings, every, groups, names = _fleet(str(inventory), limit, opts.data, opts.tune)
     if args.resume:
         names = _resumed(args, run_id, left, names, groups, limit)
@@ -128,16 +142,25 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         run_id=run_id,
         reports_root=root,
         data=tuple(opts.data),
-        extra_args=("--parallel", str(args.parallel)) if args.parallel else (),
+        extra_args=_pyinfra_args(args),
         meta={s.host: ro.host_meta(s) for s in settings},
         resume=bool(args.resume) or bool(args.shard and ro.existing_run(root, run_id)),
         params=_params(args, opts, limit),
         tune_cache=opts.tune and location(explicit=opts.tune),
     )
+    if args.dry:
+        return ro.dry_run(plan)
     if args.resume:
         print(f"specdec rollout --resume {run_id}: {len(hosts)} host(s) to finish: "
               + ", ".join(f"{h} ({left.get(h, 'group')})" for h in hosts))
     return _finish(args, plan, ro.run_rollout(plan, coord=coord))
+
+
+def _pyinfra_args(args: argparse.Namespace) -> tuple[str, ...]:
+    """What is passed through to every pyinfra run: --parallel, --diff, -v."""
+    out: tuple[str, ...] = ("--parallel", str(args.parallel)) if args.parallel else ()
+    out += ("--diff",) if args.diff else ()
+    return out + (("-" + "v" * args.verbose,) if args.verbose else ())
 
 
 def _run_id(args: argparse.Namespace, root: Path) -> tuple[str, dict[str, Any], dict[str, str]]:

@@ -23,7 +23,7 @@ from typing import Any
 
 from specdec.errors import ConfigError
 
-__all__ = ["load_inventory"]
+__all__ = ["excluding", "load_inventory"]
 
 _Host = tuple[str, list[str], dict[str, Any]]
 
@@ -91,10 +91,12 @@ def _matches(name: str, groups: list[str], patterns: list[str]) -> bool:
     return any(p in groups or fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
-def load_inventory(path: str, limit: str | None = None) -> list[tuple[str, dict[str, Any]]]:
+def load_inventory(path: str, limit: str | None = None,
+                   flag: str = "--limit") -> list[tuple[str, dict[str, Any]]]:
     """Hosts of the inventory file as ``(name, merged data)``, in inventory order.
 
-    ``limit``: comma-separated host names, globs or group names (like ``pyinfra --limit``).
+    ``limit``: comma-separated host names, globs or group names (like ``pyinfra --limit``);
+    ``flag``: its name in the error when it matches nothing.
     """
     if not Path(path).is_file():
         raise ConfigError(f"inventory {path!r}: no such file")
@@ -111,10 +113,23 @@ def load_inventory(path: str, limit: str | None = None) -> list[tuple[str, dict[
     hosts = [(name, data) for name, groups, data in loaded
              if not patterns or _matches(name, groups, patterns)]
     if patterns and not hosts:
-        raise ConfigError(f"--limit={limit!r}: matches no host or group in {path}")
+        raise ConfigError(f"{flag}={limit!r}: matches no host or group in {path}")
     if not hosts:
         raise ConfigError(f"inventory {path!r}: no hosts")
     return hosts
+
+
+def excluding(path: str, limit: str | None, exclude: str | None) -> str | None:
+    """The ``--limit`` that targets what ``limit`` does without what ``exclude`` matches (host
+    names, globs or groups, comma-separated); ``limit`` itself when nothing is excluded."""
+    if not exclude:
+        return limit
+    gone = {name for name, _ in load_inventory(path, exclude, "--exclude")}
+    left = [name for name, _ in load_inventory(path, limit) if name not in gone]
+    if not left:
+        raise ConfigError(f"--exclude={exclude!r}: leaves no host of {path}"
+                          + (f" --limit {limit}" if limit else ""))
+    return ",".join(left)
 
 
 def _main(argv: list[str]) -> int:

@@ -283,6 +283,15 @@ def run_rollout(plan: RolloutPlan, runner: Runner = _subprocess_runner,
     return result
 
 
+def dry_run(plan: RolloutPlan, runner: Runner = _subprocess_runner) -> int:
+    """``pyinfra --dry`` over every targeted host at once: the operations a deploy would run
+    and the files it would change (with ``--diff`` among ``extra_args``, how); nothing is
+    changed and no run directory or report is written. pyinfra's exit status."""
+    rc, _, _ = _ran(runner(pyinfra_command(plan, plan.hosts) + ["--dry"], _deploy_env(plan),
+                           Path.cwd()))
+    return rc
+
+
 def _deploy_env(plan: RolloutPlan) -> dict[str, str]:
     """pyinfra's environment: ours, with the run id, the reports root and the tune cache."""
     env = dict(os.environ)

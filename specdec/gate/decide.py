@@ -1,4 +1,5 @@
-"""Keep / disable / inconclusive from benchmark results and a `GatePolicy` (seed 000's rule).
+"""Keep / disable / inconclusive from benchmark results and a `GatePolicy` (the default policy
+unless one is given).
 
 Seed 000: keep speculation when, at concurrency 1, ``throughput_tok_s`` is ≥ 30% higher *and*
 ``tpot_ms_p50`` is ≥ 20% lower; disable it when the gain is < 10% or ``throughput_tok_s``
@@ -152,7 +153,7 @@ class _Spec:
     name: str
     kind: str  # rate | median
     level: int
-    threshold: float  # as the seed states it
+    threshold: float  # as the default policy states it
     ratio_threshold: float  # the ratio candidate/baseline at the threshold
     sign: int  # +1: a larger ratio is better; -1: smaller (TPOT)
     comparison: str
@@ -179,7 +180,7 @@ def z_for(policy: GatePolicy) -> float:
 
 
 def _measured(s: _Spec, e: Estimate) -> tuple[float, tuple[float, float]]:
-    """The rule's figure as the seed states it (gain, reduction, change) and its interval."""
+    """The rule's figure as the policy states it (gain, reduction, change) and its interval."""
     if s.kind == "median":
         return 1.0 - e.ratio, (1.0 - e.hi, 1.0 - e.lo)
     return e.ratio - 1.0, (e.lo - 1.0, e.hi - 1.0)

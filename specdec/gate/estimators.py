@@ -2,7 +2,7 @@
 with a variance estimated from what was measured (pure).
 
 A gate round benchmarks both arms (baseline: speculation off; candidate) at each level the
-gate still needs. The seed's rule names population figures over the prompt set, so each arm's
+gate still needs. The default policy names population figures over the prompt set, so each arm's
 figure is estimated *stratified* by prompt category with the category weights ``W_h`` of the
 prompt set (the acceptance of speculation depends mostly on the category):
 

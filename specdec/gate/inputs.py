@@ -19,7 +19,7 @@ Result = Mapping[str, Any]
 
 
 def load_policy(path: str | Path | None) -> GatePolicy:
-    """GatePolicy from a YAML/JSON mapping of its fields (None: seed 000's defaults)."""
+    """GatePolicy from a YAML/JSON mapping of its fields (None: the default policy)."""
     if path is None:
         return GatePolicy()
     data = read_yaml(path, "policy", GateError)

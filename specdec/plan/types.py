@@ -15,6 +15,7 @@ ANY_NETWORK = ("0.0.0.0/0", "::/0")  # specdec_allow_from's default: the API nee
 
 
 K_MAX = 8  # the tune's search domain is k = 1..K_MAX (num_speculative_tokens: auto)
+POINTS_PER_METHOD = 4  # the tune measures at most three points and one repeat per method
 
 
 @dataclass(frozen=True)

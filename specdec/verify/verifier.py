@@ -31,7 +31,7 @@ import hashlib
 import json
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +92,8 @@ class Verifier:
     """One host's verification. `run` never raises for a verification failure: the outcome is
     in the returned report (``rolled_back``/``failed``/``held`` mean the host must be failed)."""
 
-    def __init__(self, spec: VerifySpec, io: HostIO) -> None:
+    def __init__(self, spec: VerifySpec, io: HostIO,
+                 progress: Callable[[str, str], None] | None = None) -> None:
         self.spec = spec
         self.io = io
         plan = spec.plan
@@ -111,7 +112,7 @@ class Verifier:
             "roofline": None,
             "power": spec.roofline.power if spec.roofline is not None else None,
         }
-        self.ctx = Ctx(spec, io, report, http_url(spec.address, plan.port))
+        self.ctx = Ctx(spec, io, report, http_url(spec.address, plan.port), progress=progress)
         self.report = report
         self.bench = Bench(self.ctx)
 
@@ -144,6 +145,7 @@ class Verifier:
         label = ("candidate" if running == spec.candidate else
                  "baseline" if running == spec.baseline_id else "release")
         ctx.arm(spec.plan.health_timeout_s)
+        ctx.phase = "health"
         wait_healthy(ctx, running, label)  # 1. health
         check_process(ctx, running, label)  # 2. process checks
         if spec.baseline_id is None or not spec.plan.speculative or not spec.benchmark:
@@ -152,12 +154,15 @@ class Verifier:
         cand = Arm(spec.candidate)
         first_baseline: dict[str, Any] | None
         if spec.tunes:  # 3.-4. tune, with the baseline benchmarked once for tune and gate
+            ctx.phase = "tune"
             tuned, first_baseline = run_tune(ctx, self.bench, base)
             cand = Arm(tuned.release, tuned.files)
             self.report["candidate_release"] = tuned.release
         else:  # 3. the baseline of an earlier run stands in for round 1 when cached
             first_baseline = self.bench.cached_baseline(base.release)
+        ctx.phase = "gate"
         dec, last = run_gate(ctx, self.bench, cand, base, first_baseline)  # 5. gate
+        ctx.phase = "commit"
         self._acceptance(last, cand.release)
         self._roofline()
         return commit.apply_decision(ctx, self.bench, dec, cand, base)  # 6. commit

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -178,3 +179,19 @@ def test_load_inventory_in_process_under_pyinfra() -> None:
             "h = dict(load_inventory('inventories/jetsons.py', 'orin_nx')); "
             "sys.exit(0 if h['orin-nx-01']['specdec_device'] == 'orin-nx-16gb' else 1)")
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=False).returncode == 0
+
+
+def test_version_and_help_list_the_lab_apart() -> None:
+    out = run("--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"specdec {version('specdec')}"
+    text = run("--help").stdout
+    product, _, plugins = text.partition("test infrastructure (installed plugins):")
+    assert "  plan " in product and "  rollout " in product and "  lab " not in product
+    assert plugins.strip().startswith("lab ")
+    assert "2  bad input" in product and "4  gate: inconclusive" in product
+
+
+def test_plan_help_explains_its_columns() -> None:
+    text = run("plan", "--help").stdout
+    for column in ("KV GiB", "MEM", "RELEASE", "LEN", "SEQS", "K "):
+        assert f"\n  {column}" in text, column

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from specdec.plan.hostdata import KNOWN_KEYS
+
 ROOT = Path(__file__).resolve().parents[2]
 README_MAX_LINES = 300
 # Pages other engineers are writing on their own branches (issue 28): linked already, merged by
@@ -94,3 +96,12 @@ def test_the_checks_can_fail(tmp_path: Path) -> None:
                                        "#top"]
     bad = [b.split(":")[0] for b in broken(page, tmp_path.resolve())]
     assert bad == ["b.md#nowhere", "c.md"]
+
+
+def test_the_configuration_reference_lists_every_key() -> None:
+    """docs/configuration.md has one row per key the code accepts (`KNOWN_KEYS`), no more."""
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    rows = re.findall(r"^\|\s*`(specdec_[a-z0-9_]+)`", text, re.M)
+    assert sorted(set(KNOWN_KEYS) - set(rows)) == [], "keys the page does not list"
+    assert sorted(set(rows) - set(KNOWN_KEYS)) == [], "rows of keys the code does not read"
+    assert len(rows) == len(set(rows)), Counter(rows).most_common(3)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from specdec.cli import main
 from specdec.errors import GateError
 from specdec.gate.decide import decide, load_policy, load_result
 from specdec.gate.rounds import BenchSettings, pick, round_bench
@@ -324,3 +325,25 @@ def test_round_bench_allocates_the_candidates_keep_level() -> None:
     r = round_bench(bs, pol, "candidate", 1, (1, 8), {"code": 0.6, "chat": 0.4})
     assert r.ids == (("code-01", "code-02", "chat-01", "chat-02"), ()) and r.requests == (4, 8)
     assert pick({"code": 1.0}, 2, []) == ("code-01", "code-02")
+
+
+@pytest.mark.parametrize(("candidate", "code"), [
+    (result(2.0, 1.6, seed=2), 0),      # keep
+    (result(0.8, 1.0, seed=3), 3),      # disable
+    (result(1.20, 1.2, seed=5), 4),     # inconclusive
+])
+def test_cli_gate_exits_by_decision(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                    candidate: dict[str, Any], code: int) -> None:
+    (tmp_path / "b.json").write_text(json.dumps(BASE))
+    (tmp_path / "c.json").write_text(json.dumps(candidate))
+    rc = main(["gate", str(tmp_path / "b.json"), str(tmp_path / "c.json")])
+    assert rc == code
+    assert json.loads(capsys.readouterr().out)["decision"] == {
+        0: "keep", 3: "disable", 4: "inconclusive"}[code]
+
+
+def test_cli_gate_bad_input_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "b.json").write_text("{not json")
+    rc = main(["gate", str(tmp_path / "b.json"), str(tmp_path / "missing.json")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "not valid JSON" in err and len(err.strip().splitlines()) == 1

@@ -237,3 +237,33 @@ def test_subprocess_runner_echoes_and_keeps_the_error(tmp_path, capsys):
     rc, err, _ = ro._subprocess_runner([sys.executable, "-c", code], {}, tmp_path)
     assert (rc, err) == (1, "h: boom")
     assert "--> Starting" in capsys.readouterr().out
+
+
+@pytest.mark.usefixtures("hf_token")
+def test_cli_passes_dry_diff_and_verbosity_to_pyinfra(tmp_path, capsys, monkeypatch):
+    """--dry: one pyinfra --dry over every targeted host, no run directory; --diff and -vv
+    reach every pyinfra run; --exclude leaves hosts (names, globs) out."""
+    fake = FakePyinfra({})
+    real = ro.dry_run
+    monkeypatch.setattr(ro, "dry_run", lambda plan: real(plan, fake))
+    rc = main(["rollout", "inventories/jetsons.py", "--reports", str(tmp_path), "--run-id",
+               "dry1", "--dry", "--diff", "-vv", "--exclude", "orin-nano-*"])
+    assert rc == 0 and len(fake.calls) == 1
+    cmd = fake.calls[0]
+    assert cmd[-1] == "--dry" and "--diff" in cmd and "-vv" in cmd
+    assert [cmd[i + 1] for i, a in enumerate(cmd) if a == "--limit"] == [
+        "agx-orin-01", "orin-nx-01"]
+    assert not (tmp_path / "dry1").exists()
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["--exclude", "nope"], "--exclude='nope': matches no host"),
+    (["--exclude", "orin*,agx*"], "leaves no host"),
+    (["--dry", "--shard", "1/2"], "--dry and --shard"),
+])
+def test_cli_bad_exclude_and_dry(tmp_path, capsys, monkeypatch, argv, needle):
+    monkeypatch.setattr(ro, "dry_run", lambda *a: pytest.fail("ran"))
+    monkeypatch.setattr(ro, "run_rollout", lambda *a, **k: pytest.fail("ran"))
+    rc = main(["rollout", "inventories/jetsons.py", "--reports", str(tmp_path), *argv])
+    err = capsys.readouterr().err
+    assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1, err

@@ -6,6 +6,7 @@ simulated: a restart starts the emulator for the current release, on 127.0.0.1."
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -27,6 +28,7 @@ from specdec.plan.types import FitReport, GatePolicy, Plan
 from specdec.render.files import engine_argv, render
 from specdec.tune.cache import apply_cached
 from specdec.tune.store import DirStore
+from specdec.verify.progress import Progress
 from specdec.verify.spec import FileSpec, VerifySpec
 from specdec.verify.verifier import (
     BenchSettings,
@@ -226,10 +228,18 @@ def test_tune_measures_k_on_the_host_and_the_next_plan_runs_the_verified_release
     host = make({}, c, b)
     sp = spec()
     assert sp.tunes and sp.plan.tune_methods[1] == ("ngram", None)
-    rep = Verifier(sp, host).run(_state(host, c, b))
+    shown = io.StringIO()
+    rep = Verifier(sp, host, progress=Progress("loop-1", stream=shown)).run(_state(host, c, b))
     assert rep["outcome"] in ("kept", "disabled"), rep["message"]
     tune = rep["tune"]
     ks = [(p["method"], p["k"]) for p in tune["measured"]]
+    # the terminal saw every event as it happened: phases, points (at most 4 per method), ETA
+    lines = shown.getvalue().splitlines()
+    assert len(lines) == len(rep["events"])
+    assert all(x.startswith("specdec: loop-1 +") for x in lines)
+    steps = [x for x in lines if " tune: measured " in x]
+    assert len(steps) >= len(ks) - 1 and "of at most 8 restarts" in steps[0]
+    assert "s left)" in steps[0] and any(" gate: " in x for x in lines)
     assert ks[:2] == [("eagle3", sp.plan.num_speculative_tokens), ("eagle3", 8)]
     assert ("ngram", 8) in ks
     assert 3 <= len(ks) <= 6  # a handful of points, not a sweep

@@ -7,37 +7,25 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.wheelenv import build_wheel, product_venv
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    dist = tmp_path_factory.mktemp("dist")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "--disable-pip-version-check", "-w", str(dist), str(ROOT)],
-                   check=True, capture_output=True, timeout=600)
-    return next(dist.glob("specdec-*.whl"))
+    return build_wheel(tmp_path_factory.mktemp("dist"))
 
 
 @pytest.fixture(scope="module")
 def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    env = tmp_path_factory.mktemp("wheel") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(env)], check=True, timeout=300)
-    subprocess.run([str(env / "bin/python"), "-m", "pip", "install", "-q",
-                    "--disable-pip-version-check", str(wheel)], check=True,
-                   capture_output=True, timeout=900)
-    site = Path(subprocess.run([str(env / "bin/python"), "-c",
-                                "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
-    shutil.rmtree(site / "specdec_lab")  # a product install needs none of the lab's files
-    yield env
+    yield product_venv(wheel, tmp_path_factory.mktemp("wheel") / "venv")
 
 
 def test_the_wheel_ships_the_pyinfra_layer_and_not_the_lab_data_in_the_product(

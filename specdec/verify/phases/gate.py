@@ -15,6 +15,7 @@ from specdec.gate.decide import Decision
 from specdec.gate.rounds import round_bench
 from specdec.verify.phases.bench import Bench
 from specdec.verify.phases.host import Ctx, VerifyFailure
+from specdec.verify.progress import eta_text
 from specdec.verify.spec import FileSpec
 
 __all__ = ["Arm", "run_gate"]
@@ -40,7 +41,8 @@ def run_gate(ctx: Ctx, bench: Bench, cand: Arm, base: Arm,
     scale: dict[int, float] = {}
     base_scale = 1.0
     dec: Decision | None = None
-    for n in range(1, max(1, pol.max_rounds) + 1):
+    t0, most = ctx.io.monotonic(), max(1, pol.max_rounds)
+    for n in range(1, most + 1):
         first = "baseline" if ctx.running == base.release else "candidate"
         for arm in (first, "candidate" if first == "baseline" else "baseline"):
             if len(rounds[arm]) >= n:
@@ -65,8 +67,9 @@ def run_gate(ctx: Ctx, bench: Bench, cand: Arm, base: Arm,
             break
         levels = dec.pending or None  # None: every level
         alloc, scale, base_scale = dec.allocation, dec.scale, dec.baseline_scale
-        ctx.event(f"round {n} inconclusive ({dec.reason}); measuring another round"
-                  + (f" of c={','.join(str(c) for c in dec.pending)}" if dec.pending else ""))
+        ctx.event(f"round {n} of at most {most} inconclusive ({dec.reason}); measuring another"
+                  + (f" of c={','.join(str(c) for c in dec.pending)}" if dec.pending else "")
+                  + eta_text(n, most, ctx.io.monotonic() - t0))
     assert dec is not None
     for arm in ("baseline", "candidate"):
         bench.summarise(arm, arms[arm].release, rounds[arm])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import shlex
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -53,6 +53,8 @@ class Ctx:
     running: str | None = None
     releases: set[str] = field(default_factory=set)
     last_good: str | None = None
+    progress: Callable[[str, str], None] | None = None  # (phase, line): the terminal's view
+    phase: str = "verify"  # what the progress lines say is going on
 
     @property
     def levels(self) -> list[int]:
@@ -61,7 +63,10 @@ class Ctx:
 
     # -- recording ---------------------------------------------------------------------------
     def event(self, text: str) -> None:
-        self.report["events"].append({"time": now_iso(), "message": one_line(text)})
+        line = one_line(text)
+        self.report["events"].append({"time": now_iso(), "message": line})
+        if self.progress is not None:
+            self.progress(self.phase, line)
 
     def measure(self, phase: str, name: str, value: Any, threshold: Any = None,
                 ok: bool | None = None, unit: str | None = None, **extra: Any) -> None:

@@ -15,13 +15,14 @@ from typing import Any
 from specdec.bench.prompts import builtin_prompts
 from specdec.engines.registry import engine_of
 from specdec.plan.planner import speculating
-from specdec.plan.types import Plan
+from specdec.plan.types import POINTS_PER_METHOD, Plan
 from specdec.render.files import render
 from specdec.tune.cache import entry_id, store, tuned_plan
 from specdec.tune.search import Config, Search, TuneResult, point_benches
 from specdec.verify.phases.bench import Bench
 from specdec.verify.phases.gate import Arm
 from specdec.verify.phases.host import Ctx, VerifyFailure
+from specdec.verify.progress import eta_text
 from specdec.verify.spec import FileSpec
 
 __all__ = ["Tuned", "per_batch_supported", "release_files", "run_tune"]
@@ -79,8 +80,14 @@ def _search(ctx: Ctx, bench: Bench, base: Arm, search: Search, start: Config
     except ValueError as exc:
         raise VerifyFailure("tune", str(exc)) from None
     cfg: Config | None = search.next() if search.order else start
+    spent, most = 0.0, POINTS_PER_METHOD * len(search.methods)
     while cfg is not None:
-        restarts += _point(ctx, bench, search, cfg, start)
+        t0 = ctx.io.monotonic()
+        restarted = _point(ctx, bench, search, cfg, start)
+        restarts += restarted
+        spent += ctx.io.monotonic() - t0
+        ctx.event(f"measured {cfg.label()} ({'a restart' if restarted else 'more rounds'}; "
+                  f"{restarts} of at most {most} restarts{eta_text(restarts, most, spent)})")
         cfg = search.next()
     return baseline, restarts
 

@@ -1,0 +1,32 @@
+"""A product install as a user gets it, for tests: the wheel built from this checkout, installed
+into a fresh virtual environment (its dependencies from PyPI), the lab's package deleted."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def build_wheel(dist: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                    "--disable-pip-version-check", "-w", str(dist), str(ROOT)],
+                   check=True, capture_output=True, timeout=600)
+    return next(dist.glob("specdec-*.whl"))
+
+
+def product_venv(wheel: Path, env: Path) -> Path:
+    """``env`` with the wheel installed and without ``specdec_lab`` (a product install needs
+    none of the lab's files)."""
+    subprocess.run([sys.executable, "-m", "venv", str(env)], check=True, timeout=300)
+    subprocess.run([str(env / "bin/python"), "-m", "pip", "install", "-q",
+                    "--disable-pip-version-check", str(wheel)], check=True,
+                   capture_output=True, timeout=900)
+    site = Path(subprocess.run([str(env / "bin/python"), "-c",
+                                "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    shutil.rmtree(site / "specdec_lab")
+    return env
