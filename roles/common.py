@@ -17,7 +17,7 @@ from pyinfra.api.exceptions import PyinfraError
 from pyinfra.context import ctx_host
 
 from specdec.catalog import load_catalog
-from specdec.config import apikey, pki
+from specdec.config import apikey, pki, state
 from specdec.config.hftoken import read_token
 from specdec.config.settings import HostSettings
 from specdec.engines.base import HostPackage
@@ -29,7 +29,7 @@ from specdec.plan.planner import baseline, missing_token, plan_host_settings
 from specdec.plan.sites import resolve as resolve_sites
 from specdec.plan.types import Group, Plan
 from specdec.render.files import Rendered, render
-from specdec.report.fleet import CACHE_DIR, reports_root, safe_name
+from specdec.report.fleet import CACHE_DIR, safe_name
 from specdec.roles.factcache import FACTS_MANIFEST, install, prefetch
 from specdec.roles.facts import DeviceIdentity, EngineVersions, UserAccount
 from specdec.tune.cache import apply_cached
@@ -157,6 +157,12 @@ def inventory_file() -> str | None:
     return inv if isinstance(inv, str) and Path(inv).is_file() else None
 
 
+def state_dir() -> Path:
+    """This inventory's state on the control node (`specdec.config.state`): the fact cache,
+    the verified baselines, watch marks."""
+    return state.for_inventory(inventory_file())
+
+
 def tune_store(settings: HostSettings) -> TuneStore:
     """The tune cache for this host (`specdec.tune.store`: the same location `specdec rollout`
     and `specdec plan` use for this inventory)."""
@@ -250,7 +256,7 @@ def _settings(h: Any) -> HostSettings:
     s, errors = parse_host_collect(h.name, h.data)
     if s is None:
         raise DeployError("\n".join(one_line(e) for e in errors))
-    if not s.reverify and watch_marks.get(reports_root(), h.name) is not None:
+    if not s.reverify and watch_marks.get(state_dir(), h.name) is not None:
         s = dataclasses.replace(s, reverify=True)
     return s
 
@@ -328,7 +334,7 @@ def prepare_host(h: Any) -> tuple[HostPlan, HiddenValue | None]:
         box = {"done": gevent.event.Event(), "results": None}
         st._specdec_prepared = box
         for x in st.inventory:  # every fact from here on read once per host per run
-            install(x, reports_root() / CACHE_DIR / safe_name(x.name) / FACTS_MANIFEST)
+            install(x, state_dir() / CACHE_DIR / safe_name(x.name) / FACTS_MANIFEST)
         try:
             box["results"] = _prepare_all(st)
         finally:

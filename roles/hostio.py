@@ -17,7 +17,8 @@ from specdec.bench import remote
 from specdec.config import apikey
 from specdec.config.readback import check_tree, parse_json
 from specdec.gate.rounds import RoundBench
-from specdec.report.fleet import reports_root, write_host_report
+from specdec.report.fleet import write_host_report
+from specdec.roles.common import state_dir
 from specdec.roles.lock import host_run, keep_lease, run_dir
 from specdec.verify import verifier as sv
 from specdec.verify.spec import VerifySpec
@@ -98,14 +99,14 @@ def last_verified(spec: VerifySpec) -> Path | None:
 
 def write_report(rep: dict[str, Any], secret: str | None, spec: VerifySpec | None = None) -> None:
     # a verified outcome answers a `specdec watch` reverify mark: recorded here, then cleared
-    mark = (watch_marks.get(reports_root(), str(rep.get("host")))
+    mark = (watch_marks.get(state_dir(), str(rep.get("host")))
             if rep.get("outcome") in sv.VERIFIED else None)
     if mark is not None:
         rep = {**rep, "watch_mark": mark}
     try:
         path = write_host_report(run_dir(), rep, secret)
         if mark is not None:
-            watch_marks.clear(reports_root(), str(rep.get("host")))
+            watch_marks.clear(state_dir(), str(rep.get("host")))
         last = last_verified(spec) if spec is not None else None
         if last is not None and rep.get("outcome") in sv.VERIFIED:
             last.parent.mkdir(parents=True, exist_ok=True)

@@ -44,8 +44,8 @@ from specdec.host.power import PowerState
 from specdec.host.release import ReleaseState, prune_doomed
 from specdec.host.release import remove as remove_releases
 from specdec.plan.types import http_url
-from specdec.report.fleet import reports_root, safe_name
-from specdec.roles.common import DeployError, HostPlan, tune_store
+from specdec.report.fleet import CACHE_DIR, safe_name
+from specdec.roles.common import DeployError, HostPlan, state_dir, tune_store
 from specdec.roles.facts import DeviceIdentity, JetsonPower, SpecdecReleases
 from specdec.roles.group import verify_serving_group
 from specdec.roles.hostio import PyinfraIO, previous_report, write_report
@@ -220,7 +220,7 @@ def verify_spec(hp: HostPlan, served: ServeResult, token: HiddenValue | None,
         benchmark=settings.verify,
         prior_current=prior.current,
         secret_sha256=sv.secret_sha256(secret),
-        cache_dir=reports_root() / "cache" / safe_name(host.name),
+        cache_dir=state_dir() / CACHE_DIR / safe_name(host.name),
         work_dir=run_dir() / "bench",
         bench=bench_settings(roofline),
         roofline=roofline,

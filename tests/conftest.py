@@ -14,6 +14,7 @@ def _control_state(tmp_path_factory: pytest.TempPathFactory,
     state.chmod(0o700)
     monkeypatch.setenv("SPECDEC_STATE_DIR", str(state))
     monkeypatch.delenv("SPECDEC_API_KEY_FILE", raising=False)
+    monkeypatch.delenv("SPECDEC_INVENTORY_STATE", raising=False)
     monkeypatch.setenv("HF_HOME", str(tmp_path_factory.mktemp("hf-home")))
     monkeypatch.delenv("HF_TOKEN_PATH", raising=False)
 

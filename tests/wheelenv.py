@@ -3,6 +3,7 @@ into a fresh virtual environment (its dependencies from PyPI), the lab's package
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -20,13 +21,16 @@ def build_wheel(dist: Path) -> Path:
 
 def product_venv(wheel: Path, env: Path) -> Path:
     """``env`` with the wheel installed and without ``specdec_lab`` (a product install needs
-    none of the lab's files)."""
+    none of the lab's files). pip runs outside the checkout and without ``$PYTHONPATH``: a
+    checkout's ``specdec.egg-info`` on the path reads as installed, and pip skips the wheel."""
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     subprocess.run([sys.executable, "-m", "venv", str(env)], check=True, timeout=300)
     subprocess.run([str(env / "bin/python"), "-m", "pip", "install", "-q",
                     "--disable-pip-version-check", str(wheel)], check=True,
-                   capture_output=True, timeout=900)
+                   capture_output=True, timeout=900, cwd=env, env=clean)
     site = Path(subprocess.run([str(env / "bin/python"), "-c",
                                 "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
+                               capture_output=True, text=True, check=True, cwd=env, env=clean
+                               ).stdout.strip())
     shutil.rmtree(site / "specdec_lab")
     return env

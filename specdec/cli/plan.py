@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from specdec.config import state
 from specdec.config.inventory import excluding
 from specdec.engines.registry import engine_of
 from specdec.errors import ConfigError
@@ -49,10 +50,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--limit", metavar="HOST", help="host names, globs or groups (comma-separated)")
     p.add_argument("--exclude", metavar="HOST",
                    help="leave out these host names, globs or groups (comma-separated)")
+    p.add_argument("--state", metavar="DIR", help="the inventory's state (its tune cache "
+                   "among it; default: one directory per inventory, see specdec rollout --help)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--tune-cache", metavar="DIR|URL",
                    help="the tune cache (default: $SPECDEC_TUNE_CACHE, else specdec_tune_cache "
-                        "in host data, else tune-cache/ beside the inventory)")
+                        "in host data, else tune-cache/ in the inventory's state)")
     p.add_argument("--data", action="append", default=None, metavar="KEY=VALUE",
                    help="a host-data value over every host's (as pyinfra's and rollout's "
                         "--data); repeatable")
@@ -124,6 +127,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for d in args.data or ():
         if "=" not in d or not d.split("=", 1)[0].strip():
             raise ConfigError(f"--data={d!r}: expected KEY=VALUE")
+    state.use(args.inventory, args.state)
     limit = excluding(args.inventory, args.limit, args.exclude)
     fleet = plan_fleet(args.inventory, limit, args.data or (), args.tune_cache)
     plans = fleet.plans

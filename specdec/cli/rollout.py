@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specdec.config import state
 from specdec.config.inventory import excluding, load_inventory
 from specdec.config.settings import HostSettings
 from specdec.errors import RolloutError
@@ -34,7 +35,11 @@ from specdec.report.merge import merge_runs
 from specdec.tune.store import location
 from specdec.watch.marks import marked
 
-__all__ = ["register"]
+__all__ = ["STATE_HELP", "register"]
+
+STATE_HELP = ("the inventory's state: fact cache, verified baselines, watch marks, tune cache "
+              "(default: $SPECDEC_INVENTORY_STATE, else one directory per inventory under "
+              "$SPECDEC_STATE_DIR or ~/.local/state/specdec)")
 
 
 def register(subparsers: Any) -> None:
@@ -66,6 +71,7 @@ def register(subparsers: Any) -> None:
     r.add_argument("--resume", metavar="RUN",
                    help="finish run RUN: deploy its hosts that did not converge, same run id")
     r.add_argument("--reports", metavar="DIR", help="reports root (default: ./reports)")
+    r.add_argument("--state", metavar="DIR", help=STATE_HELP)
     r.add_argument("--data", action="append", default=None, metavar="KEY=VALUE",
                    help="pass to pyinfra --data (e.g. specdec_reverify=true); repeatable")
     r.add_argument("--parallel", type=int, metavar="N",
@@ -82,7 +88,7 @@ def register(subparsers: Any) -> None:
     r.add_argument("--store-key", metavar="FILE", help="client key for etcd")
     r.add_argument("--tune-cache", metavar="DIR|URL",
                    help="the tune cache (default: $SPECDEC_TUNE_CACHE, else specdec_tune_cache "
-                        "in host data, else tune-cache/ beside the inventory)")
+                        "in host data, else tune-cache/ in the inventory's state)")
     r.set_defaults(func=cmd_rollout)
 
     p = subparsers.add_parser("report", help="print a rollout's fleet summary (Markdown)")
@@ -121,7 +127,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     inventory = Path(args.inventory)
     if not inventory.is_file():
         raise RolloutError(f"inventory {args.inventory!r}: no such file")
-    limit = _marked(str(inventory), root, opts.limit) if args.marked else opts.limit
+    state_dir = state.use(inventory, args.state)
+    limit = _marked(str(inventory), state_dir, opts.limit) if args.marked else opts.limit
     limit = excluding(str(inventory), limit, args.exclude)
     settings, every, groups, names = _fleet(str(inventory), limit, opts.data, opts.tune)
     if args.resume:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from specdec.config import state
 from specdec.config.inventory import load_inventory
 from specdec.errors import ConfigError
 from specdec.plan.groups import groups_of
@@ -43,6 +44,8 @@ def register(subparsers: Any) -> None:
                         "*.prom) at every look")
     w.add_argument("--duration", metavar="S", help="stop after S seconds (default: never)")
     w.add_argument("--reports", metavar="DIR", help="reports root (default: ./reports)")
+    w.add_argument("--state", metavar="DIR", help="the inventory's state, where reverify marks "
+                   "go (default: one directory per inventory, see specdec rollout --help)")
     w.set_defaults(func=cmd_watch)
 
 
@@ -92,7 +95,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
         raise ConfigError(f"inventory {args.inventory!r}: no such file")
     found = targets(args.inventory, args.limit)
     opts = Options(interval_s=interval, window_s=window, min_draft_tokens=min_drafted,
-                   once=args.once, reports=reports_root(args.reports))
+                   once=args.once, reports=reports_root(args.reports),
+                   state=state.use(args.inventory, args.state))
     server = None
     if address is not None:
         try:

@@ -17,6 +17,7 @@ import secrets
 import string
 from pathlib import Path
 
+from specdec.config import state
 from specdec.config.hygiene import show
 from specdec.errors import ConfigError
 
@@ -26,18 +27,13 @@ __all__ = ["KEY", "KEY_ENV_FILE", "check_key", "default_key_file", "ensure_key",
 KEY = re.compile(r"sdk_[A-Za-z0-9]{20,200}")
 MAX_FILE_BYTES = 4096
 KEY_ENV_FILE = "SPECDEC_API_KEY_FILE"  # the key file, for tools outside a deploy
-STATE_ENV = "SPECDEC_STATE_DIR"
+STATE_ENV = state.STATE_ENV
 _ALPHABET = string.ascii_letters + string.digits
 
 
 def state_dir() -> Path:
-    """The control node's own state (generated keys, serving groups' CAs):
-    ``$SPECDEC_STATE_DIR``, else ``$XDG_STATE_HOME/specdec``, else ``~/.local/state/specdec``."""
-    env = os.environ.get(STATE_ENV)
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_STATE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".local" / "state") / "specdec"
+    """The control node's own state (generated keys, serving groups' CAs): `state.root`."""
+    return state.root()
 
 
 def default_key_file() -> Path:

@@ -1,7 +1,7 @@
 """Where the tune cache lives: one stated location for every entry point, and the store there.
 
-The tune cache is fleet state, not a control node's: ``specdec rollout``, a plain ``pyinfra``
-run and ``specdec plan`` read and write the same location, whichever directory they run from.
+The tune cache is the inventory's state: ``specdec rollout``, a plain ``pyinfra`` run and
+``specdec plan`` read and write the same location, whichever directory they run from.
 The location is, first found:
 
 1. ``--tune-cache`` (``specdec rollout`` / ``specdec plan``; passed on to pyinfra as the
@@ -9,9 +9,8 @@ The location is, first found:
 2. ``$SPECDEC_TUNE_CACHE``;
 3. ``specdec_tune_cache`` in the host's data (relative paths: from the inventory file's
    directory, like the inventory's own files);
-4. ``tune-cache/`` beside the inventory file (``inventories/tune-cache/`` for
-   ``inventories/jetsons.py``); with no inventory file (a host list),
-   ``$XDG_STATE_HOME/specdec/tune-cache``.
+4. ``tune-cache/`` in the inventory's state directory (`specdec.config.state`), unless a
+   ``tune-cache/`` beside the inventory file holds one already (where it lived before).
 
 A location is a directory (`DirStore`), or a URL whose scheme a store was registered for
 (`register_scheme`: the shard work backs one with etcd). A store holds one JSON text per entry
@@ -28,6 +27,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol
 
+from specdec.config import state
 from specdec.errors import ConfigError
 
 __all__ = ["DEFAULT_NAME", "ENV", "KEY", "MAX_ENTRY_BYTES", "DirStore", "TuneStore", "as_store",
@@ -158,7 +158,6 @@ def location(explicit: str | None = None, inventory: str | Path | None = None,
         if not path.is_absolute():
             path = (base or Path.cwd()) / path
         return str(Path(os.path.normpath(path)))
-    if inv_dir is not None:
+    if inv_dir is not None and (inv_dir / DEFAULT_NAME).is_dir():
         return str(inv_dir / DEFAULT_NAME)
-    state = env.get("XDG_STATE_HOME", "").strip() or str(Path.home() / ".local" / "state")
-    return str(Path(state) / "specdec" / DEFAULT_NAME)
+    return str(state.for_inventory(inv, env=env) / DEFAULT_NAME)

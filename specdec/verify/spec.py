@@ -67,7 +67,7 @@ class VerifySpec:
     benchmark: bool = True  # False (specdec_verify=false): health and process checks only
     prior_current: str | None = None  # `current` before this deploy changed anything
     secret_sha256: str | None = None  # of the HF token; the token itself never comes here
-    cache_dir: Path | None = None  # baseline bench cache (reports/cache/<host>)
+    cache_dir: Path | None = None  # baseline bench cache (<inventory state>/cache/<host>)
     work_dir: Path | None = None  # where bench JSONs of this run go
     bench: BenchSettings = field(default_factory=BenchSettings)
     roofline: Roofline | None = None

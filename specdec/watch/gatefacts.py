@@ -70,10 +70,12 @@ def _num(x: Any) -> float | None:
         else None
 
 
-def load_gate_report(root: Path, host: str) -> tuple[dict[str, Any], Path] | None:
-    """The host's last deciding report: ``reports/cache/<host>/last-verified.json`` (written by
-    the deploy for every verified outcome), else the newest run's report with such an outcome."""
-    last = root / CACHE_DIR / safe_name(host) / "last-verified.json"
+def load_gate_report(root: Path, host: str, state: Path | None = None
+                     ) -> tuple[dict[str, Any], Path] | None:
+    """The host's last deciding report: ``cache/<host>/last-verified.json`` of the inventory's
+    ``state`` (written by the deploy for every verified outcome; else under ``root``), else the
+    newest run's report under ``root`` (the reports) with such an outcome."""
+    last = (state or root) / CACHE_DIR / safe_name(host) / "last-verified.json"
     try:
         doc = json.loads(last.read_text())
         if isinstance(doc, dict) and doc.get("outcome") in VERIFIED:

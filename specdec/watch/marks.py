@@ -1,5 +1,6 @@
 """Hosts `specdec watch` marked for re-verification (``specdec_watch: {action: reverify}``), on
-the control node: ``reports/cache/<host>/reverify.json``. Nothing changes on the host: the next
+the control node: ``cache/<host>/reverify.json`` of the inventory's state directory
+(`specdec.config.state`). Nothing changes on the host: the next
 deploy to a marked host verifies it again as ``specdec_reverify: true`` would (the benchmark, the
 tune and the gate, behind the release guard), and a verified outcome clears the mark
 (``roles/verify.py``). ``specdec rollout --marked`` limits a rollout to the marked hosts."""

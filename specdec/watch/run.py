@@ -57,6 +57,7 @@ class Options:
     confirm: int = 2
     once: bool = False
     reports: Path = Path("reports")
+    state: Path | None = None  # the inventory's state: where reverify marks go (None: none)
     poll_s: float | None = None  # reader poll period, wall (default: interval/4, 0.25..1 s)
     refresh_html: bool = True
 
@@ -183,7 +184,7 @@ class Watch:
 
     def _gate(self, host: str) -> None:
         """The host's deciding report, read again when the deploy wrote a new one."""
-        found = load_gate_report(self.opts.reports, host)
+        found = load_gate_report(self.opts.reports, host, self.opts.state)
         stamp = None
         if found is not None:
             with contextlib.suppress(OSError):
@@ -248,7 +249,7 @@ class Watch:
                 self._gate(host)
         with store.locked(self.opts.reports):
             for mon in self.monitors.values():
-                mon.look(now, self.opts.reports)
+                mon.look(now, self.opts.state)
                 rows.append(mon.row(now))
             store.save(self.opts.reports, self._doc())
         if self.opts.refresh_html:

@@ -39,6 +39,7 @@ def on(monkeypatch, tmp_path):
     """The lock and verify roles switched on for @fake hosts; the run's report directory."""
     monkeypatch.setattr("specdec.roles.lock.SKIP_ON_FAKE_CONNECTOR", False)
     monkeypatch.setenv("SPECDEC_REPORTS_DIR", str(tmp_path / "reports"))
+    monkeypatch.setenv("SPECDEC_INVENTORY_STATE", str(tmp_path / "reports"))  # caches, marks
     monkeypatch.setenv("SPECDEC_RUN_ID", "t1")
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     return tmp_path / "reports" / "t1"

@@ -76,6 +76,15 @@ class PyinfraRun:
         return f"rc={self.rc} changed={self.changed[:12]} errors={self.errors[:6]}\n{tail}"
 
 
+def _state_beside(env: dict[str, str], reports: str | None = None) -> dict[str, str]:
+    """A run's inventory state (fact cache, baselines, marks) beside its reports, as it was
+    before the state moved to a directory per inventory: each test's runs stay independent."""
+    where = reports or env.get("SPECDEC_REPORTS_DIR")
+    if where and "SPECDEC_INVENTORY_STATE" not in env:
+        env["SPECDEC_INVENTORY_STATE"] = str(Path(where).resolve())
+    return env
+
+
 def parse_pyinfra(argv: list[str], rc: int, output: str, seconds: float) -> PyinfraRun:
     run = PyinfraRun(argv, rc, output, seconds)
     op = "?"
@@ -117,9 +126,10 @@ class LabFleet:
 
     def specdec(self, *args: str, env: Mapping[str, str] | None = None,
                 timeout: float = 900) -> subprocess.CompletedProcess[str]:
+        reports = args[args.index("--reports") + 1] if "--reports" in args else None
         return subprocess.run([sys.executable, "-m", "specdec", *args], cwd=ROOT,
-                              env={**self.env, **(env or {})}, capture_output=True, text=True,
-                              timeout=timeout, check=False)
+                              env=_state_beside({**self.env, **(env or {})}, reports),
+                              capture_output=True, text=True, timeout=timeout, check=False)
 
     def pyinfra(self, *extra: str, deploy: str = DEPLOY, env: Mapping[str, str] | None = None,
                 timeout: float = 1800) -> PyinfraRun:
@@ -127,7 +137,7 @@ class LabFleet:
         pyinfra = shutil.which("pyinfra") or "pyinfra"
         argv = [pyinfra, "-y", *extra, self.inventory, deploy]
         t0 = time.monotonic()
-        proc = subprocess.run(argv, cwd=ROOT, env={**self.env, **(env or {})},
+        proc = subprocess.run(argv, cwd=ROOT, env=_state_beside({**self.env, **(env or {})}),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               timeout=timeout, check=False)
         run = parse_pyinfra(argv, proc.returncode, proc.stdout, time.monotonic() - t0)
@@ -250,7 +260,9 @@ def lab() -> Iterator[LabFleet]:
     token = _marker_token()
     env = {**os.environ, "HF_TOKEN": token, "PYTHONUNBUFFERED": "1", ENV: INSTANCE.name,
            # the session's own tune cache (not inventories/tune-cache of the checkout)
-           "SPECDEC_TUNE_CACHE": tempfile.mkdtemp(prefix="specdec-e2e-tune-")}
+           "SPECDEC_TUNE_CACHE": tempfile.mkdtemp(prefix="specdec-e2e-tune-"),
+           # the session's own control-node state (never the account's ~/.local/state)
+           "SPECDEC_STATE_DIR": tempfile.mkdtemp(prefix="specdec-e2e-state-")}
     env.pop("SPECDEC_LAB_FAULTS", None)
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "specdec", "lab", "up", INVENTORY], cwd=ROOT,
@@ -272,6 +284,8 @@ def lab() -> Iterator[LabFleet]:
         down = subprocess.run([sys.executable, "-m", "specdec", "lab", "down", INVENTORY],
                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
                               check=False)
+        for scratch in ("SPECDEC_TUNE_CACHE", "SPECDEC_STATE_DIR"):
+            shutil.rmtree(env[scratch], ignore_errors=True)
         left, lost = leftovers(), _untouched(others)
         if down.returncode != 0 or left or lost:
             pytest.fail(f"lab down: rc={down.returncode} {down.stderr.strip()[-300:]}; "

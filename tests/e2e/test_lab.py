@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from specdec.host.identify import identity_command, parse_identity, split_identity_output
-from specdec.host.layout import CONFIG_DIR, HF_TOKEN_FILE, RELEASES_DIR, SERVICE_NAME, UNIT_PATH
+from specdec.host.layout import (
+    CONFIG_DIR,
+    CURRENT,
+    HF_TOKEN_FILE,
+    RELEASES_DIR,
+    SERVICE_NAME,
+    UNIT_PATH,
+)
 from tests.e2e.conftest import LabFleet, PyinfraRun, leftovers
 
 pytestmark = pytest.mark.e2e
@@ -102,6 +109,27 @@ def test_second_run_changes_nothing(lab: LabFleet, deployed: PyinfraRun) -> None
     assert again.changed == [], f"second run changed: {again.changed}"
     assert again.total is not None and again.total["success"] == "-", again.summary()
     assert again.total["error"] == "-", again.summary()
+
+
+def test_a_dry_rollout_with_diff_shows_the_change_changes_nothing_and_no_secret(
+        lab: LabFleet, deployed: PyinfraRun, tmp_path: Path) -> None:
+    """``specdec rollout --dry --diff -vvv`` with a changed value: pyinfra shows the new
+    release's files (the diff) and changes nothing on the host; neither the HF token nor the
+    API key appears; no run directory is written."""
+    assert deployed.rc == 0, deployed.summary()
+    host = lab.hosts[0].name
+    before = lab.ssh(host, f"readlink {CURRENT}; ls {RELEASES_DIR}").stdout
+    reports = tmp_path / "reports"
+    out = lab.specdec("rollout", lab.inventory, "--limit", host, "--dry", "--diff", "-vvv",
+                      "--data", "specdec_max_num_seqs=2", "--reports", str(reports),
+                      "--run-id", "dry")
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-2000:]
+    assert "--max-num-seqs 2" in text  # the diff of the new release's unit
+    assert lab.ssh(host, f"readlink {CURRENT}; ls {RELEASES_DIR}").stdout == before
+    assert not (reports / "dry").exists()
+    assert lab.hf_token not in text
+    assert lab.api_key_file.read_text().strip() not in text
 
 
 def test_status_json_after_deploy(lab: LabFleet, deployed: PyinfraRun) -> None:

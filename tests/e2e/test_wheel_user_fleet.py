@@ -15,10 +15,11 @@ import pytest
 
 from specdec.config.inventory import load_inventory
 from specdec_lab.instance import ENV
-from tests.e2e.conftest import INSTANCE, INVENTORY, ROOT, LabFleet
+from tests.e2e.conftest import INSTANCE, INVENTORY, ROOT, LabFleet, PyinfraRun
 from tests.wheelenv import build_wheel, product_venv
 
 HOST = "lab-nano"
+MIRROR = "lab-agx"  # the lab site's mirror (hub and registry): the user's fleet uses it too
 # The user's group data, named like the examples' (group_data/orin_nano.py and all.py set
 # meta-llama/Llama-3.2-1B-Instruct, docker, port 8000, ...): values of the user's own.
 USER_GROUP = {"specdec_device": "orin-nano-8gb", "specdec_model": "Qwen/Qwen3-0.6B",
@@ -27,20 +28,21 @@ USER_ALL = {"specdec_max_num_seqs": 3}
 EXAMPLE_MODEL = "meta-llama/Llama-3.2-1B-Instruct"
 
 
-def _host_data(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    """The lab host's connection and lab data (of the tests' instance), without what the
-    user's groups set."""
+def _host_data(monkeypatch: pytest.MonkeyPatch) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The lab hosts' connection and lab data (of the tests' instance): the site mirror's as
+    it is, the user's host's without what the user's groups set."""
     monkeypatch.setenv(ENV, INSTANCE.name)
     monkeypatch.chdir(ROOT)
-    loaded = dict(load_inventory(INVENTORY, HOST))[HOST]
+    loaded = dict(load_inventory(INVENTORY, f"{HOST},{MIRROR}"))
     drop = {*USER_GROUP, *USER_ALL, "lab_device"}
-    return {k: v for k, v in loaded.items() if k not in drop}
+    return loaded[MIRROR], {k: v for k, v in loaded[HOST].items() if k not in drop}
 
 
-def _user_dir(tmp_path: Path, data: dict[str, Any]) -> Path:
+def _user_dir(tmp_path: Path, mirror: dict[str, Any], data: dict[str, Any]) -> Path:
     user = tmp_path / "my-fleet"
     (user / "group_data").mkdir(parents=True)
-    (user / "inventory.py").write_text(f"orin_nano = [({HOST!r}, {data!r})]\n")
+    (user / "inventory.py").write_text(f"site = [({MIRROR!r}, {mirror!r})]\n"
+                                       f"orin_nano = [({HOST!r}, {data!r})]\n")
     for name, values in (("orin_nano", USER_GROUP), ("all", USER_ALL)):
         (user / "group_data" / f"{name}.py").write_text(
             "".join(f"{k} = {v!r}\n" for k, v in values.items()))
@@ -48,9 +50,11 @@ def _user_dir(tmp_path: Path, data: dict[str, Any]) -> Path:
 
 
 def test_a_wheel_install_rolls_out_the_users_own_plan_from_their_directory(
-        lab: LabFleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        lab: LabFleet, deployed: PyinfraRun, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    assert deployed.rc == 0, deployed.summary()  # the site's mirror serves
     venv = product_venv(build_wheel(tmp_path / "dist"), tmp_path / "venv")
-    user = _user_dir(tmp_path, _host_data(monkeypatch))
+    user = _user_dir(tmp_path, *_host_data(monkeypatch))
     env = {**lab.env, "PATH": f"{venv / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin",
            "HOME": str(tmp_path)}
     for var in ("PYTHONPATH", "SPECDEC_REPORTS_DIR", ENV):  # nothing of the checkout or lab
@@ -60,13 +64,13 @@ def test_a_wheel_install_rolls_out_the_users_own_plan_from_their_directory(
         return subprocess.run([str(venv / "bin/specdec"), *args], cwd=user, env=env,
                               capture_output=True, text=True, timeout=1800, check=False)
 
-    planned = specdec("plan", "inventory.py", "--json")
+    planned = specdec("plan", "inventory.py", "--json", "--limit", HOST)
     assert planned.returncode == 0, planned.stderr
     plan = json.loads(planned.stdout)[0]
     assert (plan["model"], plan["num_speculative_tokens"], plan["max_model_len"],
             plan["max_num_seqs"]) == ("Qwen/Qwen3-0.6B", 2, 2048, 3)
-    out = specdec("rollout", "inventory.py", "--reports", str(tmp_path / "reports"),
-                  "--run-id", "user-1", "--batches", "100%")
+    out = specdec("rollout", "inventory.py", "--limit", HOST, "--reports",
+                  str(tmp_path / "reports"), "--run-id", "user-1", "--batches", "100%")
     assert out.returncode == 0, (out.stdout + out.stderr)[-3000:]
     report_text = (tmp_path / "reports" / "user-1" / f"{HOST}.json").read_text()
     rep = json.loads(report_text)

@@ -243,13 +243,14 @@ def test_subprocess_runner_echoes_and_keeps_the_error(tmp_path, capsys):
 def test_cli_passes_dry_diff_and_verbosity_to_pyinfra(tmp_path, capsys, monkeypatch):
     """--dry: one pyinfra --dry over every targeted host, no run directory; --diff and -vv
     reach every pyinfra run; --exclude leaves hosts (names, globs) out."""
-    fake = FakePyinfra({})
+    calls: list[list[str]] = []
     real = ro.dry_run
-    monkeypatch.setattr(ro, "dry_run", lambda plan: real(plan, fake))
+    monkeypatch.setattr(ro, "dry_run",
+                        lambda plan: real(plan, lambda c, e, d: calls.append(c) or 0))
     rc = main(["rollout", "inventories/jetsons.py", "--reports", str(tmp_path), "--run-id",
                "dry1", "--dry", "--diff", "-vv", "--exclude", "orin-nano-*"])
-    assert rc == 0 and len(fake.calls) == 1
-    cmd = fake.calls[0]
+    assert rc == 0 and len(calls) == 1
+    cmd = calls[0]
     assert cmd[-1] == "--dry" and "--diff" in cmd and "-vv" in cmd
     assert [cmd[i + 1] for i, a in enumerate(cmd) if a == "--limit"] == [
         "agx-orin-01", "orin-nx-01"]

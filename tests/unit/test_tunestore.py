@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from specdec.config import state
 from specdec.errors import ConfigError
 from specdec.plan.planner import make_plan
 from specdec.tune.cache import apply_cached, cache_key, store
@@ -36,15 +37,16 @@ def inventory(tmp_path: Path) -> Path:
 def test_location_rules(tmp_path: Path, inventory: Path, monkeypatch: pytest.MonkeyPatch
                         ) -> None:
     monkeypatch.chdir(tmp_path)
-    beside = str(inventory.parent / DEFAULT_NAME)
-    assert location(inventory=inventory, env={}) == beside  # default: beside the inventory
+    home = {"SPECDEC_STATE_DIR": str(tmp_path / "st")}
+    assert location(inventory=inventory, env=home) == str(  # default: the inventory's state
+        state.for_inventory(inventory, env=home) / DEFAULT_NAME)
     assert location(inventory=inventory, data_value="../state/tune", env={}) == \
         str(inventory.parent.parent / "state" / "tune")  # host data: from the inventory's dir
     assert location(inventory=inventory, data_value="x", env={ENV: "/srv/tune"}) == "/srv/tune"
     assert location("rel", inventory, "x", {ENV: "/srv/tune"}) == str(tmp_path / "rel")
     assert location(inventory=inventory, data_value="etcd://e1:2379/specdec", env={}) == \
         "etcd://e1:2379/specdec"
-    assert location(env={"XDG_STATE_HOME": "/st"}) == "/st/specdec/tune-cache"  # a host list
+    assert location(env={"XDG_STATE_HOME": "/st"}) == "/st/specdec/default/tune-cache"  # hosts
     with pytest.raises(ConfigError, match="no store for etcd://"):
         open_store("etcd://e1:2379/specdec")
 
@@ -96,22 +98,23 @@ def _env(**extra: str) -> dict[str, str]:
     return {**env, "PYTHONPATH": str(ROOT), **extra}
 
 
-def test_two_control_nodes_share_the_cache(tmp_path: Path, inventory: Path) -> None:
-    """Node A (its own working directory) tunes; node B, another working directory, plans the
-    same inventory: B's plan carries A's tuned values, and plain pyinfra finds the same
-    location as `specdec plan`."""
+@pytest.mark.usefixtures("hf_token")  # the inventory's model is gated
+def test_two_working_directories_share_the_cache(tmp_path: Path, inventory: Path) -> None:
+    """A run from one working directory tunes; a plan from another, of the same inventory,
+    carries the tuned values (the cache is in the inventory's state), and plain pyinfra finds
+    the same location as `specdec plan`."""
     node_a, node_b = tmp_path / "node-a", tmp_path / "node-b"
     node_a.mkdir()
     node_b.mkdir()
     plan = make_plan("agx1", AGX, None)
-    where = location(inventory=inventory, env={})
+    where = location(inventory=inventory)
     res = TuneResult(Config("ngram", None, 7), [], [], "o", 1.0)
     os.chdir(node_a)
     try:
         written = store(open_store(where), plan, res, {"host": "agx1"})
     finally:
         os.chdir(ROOT)
-    assert Path(written).parent == inventory.parent / DEFAULT_NAME
+    assert Path(written).parent == state.for_inventory(inventory) / DEFAULT_NAME
     out = subprocess.run([sys.executable, "-m", "specdec.cli", "plan", str(inventory), "--json"],
                          cwd=node_b, env=_env(), capture_output=True, text=True, check=True)
     plans = {p["host"]: p for p in json.loads(out.stdout)}
@@ -125,7 +128,7 @@ def test_two_control_nodes_share_the_cache(tmp_path: Path, inventory: Path) -> N
     local.write_text("hosts = ['@local']\n")
     run = subprocess.run([sys.executable, "-m", "pyinfra", "-y", str(local), str(deploy)],
                          cwd=node_b, env=_env(), capture_output=True, text=True, check=False)
-    assert f"TUNE_CACHE={local.parent / DEFAULT_NAME}" in run.stdout + run.stderr, \
+    assert f"TUNE_CACHE={state.for_inventory(local) / DEFAULT_NAME}" in run.stdout + run.stderr, \
         run.stdout[-800:] + run.stderr[-800:]
     # --tune-cache / $SPECDEC_TUNE_CACHE win over the default, for every entry point
     other = tmp_path / "elsewhere"

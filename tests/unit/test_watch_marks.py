@@ -24,11 +24,13 @@ def test_rollout_marked_limits_to_the_marked_hosts(tmp_path, capsys, monkeypatch
     fake = FakePyinfra({})
     real = ro.run_rollout
     monkeypatch.setattr(ro, "run_rollout", lambda plan, **kw: real(plan, fake, say=print, **kw))
-    rc = main(["rollout", "inventories/jetsons.py", "--reports", str(tmp_path), "--run-id",
-               "m1", "--marked"])
+    rc = main(["rollout", "inventories/jetsons.py", "--reports", str(tmp_path / "r"),
+               "--state", str(tmp_path), "--run-id", "m1", "--marked"])
     assert rc == 0
     assert [c[c.index("--limit") + 1] for c in fake.calls] == ["orin-nano-02"]
     assert "marked by specdec watch: orin-nano-02" in capsys.readouterr().out
+    # the state is the inventory's, wherever the reports go: the same from another directory
+    assert fake.envs[0]["SPECDEC_INVENTORY_STATE"] == str(tmp_path.resolve())
 
 
 def test_rollout_marked_without_marks_is_refused(tmp_path, capsys) -> None:

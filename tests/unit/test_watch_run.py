@@ -85,7 +85,7 @@ def _watch(h: Host, root: Path, action: str = "report", once: bool = False,
         return Session(conn, [sys.executable, "-I", "-c", code, str(h.state)])
 
     opts = Options(interval_s=interval, window_s=120, min_draft_tokens=300, once=once,
-                   reports=root)
+                   reports=root, state=root)
     t = Target("lab-nano", Connection("lab-nano", "unused"), policy, action)
     return Watch([t], opts, lambda rows: None, session=session)
 
