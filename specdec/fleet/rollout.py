@@ -287,8 +287,10 @@ def dry_run(plan: RolloutPlan, runner: Runner = _subprocess_runner) -> int:
     """``pyinfra --dry`` over every targeted host at once: the operations a deploy would run
     and the files it would change (with ``--diff`` among ``extra_args``, how); nothing is
     changed and no run directory or report is written. pyinfra's exit status."""
-    rc, _, _ = _ran(runner(pyinfra_command(plan, plan.hosts) + ["--dry"], _deploy_env(plan),
-                           Path.cwd()))
+    # without -y: pyinfra 3.10 detects and prints the changes only when it would ask, and
+    # --dry exits before asking (pyinfra_cli/cli.py)
+    cmd = [a for a in pyinfra_command(plan, plan.hosts) if a != "-y"] + ["--dry"]
+    rc, _, _ = _ran(runner(cmd, _deploy_env(plan), Path.cwd()))
     return rc
 
 

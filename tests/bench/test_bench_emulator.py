@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from specdec.bench.client import BenchConfig, run_bench
-from specdec.errors import BenchError
+from specdec.errors import ConfigError
 from specdec_lab.emulator.local import emulator, lab_truth, reset_truth
 
 ORIN = {"SPECDEC_EMU_DEVICE": "agx-orin-64gb", "SPECDEC_EMU_TIME_SCALE": "0.02",
@@ -62,7 +62,7 @@ def test_vllm_per_level_truth(vllm_spec: str) -> None:
 
 
 def test_wrong_model_against_emulator(vllm_spec: str) -> None:
-    with pytest.raises(BenchError, match="is not served"):
+    with pytest.raises(ConfigError, match="is not served"):
         run_bench(BenchConfig(url=vllm_spec, model="Qwen/Qwen3-4B", warmup=0))
 
 

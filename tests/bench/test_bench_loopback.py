@@ -123,7 +123,7 @@ def test_counters_backwards() -> None:
 def test_not_openai_wrong_model_unreachable() -> None:
     with serve("notopenai") as (url, _), pytest.raises(BenchError, match="not an OpenAI"):
         run_bench(cfg(url))
-    with serve("vllm") as (url, st), pytest.raises(BenchError, match="'other' is not served"):
+    with serve("vllm") as (url, st), pytest.raises(ConfigError, match="'other' is not served"):
         run_bench(cfg(url, model="other"))
     assert st.bodies == []  # checked before any generation request
     s = socket.socket()

@@ -125,7 +125,7 @@ def test_a_dry_rollout_with_diff_shows_the_change_changes_nothing_and_no_secret(
                       "--run-id", "dry")
     text = out.stdout + out.stderr
     assert out.returncode == 0, text[-2000:]
-    assert "--max-num-seqs 2" in text  # the diff of the new release's unit
+    assert "--max-num-seqs 2" in text, text[-6000:]  # the diff of the new release's unit
     assert lab.ssh(host, f"readlink {CURRENT}; ls {RELEASES_DIR}").stdout == before
     assert not (reports / "dry").exists()
     assert lab.hf_token not in text

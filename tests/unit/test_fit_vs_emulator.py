@@ -53,7 +53,7 @@ def test_every_lab_host_plans_and_starts(monkeypatch: pytest.MonkeyPatch, tmp_pa
     from pathlib import Path
 
     import specdec_lab.images as images
-    from specdec.cli.plan import _plans
+    from specdec.fleet.plans import plan_fleet
 
     # as on a machine whose lab images were built (whatever ran before): each mirror pinned
     pinned = {img.ref: "sha256:" + "0" * 64 for img in images.lab_images()}
@@ -62,7 +62,7 @@ def test_every_lab_host_plans_and_starts(monkeypatch: pytest.MonkeyPatch, tmp_pa
     monkeypatch.setenv(images.DIGESTS_ENV, str(path))  # the inventory loads in a child
     monkeypatch.chdir(Path(__file__).resolve().parents[2])
     monkeypatch.setenv("SPECDEC_LAB_HOSTS", "8")
-    plans = _plans("inventories/lab.py", None)
+    plans = plan_fleet("inventories/lab.py").plans
     assert len(plans) == 10
     assert [p.host for p in plans if p.dynamo] == ["lab-dyn1", "lab-dyn2"]
     for plan in plans:

@@ -269,7 +269,7 @@ def test_public_api_signatures() -> None:
                                                                  "installed", "group"]
     assert list(inspect.signature(baseline).parameters) == ["plan", "catalog"]
     assert list(inspect.signature(render.render).parameters) == ["plan"]
-    assert list(inspect.signature(inventory.load_inventory).parameters) == ["path", "limit"]
+    assert list(inspect.signature(inventory.load_inventory).parameters) == ["path", "limit", "flag"]
     assert "parse_identity" in identify.__all__ and "IDENTITY_FILES" in identify.__all__
     assert list(inspect.signature(identify.read_identity_root).parameters) == ["root"]
 

@@ -251,7 +251,7 @@ def test_cli_passes_dry_diff_and_verbosity_to_pyinfra(tmp_path, capsys, monkeypa
                "dry1", "--dry", "--diff", "-vv", "--exclude", "orin-nano-*"])
     assert rc == 0 and len(calls) == 1
     cmd = calls[0]
-    assert cmd[-1] == "--dry" and "--diff" in cmd and "-vv" in cmd
+    assert cmd[-1] == "--dry" and "--diff" in cmd and "-vv" in cmd and "-y" not in cmd
     assert [cmd[i + 1] for i, a in enumerate(cmd) if a == "--limit"] == [
         "agx-orin-01", "orin-nx-01"]
     assert not (tmp_path / "dry1").exists()
