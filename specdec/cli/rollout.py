@@ -35,8 +35,15 @@ from specdec.report.merge import merge_runs
 from specdec.tune.store import location
 from specdec.watch.marks import marked
 
-__all__ = ["STATE_HELP", "register"]
+__all__ = ["PYINFRA_SWITCHES", "STATE_HELP", "register"]
 
+# Switches passed through to pyinfra (--dry: one run over the targeted hosts, no report).
+PYINFRA_SWITCHES = (
+    ("--dry", "pyinfra --dry over the targeted hosts: what would change; nothing is changed "
+              "and no report is written"),
+    ("--diff", "pyinfra --diff: show how each changed text file changes (secrets are never "
+               "shown)"),
+)
 STATE_HELP = ("the inventory's state: fact cache, verified baselines, watch marks, tune cache "
               "(default: $SPECDEC_INVENTORY_STATE, else one directory per inventory under "
               "$SPECDEC_STATE_DIR or ~/.local/state/specdec)")
@@ -57,12 +64,8 @@ def register(subparsers: Any) -> None:
     r.add_argument("--limit", metavar="HOST", help="host names, globs or groups (comma-separated)")
     r.add_argument("--exclude", metavar="HOST",
                    help="leave out these host names, globs or groups (comma-separated)")
-    r.add_argument("--dry", action="store_true",
-                   help="pyinfra --dry over the targeted hosts: what would change; nothing is "
-                        "changed and no report is written")
-    r.add_argument("--diff", action="store_true",
-                   help="pyinfra --diff: show how each changed text file changes (secrets are "
-                        "never shown)")
+    for flag, help_ in PYINFRA_SWITCHES:
+        r.add_argument(flag, action="store_true", help=help_)
     r.add_argument("-v", dest="verbose", action="count", default=0,
                    help="pyinfra -v (meta), -vv (input), -vvv (output)")
     r.add_argument("--marked", action="store_true",
