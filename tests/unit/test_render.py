@@ -222,6 +222,15 @@ def test_spark_docker_flags_and_ngram() -> None:
     assert (spec["prompt_lookup_min"], spec["prompt_lookup_max"]) == (2, 5)
 
 
+def test_spark_native_unit_allows_the_gpu_by_the_580_drivers_device_names() -> None:
+    # /proc/devices of driver 580 (open-gpu-kernel-modules 580.95.05 nv.c:955-963): "nvidia",
+    # "nvidiactl" on major 195, "nvidia-uvm", "nvidia-caps"; "nvidia-frontend" ended with 535
+    u = _unit(render(plan_for("dgx-spark-trtllm-native")))
+    assert {"char-nvidia rw", "char-nvidia-uvm rw", "char-nvidia-caps rw"} <= set(
+        u["DeviceAllow"])
+    assert not any("frontend" in d for d in u["DeviceAllow"])
+
+
 def test_trtllm_yaml() -> None:
     plan = plan_for("dgx-spark-trtllm-native")
     r = render(plan)
