@@ -133,16 +133,17 @@ def test_fallback_is_explained_in_the_notes() -> None:
                for n in p.notes)
 
 
-def test_readme_lists_the_default_images() -> None:
+def test_the_devices_page_lists_the_default_images() -> None:
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    page = (Path(__file__).resolve().parents[2] / "docs" / "devices.md").read_text()
     cat = load_catalog()
     for dev in cat.devices.values():
         for engine in dev.engines:
             img = cat.default_image(dev, engine, "36.4.3" if dev.is_jetson else None)
             assert img is not None
-            assert f"| `{img.ref}` | {img.engine_version} |" in readme, (dev.id, engine)
+            assert f"| `{dev.id}` | {engine} | `{img.ref}` | {img.engine_version} |" in page, (
+                dev.id, engine)
 
 
 def test_every_catalog_engine_has_an_implementation() -> None:
