@@ -24,7 +24,8 @@ plus the lab's environment knobs.
 ``SPECDEC_LAB_OPTIONAL=NAME[,NAME]``
     opt-in hosts (the inventory's ``optional`` rows, e.g. ``lab-thor``) that join after all of
     the above at fixed addresses (numbered on from the table, groups and fleet groups); the
-    default fleet has none.
+    default fleet has none. With one, ``SPECDEC_LAB_HOSTS=0`` (and ``SPECDEC_LAB_DYNAMO=0``)
+    leaves only it.
 """
 
 from __future__ import annotations
@@ -135,13 +136,14 @@ def fleet(table: Sequence[tuple[str, dict[str, Any]]],
     except ConfigError as exc:
         raise ValueError(str(exc)) from None
     with_groups = bool(groups) and _dynamo_on(env)
-    count = _count(env, len(table), 0 if with_groups else 1)
+    extra = _optional(env, optional, len(table) + len(groups) + len(fleet_groups) + 1)
+    count = _count(env, len(table), 0 if with_groups or extra else 1)
     numbered = list(enumerate(table, start=1))[:count]
     if with_groups:
         numbered += list(enumerate(groups, start=len(table) + 1))
         if count >= FLEET_FROM:
             numbered += list(enumerate(fleet_groups, start=len(table) + len(groups) + 1))
-    numbered += _optional(env, optional, len(table) + len(groups) + len(fleet_groups) + 1)
+    numbered += extra
     scale = env.get("SPECDEC_LAB_TIME_SCALE", "").strip() or DEFAULT_TIME_SCALE
     variant = env.get("SPECDEC_LAB_ACCEPTANCE", "").strip()  # the emulator's speculation world
     if variant and variant not in ("chain", "measured"):

@@ -163,6 +163,9 @@ def test_an_optional_host_joins_only_when_named() -> None:
     # after every other row, at a fixed address; the upstream vLLM image's lab mirror
     assert hosts["lab-thor"]["ssh_hostname"].endswith(f".{len(TABLE) + 1}.2")
     assert "vllm/vllm-openai:v0.33.0" in hosts["lab-thor"]["specdec_image"]
+    only = fleet_data(TABLE, {"SPECDEC_LAB_OPTIONAL": "lab-thor", "SPECDEC_LAB_HOSTS": "0"},
+                      optional=thor)
+    assert [n for n, _ in only] == ["lab-thor"]
     with pytest.raises(ValueError, match="unknown optional host 'lab-x'"):
         fleet_data(TABLE, {"SPECDEC_LAB_OPTIONAL": "lab-x"}, optional=thor)
 
