@@ -399,11 +399,16 @@ def _floats(where: str, key: str, value: Any) -> dict[str, float]:
     return {str(k): float(v) for k, v in value.items()}
 
 
-def _modules(data: Any, devices: dict[str, Device]) -> dict[str, Module]:
+def _mapping(key: str, data: Any) -> dict[Any, Any]:
+    """A catalog section that must be a mapping (one line naming it otherwise)."""
     if not isinstance(data, dict):
-        raise ConfigError(f"catalog: modules={data!r} must be a mapping")
+        raise ConfigError(f"catalog: {key}={data!r} must be a mapping")
+    return data
+
+
+def _modules(data: Any, devices: dict[str, Device]) -> dict[str, Module]:
     out: dict[str, Module] = {}
-    for mid, row in data.items():
+    for mid, row in _mapping("modules", data).items():
         mod = _module(f"module {mid}", mid, row, devices)
         if (mod.memory_gib, mod.bandwidth_gbs) != (devices[mod.device].memory_gib,
                                                    devices[mod.device].bandwidth_gbs):
@@ -451,10 +456,8 @@ def _confs(where: str, value: Any) -> tuple[tuple[str, str], ...]:
 
 
 def _refused(data: Any) -> dict[str, Refused]:
-    if not isinstance(data, dict):
-        raise ConfigError(f"catalog: refused={data!r} must be a mapping")
     out = {}
-    for rid, row in data.items():
+    for rid, row in _mapping("refused", data).items():
         w = f"refused {rid}"
         if not isinstance(row, dict):
             raise ConfigError(f"catalog {w}: expected a mapping, got {row!r}")
@@ -468,10 +471,8 @@ def _refused(data: Any) -> dict[str, Refused]:
 
 
 def _quantizations(data: Any) -> dict[str, Quantization]:
-    if not isinstance(data, dict):
-        raise ConfigError(f"catalog: quantizations={data!r} must be a mapping")
     out = {}
-    for q, row in data.items():
+    for q, row in _mapping("quantizations", data).items():
         w = f"quantization {q}"
         plats = tuple(_req(w, row, "platforms", list)) if isinstance(row, dict) else ()
         if not plats or any(p not in ("l4t", "sbsa") for p in plats):
