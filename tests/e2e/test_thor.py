@@ -2,7 +2,7 @@
 NVIDIA's Thor identity, its nvpmodel conf read by name, upstream vLLM in Docker, idempotence.
 
 Skipped unless the session's lab has ``lab-thor`` (the default fleet has none, so the default
-suite is unchanged). Alone, about five minutes:
+suite is unchanged). Alone, 9 minutes on 2 cores at load 12:
 ``SPECDEC_E2E_INSTANCE=NAME SPECDEC_LAB_OPTIONAL=lab-thor SPECDEC_LAB_HOSTS=0
 SPECDEC_LAB_DYNAMO=0 python3 -m pytest -q tests/e2e/test_thor.py``.
 """
