@@ -5,6 +5,7 @@ render` run from a directory outside the checkout on copies of the example inven
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -30,9 +31,11 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     env = tmp_path_factory.mktemp("wheel") / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(env)], check=True, timeout=300)
+    # without PYTHONPATH: a checkout on it (its specdec.egg-info) would count as installed
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     subprocess.run([str(env / "bin/python"), "-m", "pip", "install", "-q",
                     "--disable-pip-version-check", str(wheel)], check=True,
-                   capture_output=True, timeout=900)
+                   capture_output=True, timeout=900, env=clean)
     site = Path(subprocess.run([str(env / "bin/python"), "-c",
                                 "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                capture_output=True, text=True, check=True).stdout.strip())
