@@ -15,7 +15,8 @@ tests use test, beside it), SPECDEC_LAB_HOSTS=N (first N rows below, default 4, 
 from 9 on a second Dynamo group joins: 28 rows + two groups of two = a 32-host fleet),
 SPECDEC_LAB_TIME_SCALE=X (emulator speed, default 0.1), SPECDEC_LAB_ACCEPTANCE=chain|measured
 (the emulator's speculation world, default chain), SPECDEC_LAB_DYNAMO=0|1 (the Dynamo
-group below, default 1), SPECDEC_LAB_FAULTS="host=fault,..."
+group below, default 1), SPECDEC_LAB_OPTIONAL=lab-thor (opt-in hosts below, default none),
+SPECDEC_LAB_FAULTS="host=fault,..."
 (emulator faults: crash_at_start, slow_start:S, hang_after:N, 5xx_burst:START:COUNT,
 slowdown:F, oom). A row may set lab_link: {delay_ms, jitter_ms, loss_pct}, netem's delay,
 jitter and loss on that host's link (specdec_lab/link.py). See specdec_lab/fleetdata.py for the
@@ -108,4 +109,12 @@ _FLEET_GROUPS = [
                   "specdec_group": "spark-pair2", "specdec_group_frontend": "lab-dyn3"}),
 ]
 
-lab = fleet(_TABLE, groups=_GROUPS, fleet_groups=_FLEET_GROUPS)
+# Opt-in hosts (SPECDEC_LAB_OPTIONAL=lab-thor): a Jetson AGX Thor T5000 on JetPack 7.1 (L4T
+# R38.4, NVIDIA's own identity strings; the lab's stand-in nvpmodel conf with the two mode names
+# field captures show) running upstream vLLM in docker, as NVIDIA's Thor guide does.
+_OPTIONAL = [
+    ("lab-thor", {"lab_device": "agx-thor-t5000", "specdec_engine": "vllm",
+                  "specdec_runtime": "docker", "specdec_model": "Qwen/Qwen3-8B"}),
+]
+
+lab = fleet(_TABLE, groups=_GROUPS, fleet_groups=_FLEET_GROUPS, optional=_OPTIONAL)

@@ -40,7 +40,7 @@ from specdec.config import apikey
 from specdec.errors import SpecdecError, redact
 from specdec.host.identify import Identity
 from specdec.host.layout import KEEP_RELEASES
-from specdec.host.power import PowerState
+from specdec.host.power import PowerState, mode_bandwidth
 from specdec.host.release import ReleaseState, prune_doomed
 from specdec.host.release import remove as remove_releases
 from specdec.plan.types import http_url
@@ -126,9 +126,15 @@ def _with_power(roof: Roofline | None, state: PowerState | None,
                 device_id: str, ident: Identity | None) -> Roofline | None:
     cat = load_catalog()
     device = cat.devices.get(device_id)
-    if roof is None or state is None or device is None:
+    if roof is None or device is None:
         return roof
-    rec = state.record(device, cat.modules.get(ident.module_id or "") if ident else None)
+    l4t = ident.l4t if ident else None
+    if state is None:  # no nvpmodel: the peak on the host's L4T (a Nano on JetPack 5: 68.3)
+        peak, src = mode_bandwidth(device, None, None, l4t)
+        return roof if peak == roof.bandwidth_gbs else dataclasses.replace(
+            roof, bandwidth_gbs=peak, bandwidth_source=src)
+    module = cat.module(ident.module_id, ident.carrier) if ident else None
+    rec = state.record(device, module, l4t)
     return dataclasses.replace(roof, bandwidth_gbs=rec["bandwidth_gbs"],
                                bandwidth_source=rec["bandwidth_source"], power=rec)
 

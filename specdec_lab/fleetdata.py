@@ -21,6 +21,11 @@ plus the lab's environment knobs.
     length), so ``SPECDEC_LAB_HOSTS`` does not move them; ``SPECDEC_LAB_HOSTS=0`` leaves
     only them. ``fleet_groups`` (a fleet's further groups) join from ``FLEET_FROM`` table
     hosts on, after them.
+``SPECDEC_LAB_OPTIONAL=NAME[,NAME]``
+    opt-in hosts (the inventory's ``optional`` rows, e.g. ``lab-thor``) that join after all of
+    the above at fixed addresses (numbered on from the table, groups and fleet groups); the
+    default fleet has none. With one, ``SPECDEC_LAB_HOSTS=0`` (and ``SPECDEC_LAB_DYNAMO=0``)
+    leaves only it.
 """
 
 from __future__ import annotations
@@ -101,10 +106,22 @@ def _dynamo_on(env: Mapping[str, str]) -> bool:
     return text == "1"
 
 
+def _optional(env: Mapping[str, str], rows: Sequence[tuple[str, dict[str, Any]]],
+              start: int) -> list[tuple[int, tuple[str, dict[str, Any]]]]:
+    names = [n.strip() for n in env.get("SPECDEC_LAB_OPTIONAL", "").split(",") if n.strip()]
+    known = [name for name, _ in rows]
+    for name in names:
+        if name not in known:
+            raise ValueError(f"SPECDEC_LAB_OPTIONAL: unknown optional host {name!r} "
+                             f"(optional hosts: {', '.join(known) or 'none'})")
+    return [(n, row) for n, row in enumerate(rows, start=start) if row[0] in names]
+
+
 def fleet(table: Sequence[tuple[str, dict[str, Any]]],
           env: Mapping[str, str] | None = None,
           groups: Sequence[tuple[str, dict[str, Any]]] = (),
           fleet_groups: Sequence[tuple[str, dict[str, Any]]] = (),
+          optional: Sequence[tuple[str, dict[str, Any]]] = (),
           ) -> list[tuple[str, dict[str, Any]]]:
     """pyinfra host tuples for the table's first ``SPECDEC_LAB_HOSTS`` hosts.
 
@@ -119,18 +136,20 @@ def fleet(table: Sequence[tuple[str, dict[str, Any]]],
     except ConfigError as exc:
         raise ValueError(str(exc)) from None
     with_groups = bool(groups) and _dynamo_on(env)
-    count = _count(env, len(table), 0 if with_groups else 1)
+    extra = _optional(env, optional, len(table) + len(groups) + len(fleet_groups) + 1)
+    count = _count(env, len(table), 0 if with_groups or extra else 1)
     numbered = list(enumerate(table, start=1))[:count]
     if with_groups:
         numbered += list(enumerate(groups, start=len(table) + 1))
         if count >= FLEET_FROM:
             numbered += list(enumerate(fleet_groups, start=len(table) + len(groups) + 1))
+    numbered += extra
     scale = env.get("SPECDEC_LAB_TIME_SCALE", "").strip() or DEFAULT_TIME_SCALE
     variant = env.get("SPECDEC_LAB_ACCEPTANCE", "").strip()  # the emulator's speculation world
     if variant and variant not in ("chain", "measured"):
         raise ValueError(f"SPECDEC_LAB_ACCEPTANCE={variant!r} is not one of chain, measured")
     faults = parse_faults(env.get("SPECDEC_LAB_FAULTS"),
-                          [name for name, _ in (*table, *groups, *fleet_groups)])
+                          [name for name, _ in (*table, *groups, *fleet_groups, *optional)])
     mirror = mirror_host(env, [name for _, (name, _) in numbered])
     hosts = []
     for n, (name, row) in numbered:

@@ -37,12 +37,38 @@ DGX_RELEASE = (
     'DGX_SERIAL_NUMBER="LAB-EMULATED"\n'
 )
 DRIVER_VERSION = "580.95.05"
-# Carrier boards of the developer kits (the first compatible entry is carrier+module).
-_CARRIER = {"agx-orin": "p3737-0000", "orin-nx": "p3768-0000", "orin-nano": "p3768-0000"}
+# The board a lab host of each Jetson family shows: carrier, model string and which module
+# (None: the device's first; the first compatible entry is carrier+module). Orin Nano / NX: a
+# JetPack 6.2 super flash of the developer kit. AGX Orin Industrial in the devkit carrier:
+# upstream Linux tegra234-p3737-0000+p3701-0008.dts (the same model string as the commercial
+# devkit); IGX Orin devkit: tegra234-p3740-0002+p3701-0008.dts; AGX Thor devkit:
+# tegra264-p4071-0000+p3834-0008.dts (Thierry Reding, NVIDIA; "NVIDIA Jetson AGX Thor Developer
+# Kit"); a T4000 in the same carrier (OE4T meta-tegra jetson-agx-thor-t4000.conf "P3834-0000
+# module in P4071-0000 carrier"; its model string is not confirmed: the devkit's is used).
+_BOARDS = {
+    "agx-orin": ("p3737-0000", "{model} Developer Kit", None),
+    "agx-orin-industrial": ("p3737-0000", "NVIDIA Jetson AGX Orin Developer Kit", None),
+    "igx-orin": ("p3740-0002", "NVIDIA IGX Orin Development Kit", "p3701-0008"),
+    "orin-nx": ("p3768-0000", "{model} Engineering Reference Developer Kit Super", None),
+    "orin-nano": ("p3768-0000", "{model} Engineering Reference Developer Kit Super", None),
+    "agx-thor": ("p4071-0000", "NVIDIA Jetson AGX Thor Developer Kit", None),
+}
+_SOC = {"agx-thor": "tegra264"}
+# /etc/nv_tegra_release of the flash a lab host of the family carries: Thor's as NVIDIA
+# captured it on an AGX Thor devkit at R38.4 (NVIDIA/skills @ 7149a886
+# skills/jetson-diagnostic/references/tegrastats-fields.md:62-68); the others L4T 36.4.3.
+L4T_RELEASE_THOR = (
+    "# R38 (release), REVISION: 4.0, GCID: 43443517, BOARD: generic, EABI: aarch64, "
+    "DATE: Wed Dec 31 00:15:19 UTC 2025\n"
+    "# KERNEL_VARIANT: oot\n"
+)
 # The conf each module gets on an r36.4.3 super flash (NVIDIA nvpower.sh
 # create_nvpmodel_symlink(), quoted in OE4T/meta-tegra scarthgap tegra-nvpower patch
 # 0001-Drop-bc-usage-and-remove-symlink-creation-functions.patch): p3767 modules use their
-# "_super" file, p3701-0005 falls through to p3701_0000. Copies in specdec_lab/nvpmodel/.
+# "_super" file, p3701-0005 falls through to p3701_0000. Copies in specdec_lab/nvpmodel/. The
+# AGX Thor T5000 gets the lab's stand-in (lab_p3834_0008.conf says what it is) under the name
+# nvpower.sh links. Modules whose NVIDIA conf is in none of our sources (AGX Orin Industrial,
+# IGX Orin, Thor T4000) get none: the host has no nvpmodel, and specdec leaves its power as is.
 NVPMODEL_CONF = {
     "p3767-0000": "nvpmodel_p3767_0000_super.conf",
     "p3767-0002": "nvpmodel_p3767_0000_super.conf",
@@ -53,7 +79,9 @@ NVPMODEL_CONF = {
     "p3701-0000": "nvpmodel_p3701_0000.conf",
     "p3701-0005": "nvpmodel_p3701_0000.conf",
     "p3701-0004": "nvpmodel_p3701_0004.conf",
+    "p3834-0008": "lab_p3834_0008.conf",
 }
+_INSTALLED_AS = {"lab_p3834_0008.conf": "nvpmodel_p3834_0008.conf"}
 _CONF_DIR = Path(__file__).resolve().parent / "nvpmodel"
 # nvpmodel.service as NVIDIA's BSP installs it (meta-tegra tegra-nvpmodel:
 # "ExecStart=/usr/sbin/nvpmodel -f /etc/nvpmodel.conf"), before anything uses the GPU.
@@ -153,6 +181,33 @@ def _tool(name: str, install_dir: str) -> str:
             f'PYTHONPATH=/{install_dir} exec python3 -S -m specdec_lab.tegra {name} "$@"\n')
 
 
+def _jetson_files(device: Device, files: dict[str, bytes], links: dict[str, str],
+                  install_dir: str) -> None:
+    carrier, model, module = _BOARDS[device.family]
+    module = module or device.module_ids[0]
+    model = model.format(model=device.model_string)
+    suffix = "-super" if model.endswith(" Super") else ""
+    compatible = [f"nvidia,{carrier}+{module}{suffix}", f"nvidia,{module}",
+                  f"nvidia,{_SOC.get(device.family, 'tegra234')}"]
+    files["firmware/devicetree/base/model"] = (model + "\0").encode()
+    files["firmware/devicetree/base/compatible"] = "".join(c + "\0" for c in compatible).encode()
+    files["etc/nv_tegra_release"] = (L4T_RELEASE_THOR if device.family == "agx-thor"
+                                     else L4T_RELEASE).encode()
+    conf = NVPMODEL_CONF.get(module)
+    if conf is None:
+        return
+    name = _INSTALLED_AS.get(conf, conf)
+    files[f"etc/nvpmodel/{name}"] = (_CONF_DIR / conf).read_bytes()
+    links["etc/nvpmodel.conf"] = f"/etc/nvpmodel/{name}"
+    files["usr/lib/specdec-lab/tegra.json"] = json.dumps(
+        {"device": device.id, "model": model, "module": module}).encode()
+    for path, tool in _TOOLS.items():
+        files[path] = _tool(tool, install_dir).encode()
+    files["etc/systemd/system/nvpmodel.service"] = NVPMODEL_SERVICE.encode()
+    links["etc/systemd/system/multi-user.target.wants/nvpmodel.service"] = (
+        "/etc/systemd/system/nvpmodel.service")
+
+
 def device_files(device: Device, install_dir: str = "opt/specdec") -> DeviceFiles:
     """Identity files for ``device`` (paths relative to the host root, or to ``firmware/`` for
     the device tree that the lab mounts at /sys/firmware)."""
@@ -161,29 +216,7 @@ def device_files(device: Device, install_dir: str = "opt/specdec") -> DeviceFile
     links: dict[str, str] = {}
     gpu = None
     if device.is_jetson:
-        module = device.module_ids[0]
-        carrier = _CARRIER.get(device.family, "p3768-0000")
-        if device.family == "agx-orin":
-            model = f"{device.model_string} Developer Kit"
-            board = f"{carrier}+{module}"
-        else:  # a JetPack 6.2 super flash of the developer kit
-            model = f"{device.model_string} Engineering Reference Developer Kit Super"
-            board = f"{carrier}+{module}-super"
-        compatible = [f"nvidia,{board}", f"nvidia,{module}", "nvidia,tegra234"]
-        files["firmware/devicetree/base/model"] = (model + "\0").encode()
-        compat = "".join(c + "\0" for c in compatible)
-        files["firmware/devicetree/base/compatible"] = compat.encode()
-        files["etc/nv_tegra_release"] = L4T_RELEASE.encode()
-        conf = NVPMODEL_CONF[module]
-        files[f"etc/nvpmodel/{conf}"] = (_CONF_DIR / conf).read_bytes()
-        links["etc/nvpmodel.conf"] = f"/etc/nvpmodel/{conf}"
-        files["usr/lib/specdec-lab/tegra.json"] = json.dumps(
-            {"device": device.id, "model": model, "module": module}).encode()
-        for path, name in _TOOLS.items():
-            files[path] = _tool(name, install_dir).encode()
-        files["etc/systemd/system/nvpmodel.service"] = NVPMODEL_SERVICE.encode()
-        links["etc/systemd/system/multi-user.target.wants/nvpmodel.service"] = (
-            "/etc/systemd/system/nvpmodel.service")
+        _jetson_files(device, files, links, install_dir)
     else:
         gpu = device.gpu_name or "NVIDIA GB10"
         files["etc/dgx-release"] = DGX_RELEASE.encode()

@@ -98,6 +98,7 @@ class LabImage:
     hub_cli: str
     env: tuple[tuple[str, str], ...]
     hub_version: str = ""  # huggingface_hub in the image (the catalog's hub_version)
+    entrypoint: tuple[str, ...] = ()  # the catalog's ENTRYPOINT of the real image
 
     @property
     def ref(self) -> str:
@@ -115,7 +116,7 @@ def lab_images() -> list[LabImage]:
         assert parsed is not None and parsed.tag  # the catalog checks this on load
         out.append(LabImage(img.ref, parsed.path, parsed.tag, img.engine,
                             str(img.engine_version), img.hub_cli, tuple(sorted(img.env.items())),
-                            str(img.hub_version or "")))
+                            str(img.hub_version or ""), img.entrypoint))
     return sorted(out, key=lambda i: i.catalog_ref)
 
 
@@ -360,7 +361,9 @@ def _build_images(base_rootfs: Path, base_key: str) -> BuiltImages:
                     *(f"{k}={v}" for k, v in img.env),
                     f"SPECDEC_EMU_ENGINE_VERSION={img.version}",
                 ],
-                "Cmd": _CMD[img.engine],
+                # as the real image: an engine command as ENTRYPOINT takes every argument
+                **({"Entrypoint": list(img.entrypoint)} if img.entrypoint
+                   else {"Cmd": _CMD[img.engine]}),
                 "WorkingDir": "/",
                 "Labels": {
                     "org.opencontainers.image.title": f"{img.catalog_ref} (specdec lab engine "

@@ -54,6 +54,8 @@ class Hardware:
     cpu_max_khz: int  # the module's top CPU clock
     gpu_max_hz: int
     gpcs: int  # GR3D_FREQ shows one entry per GPC on r36
+    soc: str = "tegra234"
+    emc_max_hz: int = EMC_MAX_HZ
 
 
 # Top clocks per device for the modes whose conf leaves them uncapped (-1). Orin Nano: the
@@ -67,6 +69,9 @@ HARDWARE = {
     "orin-nx-16gb": Hardware(8, 1984000, 1173000000, 1),
     "agx-orin-32gb": Hardware(8, 2188800, 930750000, 2),
     "agx-orin-64gb": Hardware(12, 2201600, 1300500000, 2),
+    # AGX Thor T5000, lab-only figures (NVIDIA's data sheet is not in our sources): 14 Neoverse
+    # V3AE cores at 2.6 GHz, GPU 1.575 GHz, as NVIDIA's product page gives them; LPDDR5X 4266 MHz
+    "agx-thor-t5000": Hardware(14, 2601000, 1575000000, 3, "tegra264", 4266000000),
 }
 
 
@@ -172,7 +177,7 @@ class Tegra:
                   if mode.params.get(f"CPU_ONLINE CORE_{i}", "1") != "0"]
         cpu = mode.cap("CPU_A78_0 MAX_FREQ") or self.hw.cpu_max_khz
         gpu = mode.cap("GPU MAX_FREQ") or self.hw.gpu_max_hz
-        emc = mode.cap("EMC MAX_FREQ") or EMC_MAX_HZ
+        emc = mode.cap("EMC MAX_FREQ") or self.hw.emc_max_hz
         return online, min(cpu, self.hw.cpu_max_khz), min(gpu, self.hw.gpu_max_hz), emc
 
     def pinned(self) -> bool:
@@ -197,7 +202,7 @@ class Tegra:
         # Unpinned, DVFS idles low (the capture: GPU 306 MHz, EMC 2133 MHz in MAXN_SUPER).
         cpu_low, gpu_low, emc_cur = (cpu, gpu, emc) if pinned else (729600, 306000000,
                                                                     min(emc, 2133000000))
-        out.write(f"SOC family:tegra234  Machine:{self.machine}\n\n"
+        out.write(f"SOC family:{self.hw.soc}  Machine:{self.machine}\n\n"
                   f"Online CPUs: {_ranges(online)}\n")
         for i in online:
             out.write(f"cpu{i}:  Online=1 Governor=schedutil MinFreq={cpu_low} "

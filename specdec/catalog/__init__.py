@@ -30,6 +30,7 @@ __all__ = [
     "Model",
     "Module",
     "Quantization",
+    "Refused",
     "load_catalog",
 ]
 
@@ -64,7 +65,7 @@ class Device:
     bandwidth_gbs: float
     fp16_tflops: float
     arch: str
-    platform: str  # "l4t" (Jetson) or "sbsa" (Spark)
+    platform: str  # the images' stack: "l4t" (Jetson Orin) or "sbsa" (Spark, Thor on JetPack 7)
     engines: tuple[str, ...]
     runtimes: tuple[str, ...]
     mem_util_baseline: float
@@ -77,10 +78,26 @@ class Device:
     memory_bus_bits: int = 0
     power_modes: dict[str, float] = field(default_factory=dict)  # nvpmodel name -> GB/s
     bandwidth_efficiency: dict[str, float] = field(default_factory=dict)  # engine -> fraction
+    jetson: bool = False  # a Tegra module: nvpmodel, the Tegra GPU nodes, --runtime nvidia
+    quantizations: tuple[str, ...] | None = None  # narrower than the platform's, when set
+    presuper_bandwidth_gbs: float | None = None  # the peak before L4T SUPER_L4T (Orin Nano)
 
     @property
     def is_jetson(self) -> bool:
-        return self.platform == "l4t"
+        return self.jetson
+
+    def runs(self, quant: Quantization) -> bool:
+        """Whether the device runs weights of format ``quant``."""
+        if self.quantizations is not None and quant.id not in self.quantizations:
+            return False
+        return self.platform in quant.platforms
+
+    def peak_gbs(self, l4t: str | None = None) -> float:
+        """The peak bandwidth on L4T ``l4t``: before super DTBs (L4T < `SUPER_L4T`, JetPack 5
+        included) a Nano's EMC tops out at 2133 MHz whatever the mode; unknown L4T: the peak."""
+        if self.presuper_bandwidth_gbs is not None and l4t and _l4t_before(l4t, SUPER_L4T):
+            return self.presuper_bandwidth_gbs
+        return self.bandwidth_gbs
 
     def mode_bandwidth_gbs(self, mode: str | None) -> float | None:
         """Peak bandwidth in the nvpmodel mode called ``mode`` (None: not in the catalog)."""
@@ -93,6 +110,17 @@ class Device:
         return min(self.bandwidth_gbs, round(emc_mhz * 2 * self.memory_bus_bits / 8 / 1000, 1))
 
 
+# Super DTBs lift the Orin Nano's EMC maximum from L4T 36.4.2 (JetPack 6.1 rev1 / 6.2; devices.yaml)
+SUPER_L4T = "36.4.2"
+
+
+def _l4t_before(l4t: str, release: str) -> bool:
+    try:
+        return Version.parse(l4t) < Version.parse(release)
+    except ValueError:
+        return False
+
+
 @dataclass(frozen=True)
 class Module:
     """A module part number (``p3767-0005``) and the catalog device that plans for it."""
@@ -102,8 +130,41 @@ class Module:
     name: str
     memory_gib: float
     bandwidth_gbs: float
-    nvpmodel_conf: str | None = None  # the conf nvpower.sh links /etc/nvpmodel.conf to
+    # the conf nvpower.sh links /etc/nvpmodel.conf to, by the first L4T release that does
+    nvpmodel_confs: tuple[tuple[str, str], ...] = ()
     mode_table: bool = True  # False: the device's power_modes table is not this module's
+    carriers: tuple[tuple[str, Module], ...] = ()  # carrier prefix -> the module on it
+
+    @property
+    def nvpmodel_conf(self) -> str | None:
+        """The conf of the newest L4T release the catalog names."""
+        return self.nvpmodel_confs[-1][1] if self.nvpmodel_confs else None
+
+    def conf_for(self, l4t: str | None) -> str | None:
+        """The conf nvpower.sh links on L4T ``l4t`` (unknown L4T: the newest; before the first
+        release the catalog names: None)."""
+        if not l4t:
+            return self.nvpmodel_conf
+        fits = [c for since, c in self.nvpmodel_confs if not _l4t_before(l4t, since)]
+        return fits[-1] if fits else None
+
+    def on(self, carrier: str | None) -> Module:
+        """This module as it is on ``carrier`` (an IGX carrier makes p3701-0008 an IGX Orin)."""
+        return next((m for prefix, m in self.carriers if carrier and carrier.startswith(prefix)),
+                    self)
+
+
+@dataclass(frozen=True)
+class Refused:
+    """Hardware specdec recognises and refuses (``refused:`` in devices.yaml)."""
+
+    id: str
+    name: str
+    reason: str
+    boards: tuple[str, ...] = ()  # "<carrier prefix>+<module>" of the device-tree compatible
+    gpu_names: tuple[str, ...] = ()  # nvidia-smi's name
+    dgx_platforms: tuple[str, ...] = ()  # /etc/dgx-release DGX_PLATFORM
+    dgx_names: tuple[str, ...] = ()  # /etc/dgx-release DGX_NAME
 
 
 @dataclass(frozen=True)
@@ -186,6 +247,7 @@ class Catalog:
     images: dict[str, Image]
     modules: dict[str, Module] = field(default_factory=dict)
     quantizations: dict[str, Quantization] = field(default_factory=dict)
+    refused: dict[str, Refused] = field(default_factory=dict)
 
     def is_gated(self, repo: str) -> bool:
         """Whether the catalog records ``repo`` (a model or a head) as gated on the Hub."""
@@ -206,7 +268,8 @@ class Catalog:
         Jetson), else the newest release candidate; None when the catalog has none."""
         host_l4t = Version.parse(l4t) if l4t else None
         fits = [i for i in self.images.values()
-                if i.engine == engine and i.runs_on(device.platform, host_l4t)]
+                if i.engine == engine and i.runs_on(device.platform, host_l4t)
+                and (not i.families or device.family in i.families)]
         if not fits:
             return None
         return max(fits, key=lambda i: (i.channel == "ga", i.engine_version))
@@ -217,6 +280,20 @@ class Catalog:
         if parsed is None:
             return None
         return next((i for i in self.images.values() if i.key == parsed.key), None)
+
+    def entrypoint_of(self, ref: str) -> tuple[str, ...]:
+        """The ENTRYPOINT the catalog records for ``ref``'s repository (any tag, any registry:
+        a mirror of it too); empty when none is recorded."""
+        parsed = parse_image_ref(ref)
+        if parsed is None:
+            return ()
+        return next((i.entrypoint for i in self.images.values()
+                     if i.entrypoint and i.key.rsplit(":", 1)[0] == parsed.path), ())
+
+    def module(self, module_id: str | None, carrier: str | None = None) -> Module | None:
+        """The module ``module_id`` as it is on ``carrier`` (None: not in the catalog)."""
+        mod = self.modules.get(module_id or "")
+        return mod.on(carrier) if mod is not None else None
 
     def device(self, device_id: str) -> Device:
         try:
@@ -276,6 +353,14 @@ def _device(dev_id: str, d: dict[str, Any]) -> Device:
     for eng, eff in effs.items():
         if eng not in engines or not 0 < eff <= 1:
             raise ConfigError(f"catalog {w}: bandwidth_efficiency.{eng}={eff!r} is invalid")
+    quants = d.get("quantizations")
+    if quants is not None and (not isinstance(quants, list)
+                               or not all(isinstance(q, str) for q in quants)):
+        raise ConfigError(f"catalog {w}: quantizations={quants!r} must be a list of names")
+    presuper = d.get("presuper_bandwidth_gbs")
+    if presuper is not None:
+        presuper = _positive(w, "presuper_bandwidth_gbs",
+                             _req(w, d, "presuper_bandwidth_gbs", (int, float)))
     return Device(
         id=dev_id,
         family=_req(w, d, "family", str),
@@ -300,6 +385,9 @@ def _device(dev_id: str, d: dict[str, Any]) -> Device:
                                       _req(w, d, "memory_bus_bits", int))),
         power_modes=modes,
         bandwidth_efficiency=effs,
+        jetson=_flag(w, d, "jetson", platform == "l4t"),
+        quantizations=tuple(quants) if quants is not None else None,
+        presuper_bandwidth_gbs=presuper,
     )
 
 
@@ -311,34 +399,80 @@ def _floats(where: str, key: str, value: Any) -> dict[str, float]:
     return {str(k): float(v) for k, v in value.items()}
 
 
-def _modules(data: Any, devices: dict[str, Device]) -> dict[str, Module]:
+def _mapping(key: str, data: Any) -> dict[Any, Any]:
+    """A catalog section that must be a mapping (one line naming it otherwise)."""
     if not isinstance(data, dict):
-        raise ConfigError(f"catalog: modules={data!r} must be a mapping")
+        raise ConfigError(f"catalog: {key}={data!r} must be a mapping")
+    return data
+
+
+def _modules(data: Any, devices: dict[str, Device]) -> dict[str, Module]:
     out: dict[str, Module] = {}
-    for mid, row in data.items():
-        w = f"module {mid}"
+    for mid, row in _mapping("modules", data).items():
+        mod = _module(f"module {mid}", mid, row, devices)
+        if (mod.memory_gib, mod.bandwidth_gbs) != (devices[mod.device].memory_gib,
+                                                   devices[mod.device].bandwidth_gbs):
+            raise ConfigError(f"catalog module {mid}: memory/bandwidth {mod.memory_gib:g} GiB / "
+                              f"{mod.bandwidth_gbs:g} GB/s disagree with {mod.device}")
+        carriers = row.get("carriers") or {}
+        if not isinstance(carriers, dict):
+            raise ConfigError(f"catalog module {mid}: carriers={carriers!r} must be a mapping")
+        on = tuple((str(c), _module(f"module {mid} on {c}", mid,
+                                    {"memory_gib": mod.memory_gib,
+                                     "bandwidth_gbs": mod.bandwidth_gbs,
+                                     "mode_table": mod.mode_table, **r}, devices))
+                   for c, r in carriers.items())
+        out[mid] = dataclasses.replace(mod, carriers=on)
+    return out
+
+
+def _module(w: str, mid: str, row: Any, devices: dict[str, Device]) -> Module:
+    if not isinstance(row, dict):
+        raise ConfigError(f"catalog {w}: expected a mapping, got {row!r}")
+    dev = devices.get(_req(w, row, "device", str))
+    if dev is None or not dev.is_jetson:
+        raise ConfigError(f"catalog {w}: device={row.get('device')!r} is not a Jetson device")
+    return Module(id=mid, device=dev.id, name=_req(w, row, "name", str),
+                  memory_gib=_req(w, row, "memory_gib", (int, float)),
+                  bandwidth_gbs=_req(w, row, "bandwidth_gbs", (int, float)),
+                  nvpmodel_confs=_confs(w, row.get("nvpmodel_conf")),
+                  mode_table=_flag(w, row, "mode_table", True))
+
+
+def _confs(where: str, value: Any) -> tuple[tuple[str, str], ...]:
+    """``nvpmodel_conf``: a file name, or {first L4T release: file name}, oldest first."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (("0", value),)
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise ConfigError(f"catalog {where}: nvpmodel_conf={value!r} must be a name or a "
+                          "mapping of L4T releases to names")
+    try:
+        return tuple(sorted(((str(k), v) for k, v in value.items()),
+                            key=lambda kv: Version.parse(kv[0])))
+    except ValueError as exc:
+        raise ConfigError(f"catalog {where}: nvpmodel_conf: {exc}") from None
+
+
+def _refused(data: Any) -> dict[str, Refused]:
+    out = {}
+    for rid, row in _mapping("refused", data).items():
+        w = f"refused {rid}"
         if not isinstance(row, dict):
             raise ConfigError(f"catalog {w}: expected a mapping, got {row!r}")
-        dev = devices.get(_req(w, row, "device", str))
-        if dev is None or not dev.is_jetson:
-            raise ConfigError(f"catalog {w}: device={row.get('device')!r} is not a Jetson device")
-        mod = Module(id=mid, device=dev.id, name=_req(w, row, "name", str),
-                     memory_gib=_req(w, row, "memory_gib", (int, float)),
-                     bandwidth_gbs=_req(w, row, "bandwidth_gbs", (int, float)),
-                     nvpmodel_conf=row.get("nvpmodel_conf"),
-                     mode_table=bool(row.get("mode_table", True)))
-        if (mod.memory_gib, mod.bandwidth_gbs) != (dev.memory_gib, dev.bandwidth_gbs):
-            raise ConfigError(f"catalog {w}: memory/bandwidth {mod.memory_gib:g} GiB / "
-                              f"{mod.bandwidth_gbs:g} GB/s disagree with {dev.id}")
-        out[mid] = mod
+        lists = {k: tuple(str(x) for x in _req(w, row, k, list)) if k in row else ()
+                 for k in ("boards", "gpu_names", "dgx_platforms", "dgx_names")}
+        if not any(lists.values()):
+            raise ConfigError(f"catalog {w}: names nothing to recognise it by")
+        out[rid] = Refused(id=rid, name=_req(w, row, "name", str),
+                           reason=" ".join(_req(w, row, "reason", str).split()), **lists)
     return out
 
 
 def _quantizations(data: Any) -> dict[str, Quantization]:
-    if not isinstance(data, dict):
-        raise ConfigError(f"catalog: quantizations={data!r} must be a mapping")
     out = {}
-    for q, row in data.items():
+    for q, row in _mapping("quantizations", data).items():
         w = f"quantization {q}"
         plats = tuple(_req(w, row, "platforms", list)) if isinstance(row, dict) else ()
         if not plats or any(p not in ("l4t", "sbsa") for p in plats):
@@ -401,8 +535,8 @@ def _head(head_id: str, d: dict[str, Any]) -> Head:
     )
 
 
-def _flag(where: str, d: dict[str, Any], key: str) -> bool:
-    value = d.get(key, False)
+def _flag(where: str, d: dict[str, Any], key: str, default: bool = False) -> bool:
+    value = d.get(key, default)
     if not isinstance(value, bool):
         raise ConfigError(f"catalog {where}: {key}={value!r} must be true or false")
     return value
@@ -436,6 +570,16 @@ def parse_catalog(devices_yaml: Path | Any, models_yaml: Path | Any,
     devices = {k: dataclasses.replace(d, module_ids=tuple(
         m.id for m in modules.values() if m.device == k)) for k, d in devices.items()}
     quants = _quantizations(dev_data.get("quantizations") or {"bf16": {"platforms": ["l4t"]}})
+    families = {d.family for d in devices.values()}
+    for img in images.values():
+        if set(img.families) - families:
+            raise ConfigError(f"catalog image {img.ref}: families {list(img.families)} names "
+                              f"an unknown family (known: {', '.join(sorted(families))})")
+    for d in devices.values():
+        unknown = sorted(set(d.quantizations or ()) - set(quants))
+        if unknown:
+            raise ConfigError(f"catalog device {d.id}: quantizations {unknown} are not in "
+                              "quantizations")
     models = {k: _model(k, v) for k, v in mod_data["models"].items()}
     heads = {k: _head(k, v) for k, v in (mod_data.get("heads") or {}).items()}
     for m in models.values():
@@ -457,7 +601,7 @@ def parse_catalog(devices_yaml: Path | Any, models_yaml: Path | Any,
             if models[draft].tokenizer != m.tokenizer:
                 raise ConfigError(f"catalog model {m.id}: draft {draft!r} has another tokenizer")
     return Catalog(devices=devices, models=models, heads=heads, images=images, modules=modules,
-                   quantizations=quants)
+                   quantizations=quants, refused=_refused(dev_data.get("refused") or {}))
 
 
 @cache

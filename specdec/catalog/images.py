@@ -63,6 +63,8 @@ class Image:
     env: dict[str, str]  # image ENV the deploy must account for (Hub cache variables)
     source: str  # where the engine version, base and ENV come from
     hub_version: Version | None = None  # huggingface_hub in the image (None: not known)
+    families: tuple[str, ...] = ()  # the device families it is a default for (empty: any)
+    entrypoint: tuple[str, ...] = ()  # the image's ENTRYPOINT when it is an engine's command
 
     @property
     def key(self) -> str:
@@ -126,9 +128,15 @@ def _image(ref: str, d: Any, engines: tuple[str, ...]) -> Image:
     if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                             for k, v in env.items()):
         raise ConfigError(f"catalog {w}: env must map names to strings")
+    families = d.get("families") or []
+    entrypoint = d.get("entrypoint") or []
+    for key, value in (("families", families), ("entrypoint", entrypoint)):
+        if not isinstance(value, list) or not all(isinstance(f, str) for f in value):
+            raise ConfigError(f"catalog {w}: {key} must be a list of strings")
     return Image(ref=ref, engine=engine, engine_version=version, platform=platform, l4t=l4t,
                  cuda=str(_field(w, d, "cuda", str)), channel=channel, hub_cli=hub_cli,
-                 env=dict(env), source=_field(w, d, "source", str), hub_version=hub_version)
+                 env=dict(env), source=_field(w, d, "source", str), hub_version=hub_version,
+                 families=tuple(families), entrypoint=tuple(entrypoint))
 
 
 def _hub_version(where: str, value: Any, hub_cli: str) -> Version | None:

@@ -138,6 +138,10 @@ class Engine(ABC):
         """Whether ``version`` loads an EAGLE head checkpoint in format ``fmt``
         (`specdec.catalog.HEAD_FORMATS`; the facts module's answer)."""
 
+    def release_problem(self, version: Version) -> str | None:
+        """Why ``version`` is not a release of this engine the facts know (None: fine)."""
+        return None
+
     def support(self, version: Version, method: str, target: Target) -> Support:
         """`check`, with the first later release that can when it cannot."""
         return with_first_ok(self.check, self.releases(), version, method, target)
@@ -156,6 +160,10 @@ class Engine(ABC):
 
     def per_batch_k(self, plan: Plan) -> bool:
         """Whether the release takes a k per batch size (tuned as a schedule)."""
+        return False
+
+    def schedule_nonincreasing(self) -> bool:
+        """Whether a k-per-batch-size schedule may not draft more above its first range."""
         return False
 
     # -- host data ---------------------------------------------------------------------------

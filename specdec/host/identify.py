@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specdec.catalog import Catalog, Device, load_catalog
+from specdec.catalog import Catalog, Device, Module, load_catalog
 from specdec.errors import IdentifyError
 from specdec.host.power import mode_bandwidth, state_from_files
 
@@ -69,12 +69,18 @@ _GIB_KB = 1024 * 1024
 MEM_LOW = 0.80
 MEM_HIGH = 1.02
 # L4T -> JetPack (jetson_stats NVIDIA_JETPACK, rbonghi/jetson_stats @ f41d5cad,
-# jtop/core/jetson_variables.py).
+# jtop/core/jetson_variables.py:46-76).
 JETPACK = {
+    "39.2.0": "7.2", "39.0.0": "7.2 EA", "38.4.0": "7.1", "38.2.2": "7.0", "38.2.1": "7.0",
+    "38.2.0": "7.0",
     "36.5.0": "6.2.2", "36.4.7": "6.2.1", "36.4.4": "6.2.1", "36.4.3": "6.2",
     "36.4.2": "6.1 (rev1)", "36.4.0": "6.1", "36.3.0": "6.0", "36.2.0": "6.0 DP",
-    "35.6.1": "5.1.5",
+    "36.0.0": "6.0 EA",
+    "35.6.4": "5.1.6", "35.6.3": "5.1.5", "35.6.2": "5.1.5", "35.6.1": "5.1.5",
+    "35.6.0": "5.1.4", "35.5.0": "5.1.3", "35.4.1": "5.1.2", "35.3.1": "5.1.1",
+    "35.2.1": "5.1", "35.1.0": "5.0.2",
 }
+SUPPORTED = "not a Jetson Orin or Thor, or a DGX Spark"
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,7 @@ class Identity:
     power_mode: str | None = None  # nvpmodel mode name (Jetsons with nvpmodel)
     power_mode_id: int | None = None
     bandwidth_gbs: float | None = None  # peak in that mode (catalog), else the device's
+    carrier: str | None = None  # the carrier board's part number (Jetson device tree)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -175,7 +182,9 @@ def parse_identity(files: Mapping[str, str | None], catalog: Catalog | None = No
         ident = _jetson(cat, model, compat_items, l4t, memory, arch, gpu_name)
         return _with_power(ident, files, cat)
 
-    spark = next((d for d in cat.devices.values() if d.platform == "sbsa"), None)
+    dgx = _dgx_values(dgx_release)
+    _refuse_dgx(cat, gpu_name, dgx)
+    spark = next((d for d in cat.devices.values() if d.gpu_name and not d.is_jetson), None)
     is_spark_gpu = bool(gpu_name) and any(
         d.gpu_name == gpu_name for d in cat.devices.values() if d.gpu_name
     )
@@ -184,10 +193,15 @@ def parse_identity(files: Mapping[str, str | None], catalog: Catalog | None = No
                       spark)
         if arch != device.arch:
             raise IdentifyError(f"GPU {gpu_name} on a {arch} host is not a {device.model_string}")
+        named = dgx.get("DGX_PRETTY_NAME") or dgx.get("DGX_NAME")
+        if not is_spark_gpu and named and named not in (device.model_string,
+                                                         device.model_string.split(" ", 1)[-1]):
+            raise IdentifyError(f"unsupported hardware: etc/dgx-release names {named!r} "
+                                f"(DGX_PLATFORM {dgx.get('DGX_PLATFORM', '?')!r}), {SUPPORTED}")
         _check_memory(device, memory, f"GPU {gpu_name}" if is_spark_gpu else "etc/dgx-release")
         return Identity(
             device=device.id,
-            model_string=_dgx_name(dgx_release) or device.model_string,
+            model_string=named or device.model_string,
             module_id=None,
             l4t=None,
             memory_gib=memory,
@@ -204,30 +218,61 @@ def parse_identity(files: Mapping[str, str | None], catalog: Catalog | None = No
             f"{arch}",
         ) if x
     )
-    raise IdentifyError(f"unsupported hardware ({what}): not a Jetson Orin or DGX Spark")
+    raise IdentifyError(f"unsupported hardware ({what}): {SUPPORTED}")
 
 
-def _dgx_name(text: str | None) -> str | None:
-    if not text:
-        return None
+def _dgx_values(text: str | None) -> dict[str, str]:
+    """``/etc/dgx-release``'s KEY="value" lines."""
     values = {}
-    for line in text.splitlines():
-        key, _, value = line.partition("=")
-        values[key.strip()] = value.strip().strip('"').strip()
-    return values.get("DGX_PRETTY_NAME") or values.get("DGX_NAME") or None
+    for line in (text or "").splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            values[key.strip()] = value.strip().strip('"').strip()
+    return values
+
+
+def _refuse_dgx(cat: Catalog, gpu_name: str | None, dgx: Mapping[str, str]) -> None:
+    """Hardware the catalog refuses by its GPU or its /etc/dgx-release (DGX Station GB300)."""
+    for r in cat.refused.values():
+        why = ((gpu_name in r.gpu_names and f"GPU {gpu_name}")
+               or (dgx.get("DGX_PLATFORM") in r.dgx_platforms
+                   and f"DGX_PLATFORM {dgx['DGX_PLATFORM']!r}")
+               or (dgx.get("DGX_NAME") in r.dgx_names and f"DGX_NAME {dgx['DGX_NAME']!r}"))
+        if why:
+            raise IdentifyError(f"unsupported hardware: {r.name} ({why}): {r.reason}")
 
 
 def _with_power(ident: Identity, files: Mapping[str, str | None], cat: Catalog) -> Identity:
     """The power mode from /etc/nvpmodel.conf and nvpmodel's status file, and the catalog's
-    bandwidth in that mode."""
+    bandwidth in that mode (no mode known: the device's peak on the host's L4T)."""
     state = state_from_files({"conf": files.get("etc/nvpmodel.conf"),
                               "status": files.get("var/lib/nvpmodel/status")})
     device = cat.devices[ident.device]
     if state is None or state.current is None:
-        return dataclasses.replace(ident, bandwidth_gbs=device.bandwidth_gbs)
-    bw, _ = mode_bandwidth(device, state.mode, cat.modules.get(ident.module_id or ""))
+        return dataclasses.replace(ident, bandwidth_gbs=device.peak_gbs(ident.l4t))
+    bw, _ = mode_bandwidth(device, state.mode, cat.module(ident.module_id, ident.carrier),
+                           ident.l4t)
     return dataclasses.replace(ident, power_mode=state.current[0],
                                power_mode_id=state.current[1], bandwidth_gbs=bw)
+
+
+def _board(compat: list[str]) -> tuple[str | None, list[str]]:
+    """The carrier part number (the first entry's part before "+") and the module ids, in order
+    (``nvidia,p3740-0002+p3701-0008``, ``nvidia,p3701-0008``, ``nvidia,tegra234``)."""
+    first = compat[0] if compat else ""
+    carrier = (_MODULE_ID.findall(first.split("+", 1)[0]) or [None])[0] if "+" in first else None
+    found = [mid for item in compat for mid in _MODULE_ID.findall(item)]
+    return carrier, [m for m in dict.fromkeys(found) if m != carrier]
+
+
+def _refuse_board(cat: Catalog, model: str | None, carrier: str | None,
+                  modules: list[str]) -> None:
+    for r in cat.refused.values():
+        for board in r.boards:
+            prefix, _, module = board.partition("+")
+            if carrier and carrier.startswith(prefix) and module in modules:
+                raise IdentifyError(f"unsupported Jetson: {r.name} ({model or 'unknown model'}, "
+                                    f"board {carrier}+{module}): {r.reason}")
 
 
 def _jetson(
@@ -239,53 +284,58 @@ def _jetson(
     arch: str,
     gpu_name: str | None,
 ) -> Identity:
-    by_module = {mid: cat.devices[mod.device] for mid, mod in cat.modules.items()}
-    found = [mid for item in compat for mid in _MODULE_ID.findall(item)]
-    known = [mid for mid in dict.fromkeys(found) if mid in by_module]
-    devices = {by_module[mid].id for mid in known}
+    carrier, found = _board(compat)
+    _refuse_board(cat, model, carrier, found)
+    known = [mid for mid in found if mid in cat.modules]
+    devices = {cat.modules[mid].on(carrier).device for mid in known}
     if len(devices) > 1:
         raise IdentifyError(f"contradictory module ids in device-tree compatible: {known}")
+    module: Module | None = None
     if known:
-        module_id = known[0]
-        device = by_module[module_id]
-        _check_memory(device, memory, f"module {module_id}")
+        module = cat.modules[known[0]].on(carrier)
+        device = cat.devices[module.device]
+        _check_memory(device, memory, f"module {module.id}")
     else:
-        module_id = None
-        families = {mid.split("-")[0] for mid in by_module}
-        unknown = [mid for mid in dict.fromkeys(found) if mid.split("-")[0] in families]
-        if unknown:  # a module of a known family (e.g. AGX Orin Industrial) we have no data for
-            raise IdentifyError(
-                f"unsupported Jetson module {unknown[0]} ({model or 'unknown model'}); "
-                f"known: {', '.join(sorted(by_module))}"
-            )
-        soc_match = _SOC.search("\0".join(compat))
-        soc = soc_match.group(1) if soc_match else ""
-        # Without a known module id, fall back to the model string + memory size.
-        candidates = [
-            d for d in cat.devices.values()
-            if d.is_jetson and model and model.startswith(d.model_string)
-            and d.memory_gib * MEM_LOW <= memory <= d.memory_gib * MEM_HIGH
-            and (not soc or soc == "tegra234")
-        ]
-        if len(candidates) != 1:
-            mods = ",".join(dict.fromkeys(found)) or "none"
-            raise IdentifyError(
-                f"unsupported Jetson: model {model!r}, modules {mods}, "
-                f"{soc or 'unknown SoC'}, {memory:g} GiB"
-            )
-        device = candidates[0]
-    module = cat.modules.get(module_id) if module_id else None
+        device = _by_model(cat, model, compat, found, memory)
     return Identity(
         device=device.id,
         model_string=model or device.model_string,
-        module_id=module_id,
+        module_id=module.id if module else None,
         l4t=l4t,
         memory_gib=memory,
         arch=arch,
         gpu_name=gpu_name,
         module_name=module.name if module else None,
         jetpack=JETPACK.get(l4t or ""),
+        carrier=carrier,
     )
+
+
+def _by_model(cat: Catalog, model: str | None, compat: list[str], found: list[str],
+              memory: float) -> Device:
+    """A Jetson without a known module id: by the model string and memory size (Orin only)."""
+    families = {mid.split("-")[0] for mid in cat.modules}
+    unknown = [mid for mid in found if mid.split("-")[0] in families]
+    if unknown:  # a module of a known family we have no data for
+        raise IdentifyError(
+            f"unsupported Jetson module {unknown[0]} ({model or 'unknown model'}); "
+            f"known: {', '.join(sorted(cat.modules))}"
+        )
+    soc_match = _SOC.search("\0".join(compat))
+    soc = soc_match.group(1) if soc_match else ""
+    candidates = [
+        d for d in cat.devices.values()
+        if d.is_jetson and model and model.startswith(d.model_string)
+        and d.memory_gib * MEM_LOW <= memory <= d.memory_gib * MEM_HIGH
+        and (not soc or soc == "tegra234")
+    ]
+    if len(candidates) != 1:
+        mods = ",".join(found) or "none"
+        raise IdentifyError(
+            f"unsupported Jetson: model {model!r}, modules {mods}, "
+            f"{soc or 'unknown SoC'}, {memory:g} GiB"
+        )
+    return candidates[0]
 
 
 def _read(path: Path) -> str | None:

@@ -174,24 +174,28 @@ def choose_target(conf: NvpConf) -> PowerMode | None:
     return None
 
 
-def mode_bandwidth(device: Device, mode: PowerMode | None,
-                   module: Module | None = None) -> tuple[float, str]:
-    """Peak DRAM bandwidth (GB/s) of ``device`` in ``mode`` and where the figure comes from.
-    A ``module`` whose own nvpmodel conf the catalog has no table for (``mode_table`` false)
-    never gets the device's table: its conf's EMC cap, else the device's peak."""
+def mode_bandwidth(device: Device, mode: PowerMode | None, module: Module | None = None,
+                   l4t: str | None = None) -> tuple[float, str]:
+    """Peak DRAM bandwidth (GB/s) of ``device`` in ``mode`` on L4T ``l4t`` and where the figure
+    comes from. A ``module`` whose own nvpmodel conf the catalog has no table for (``mode_table``
+    false) never gets the device's table: its conf's EMC cap, else the device's peak. The peak
+    is the host's L4T's (`Device.peak_gbs`: a Nano before super DTBs tops out at 2133 MHz)."""
+    peak = device.peak_gbs(l4t)
+    where = "" if peak == device.bandwidth_gbs else f" on L4T {l4t} (before super DTBs)"
     if mode is None:
-        return device.bandwidth_gbs, "device peak (no power mode known)"
+        return peak, f"device peak{where} (no power mode known)"
     bw = device.mode_bandwidth_gbs(mode.name) if module is None or module.mode_table else None
-    if bw is not None:
+    if bw is not None:  # the mode's name says which DTB the host runs (MAXN_SUPER: a super one)
         return bw, f"catalog power_modes.{mode.name}"
     if module is not None and not module.mode_table and mode.emc_mhz is None:
-        return device.bandwidth_gbs, (
-            f"device peak: {mode.name} of {module.nvpmodel_conf} states no EMC cap, and that "
-            f"conf's mode table is not in the catalog (not guessed from {device.id}'s)")
+        conf = module.conf_for(l4t) or module.nvpmodel_conf
+        return peak, (
+            f"device peak{where}: {mode.name} of {conf} states no EMC cap, and that conf's "
+            f"mode table is not in the catalog (not guessed from another module's)")
     emc = mode.emc_mhz
     if emc is not None:
         return device.emc_bandwidth_gbs(emc), f"EMC cap {emc:g} MHz x {device.memory_bus_bits}-bit"
-    return device.bandwidth_gbs, f"device peak ({mode.name}: no EMC cap)"
+    return peak, f"device peak{where} ({mode.name}: no EMC cap)"
 
 
 @dataclass(frozen=True)
@@ -208,13 +212,14 @@ class PowerState:
             return None
         return self.conf.modes.get(self.current[1]) or self.conf.by_name(self.current[0])
 
-    def record(self, device: Device | None, module: Module | None = None) -> dict[str, Any]:
+    def record(self, device: Device | None, module: Module | None = None,
+               l4t: str | None = None) -> dict[str, Any]:
         """The report's view: mode, clocks and the catalog's bandwidth in that mode."""
         out: dict[str, Any] = {"power_mode": self.current[0] if self.current else None,
                                "power_mode_id": self.current[1] if self.current else None,
                                "clocks": dict(self.clocks)}
         if device is not None:
-            bw, src = mode_bandwidth(device, self.mode, module)
+            bw, src = mode_bandwidth(device, self.mode, module, l4t)
             out.update(bandwidth_gbs=bw, bandwidth_source=src)
         return out
 

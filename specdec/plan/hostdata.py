@@ -25,7 +25,7 @@ from specdec.config.settings import (
 from specdec.engines.base import Engine
 from specdec.engines.registry import ENGINES as ENGINE_IMPLS
 from specdec.engines.registry import engine as engine_named
-from specdec.engines.version import Version
+from specdec.engines.version import Version, version_in_tag
 from specdec.errors import REDACTED, ConfigError, GateError, Problems, redact
 from specdec.gate.inputs import check_policy
 from specdec.host.layout import SERVICE_USER
@@ -133,7 +133,7 @@ def _env(r: KeyReader) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(items))
 
 
-def _engine_version(r: KeyReader) -> str | None:
+def _engine_version(r: KeyReader, eng: Engine) -> str | None:
     key = "specdec_engine_version"
     value = r.get(key)
     if isinstance(value, int | float) and not isinstance(value, bool):
@@ -142,9 +142,24 @@ def _engine_version(r: KeyReader) -> str | None:
     if text is None:
         return None
     try:
-        return str(Version.parse(text))
+        version = Version.parse(text)
     except ValueError:
         raise r.fail(key, value, "is not a version (e.g. 0.9.2 or 1.2.0rc6)") from None
+    if (problem := eng.release_problem(version)) is not None:  # refused before any host
+        raise r.fail(key, value, problem)
+    return str(version)
+
+
+def _image(r: KeyReader, eng: Engine) -> str | None:
+    """``specdec_image``; a tag stating a release the engine does not know is refused."""
+    image = r.get("specdec_image")
+    if image is None:
+        return None
+    ref = hygiene.check_image(r.host, "specdec_image", image)
+    stated = version_in_tag(ref.split("@")[0].rsplit("/", 1)[-1].partition(":")[2])
+    if stated is not None and (problem := eng.release_problem(stated)) is not None:
+        raise r.fail("specdec_image", image, problem)
+    return ref
 
 
 _GATE_FIELDS = {f.name: f for f in dataclasses.fields(GatePolicy)}
@@ -428,7 +443,6 @@ def _login_keys(r: KeyReader) -> dict[str, Any]:
 
 def _serving_keys(r: KeyReader, engine: str | None, eng: Engine) -> dict[str, Any]:
     """What runs and how: device, engine, model, speculation, limits, image, environment."""
-    image = r.get("specdec_image")
     extra_args = r.get("specdec_extra_args")
     return dict(
         device=r.str_("specdec_device"),
@@ -441,8 +455,8 @@ def _serving_keys(r: KeyReader, engine: str | None, eng: Engine) -> dict[str, An
         max_model_len=r.int_("specdec_max_model_len", 128, MAX_MODEL_LEN),
         max_num_seqs=r.int_("specdec_max_num_seqs", 1, 1024),
         port=r.int_("specdec_port", 1024, 65535),
-        image=None if image is None else hygiene.check_image(r.host, "specdec_image", image),
-        engine_version=_engine_version(r),
+        image=_image(r, eng),
+        engine_version=_engine_version(r, eng),
         memlock=_memlock(r),
         env=_env(r),
         extra_args=() if extra_args is None else hygiene.check_engine_args(

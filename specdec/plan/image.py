@@ -63,7 +63,22 @@ def image_for_host(s: HostSettings, cat: Catalog, device: Device, engine: str,
 def engine_version(s: HostSettings, eng: Engine, runtime: str, image: str | None,
                    img: Image | None, installed: Mapping[str, str] | None
                    ) -> tuple[Version, str]:
-    """The engine release this host runs, and where that is known from."""
+    """The engine release this host runs, and where that is known from; a release the engine's
+    facts do not know is refused (`Engine.release_problem`), naming where it came from."""
+    version, origin = _engine_version(s, eng, runtime, image, img, installed)
+    problem = eng.release_problem(version)
+    if problem is not None:
+        key = {"specdec_engine_version": f"specdec_engine_version={s.engine_version!r}",
+               "installed on the host": f"specdec_runtime='native' ({eng.name} {version} is "
+                                        "installed on the host)"}.get(
+            origin, f"specdec_image={image!r}")
+        raise ConfigError(f"{key}: {problem}", host=s.host)
+    return version, origin
+
+
+def _engine_version(s: HostSettings, eng: Engine, runtime: str, image: str | None,
+                    img: Image | None, installed: Mapping[str, str] | None
+                    ) -> tuple[Version, str]:
     engine = eng.name
     pinned = Version.parse(s.engine_version) if s.engine_version else None
     if runtime == "docker":

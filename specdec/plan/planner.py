@@ -238,10 +238,12 @@ def _target_model(s: HostSettings, cat: Catalog, device: Device) -> Model:
     """The target model, checked against the device (quantization) and a pinned context."""
     model = _custom_model(s, cat, device)
     quant = cat.quantizations.get(model.quantization)
-    if quant is not None and device.platform not in quant.platforms:
+    if quant is not None and not device.runs(quant):
+        runs = (f"{device.id} runs {', '.join(device.quantizations)}" if device.quantizations
+                else f"runs on: {', '.join(quant.platforms)}")
         raise PlanError(
             f"specdec_model={model.id!r}: {model.quantization} weights do not run on "
-            f"{device.id} (runs on: {', '.join(quant.platforms)}; {quant.note})",
+            f"{device.id} ({runs}; {quant.note})",
             host=s.host,
         )
     if s.max_model_len is not None and s.max_model_len > model.max_context:

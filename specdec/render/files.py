@@ -154,6 +154,11 @@ def _docker_argv(plan: Plan, release_id: str, device_is_jetson: bool) -> list[st
     ]
     if device_is_jetson:
         argv += ["-v", "/etc/nv_tegra_release:/etc/nv_tegra_release:ro"]
+    assert plan.image is not None
+    if load_catalog().entrypoint_of(plan.image):
+        # the image's ENTRYPOINT is the engine's command (vllm/vllm-openai): cleared, so the
+        # command below is the whole of what runs, as with every other image
+        argv.append("--entrypoint=")
     engine = _engine(plan)
     for name, value in [*engine.environment(plan), *plan.env]:
         argv += ["-e", f"{name}={value}"]
@@ -163,7 +168,6 @@ def _docker_argv(plan: Plan, release_id: str, device_is_jetson: bool) -> list[st
     config = engine.config_file(plan)
     if config is not None:
         argv += ["-v", f"{layout.release_dir(release_id)}/{config}:{CONTAINER_ENGINE_YAML}:ro"]
-    assert plan.image is not None
     inner = engine_argv(plan, CONTAINER_ENGINE_YAML if config else None)
     # the image's sh reads the secrets inside the container: nothing in `docker inspect`
     inner = secret_env_argv(secrets, CONTAINER_SECRETS, inner)

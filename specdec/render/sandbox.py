@@ -11,10 +11,12 @@ One policy per kind of process, each scoring at most 4.0 with ``systemd-analyze 
   NVIDIA's container list ``/etc/nvidia-container-runtime/host-files-for-container.d/l4t.csv``),
   owned by group ``video`` (L4T's udev rules: ``KERNEL=="nvhost-*", GROUP="video",
   MODE="0660"``), hence ``SupplementaryGroups=video``; on a DGX Spark the driver's character
-  devices by their /proc/devices names (NVIDIA/nvidia-container-toolkit
-  internal/info/proc/devices/devices.go: ``nvidia-frontend`` for /dev/nvidia0.. and nvidiactl,
-  ``nvidia-uvm``, ``nvidia-caps``; the DGX OS user guide's and nixpkgs' ollama unit's
-  ``DeviceAllow=char-nvidia-frontend`` ...). No ``ProcSubset=pid`` (CUDA reads
+  devices by their /proc/devices names: ``nvidia`` (major 195: /dev/nvidia0.., and nvidiactl
+  and nvidia-modeset on the same major), ``nvidia-uvm``, ``nvidia-caps`` (NVIDIA/open-gpu-kernel-
+  modules 580.95.05 kernel-open/nvidia/nv.c:955-963, nvidia-uvm/uvm.c:43, nvidia/nv-caps.c:823;
+  the driver named the GPU region ``nvidia-frontend`` up to 535.x and ``nvidia`` from 545.23.06:
+  NVIDIA/nvidia-container-toolkit v1.20.0 internal/info/proc/devices/devices.go:35-36 knows both,
+  and Spark's driver is 580). No ``ProcSubset=pid`` (CUDA reads
   /proc/driver/nvidia, vLLM /proc/meminfo) and no ``MemoryDenyWriteExecute`` (Triton and
   torch JIT); writes only to its cache directory.
 * ``docker``: the docker CLI that runs a container (the container's own limits are
@@ -69,8 +71,8 @@ JETSON_GPU_NODES = (
     "/dev/nvgpu/igpu0/channel", "/dev/nvgpu/igpu0/tsg", "/dev/nvgpu/igpu0/power",
     "/dev/nvgpu/igpu0/prof", "/dev/nvgpu/igpu0/nvsched",
 )
-# DGX Spark (GB10, the standard driver): /proc/devices group names.
-SPARK_GPU_GROUPS = ("char-nvidia-frontend", "char-nvidia-uvm", "char-nvidia-caps")
+# DGX Spark (GB10, driver 580): /proc/devices group names ("char-nvidia" is major 195 whole).
+SPARK_GPU_GROUPS = ("char-nvidia", "char-nvidia-uvm", "char-nvidia-caps")
 
 
 def _ip_allow(peers: Sequence[str] | None) -> list[str]:

@@ -42,7 +42,7 @@ from specdec.engines.registry import engine_of
 from specdec.errors import ConfigError
 from specdec.plan.planner import speculating
 from specdec.plan.types import Plan
-from specdec.tune.search import K_MAX, SPLIT, TuneResult
+from specdec.tune.search import K_MAX, SPLIT, Config, TuneResult
 from specdec.tune.store import MAX_ENTRY_BYTES, TuneStore, as_store
 
 __all__ = ["Entry", "apply_cached", "cache_key", "entry_id", "image_identity", "load",
@@ -173,10 +173,21 @@ def _meaning(plan: Plan, entry: Entry) -> str | None:
     # the draft is the planned one (its memory fit is the plan's) or none (n-gram)
     if cfg.draft not in (None, plan.draft) or not plan.fit.fits:
         return "its draft does not fit this plan"
-    if cfg.k_by_batch and (not engine_of(plan).per_batch_k(plan)
-                           or cfg.k_by_batch[-1][1] > max(plan.max_num_seqs, SPLIT + 1)):
+    if cfg.k_by_batch and not _takes(plan, cfg):
         return "a per-batch-size schedule this release or max_num_seqs cannot take"
     return None
+
+
+def _takes(plan: Plan, cfg: Config) -> bool:
+    """Whether the plan's release takes ``cfg``'s schedule for its method, within max_num_seqs
+    (TensorRT-LLM: never drafting more above the first range)."""
+    engine = engine_of(plan)
+    if not engine.per_batch_k(speculating(plan, cfg.method, cfg.draft, cfg.k)):
+        return False
+    if engine.schedule_nonincreasing() and max(r[2] for r in cfg.k_by_batch) > \
+            cfg.k_by_batch[0][2]:
+        return False
+    return cfg.k_by_batch[-1][1] <= max(plan.max_num_seqs, SPLIT + 1)
 
 
 def load(cache: Where, plan: Plan, why: list[str] | None = None

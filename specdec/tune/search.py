@@ -50,7 +50,7 @@ speculation off).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -157,13 +157,19 @@ class Search:
 
     def __init__(self, methods: Sequence[tuple[str, str | None]], policy: GatePolicy,
                  population: Mapping[str, float], per_batch: bool, max_num_seqs: int,
-                 k_max: int = K_MAX) -> None:
+                 k_max: int = K_MAX, schedulable: Collection[str] | None = None,
+                 nonincreasing: bool = False) -> None:
+        """``per_batch``: the release takes a k per batch size, for the ``schedulable`` methods
+        (None: all); ``nonincreasing``: its schedule may not draft more above batch 1..SPLIT
+        (TensorRT-LLM's draft_len_schedule)."""
         if not methods:
             raise ValueError("need at least one method")
         self.methods = [_Method(m, d) for m, d in methods]
         self.policy = policy
         self.population = {c: float(w) for c, w in population.items() if w > 0}
         self.per_batch = per_batch
+        self.schedulable = None if schedulable is None else frozenset(schedulable)
+        self.nonincreasing = nonincreasing
         self.max_num_seqs = max_num_seqs
         self.k_max = k_max
         self.base: dict[int, LevelFit] = {}
@@ -327,14 +333,21 @@ class Search:
                 out["tpot"] = math.exp(med) / self.base[conc].step_s
         return out
 
-    def _objective(self, p: Mapping[str, float]) -> float:
+    def schedules(self, method: str) -> bool:
+        """Whether ``method``'s choice is a per-batch-size schedule."""
+        return self.per_batch and (self.schedulable is None or method in self.schedulable)
+
+    def _objective(self, p: Mapping[str, float], per_batch: bool) -> float:
         k1, k8 = self.levels
         ok8 = p[f"c{k8}"] >= 1.0 - self.policy.max_regression_c8
-        return p[f"c{k1}"] if (ok8 or self.per_batch) else p[f"c{k8}"] - 10.0
+        return p[f"c{k1}"] if (ok8 or per_batch) else p[f"c{k8}"] - 10.0
+
+    def _value(self, m: _Method, k: int) -> float:
+        return self._objective(self.predict(m, k), self.schedules(m.method))
 
     def _best(self, m: _Method, measured_only: bool) -> tuple[int, float]:
         ks = sorted(m.points) if measured_only else range(1, self.k_max + 1)
-        scored = [(self._objective(self.predict(m, k)), k) for k in ks]
+        scored = [(self._value(m, k), k) for k in ks]
         val, k = max(scored)
         return k, val
 
@@ -367,10 +380,10 @@ class Search:
                 # lower bound
                 lower = [x for x in range(1, k_meas) if x not in m.points]
                 return Config(m.method, m.draft,
-                              max(lower, key=lambda x: self._objective(self.predict(m, x))))
+                              max(lower, key=lambda x: self._value(m, x)))
             if len(m.points) == 2 and (i == 0 or best is None or v_meas >= CUTOFF * best):
                 lo, hi = sorted(m.points)
-                v = [self._objective(self.predict(m, x)) for x in (lo, hi)]
+                v = [self._value(m, x) for x in (lo, hi)]
                 if hi - lo >= 3 and min(v) >= max(v) * (1 - FLAT):
                     # a flat stretch: which end wins is within timing noise; the middle is
                     # within a few % of either, and a third point steadies the slope
@@ -386,7 +399,7 @@ class Search:
     def tied(self, m: _Method) -> list[int]:
         """m's best measured point and those whose value is within ``TIE_Z`` standard errors
         of their difference from it (`_se`), best first: which of them wins is noise."""
-        vals = {k: self._objective(self.predict(m, k)) for k in sorted(m.points)}
+        vals = {k: self._value(m, k) for k in sorted(m.points)}
         top = max(vals, key=lambda k: vals[k])
         se = {k: self._se(m, k) for k in vals}
         return [top] + [k for k, v in vals.items() if k != top and
@@ -433,8 +446,9 @@ class Search:
         cfg = Config(m.method, m.draft, k1)
         objective = (f"highest c={k1c} throughput with c={k8c} throughput at least "
                      f"{1 - self.policy.max_regression_c8:.0%} of the baseline's")
-        if self.per_batch:
-            c8 = {k: self.predict(m, k)[f"c{k8c}"] for k in m.points}
+        if self.schedules(m.method):
+            c8 = {k: self.predict(m, k)[f"c{k8c}"] for k in m.points
+                  if not self.nonincreasing or k <= k1}
             k8 = max(c8, key=lambda k: c8[k])
             if c8[k8] < 1.0:
                 k8 = 0  # no measured k beats the baseline at c=8: speculation off there

@@ -34,6 +34,7 @@ __all__ = [
     "parse_argv",
     "parse_extra_options",
     "parse_spec_config",
+    "schedule_ranges",
 ]
 
 # decoding_type -> vLLM method spelling used by the core
@@ -251,8 +252,55 @@ def parse_spec_config(raw: Any, target: ModelSpec, facts: TrtllmFacts
     if k == 0:
         raise _fail("AssertionError")
     assert k is not None
+    if raw.get("draft_len_schedule") is not None:
+        extras["draft_len_schedule"] = _schedule(cls, raw["draft_len_schedule"], k,
+                                                 extras["max_concurrency"])
     draft = _draft(ref, method, target, facts) if ref is not None else None
     return method, k, draft, ref, extras
+
+
+def _schedule(cls: str, raw: Any, k: int, max_concurrency: int | None) -> dict[int, int]:
+    """``draft_len_schedule`` as the release's DecodingBaseConfig validates it (llm_args.py
+    validate_draft_len_schedule_and_sort and the max_concurrency check, `specdec.engines.trtllm.
+    facts.DRAFT_LEN_SCHEDULE`): {batch-size upper bound: draft length}, sorted."""
+    if not isinstance(raw, dict) or not all(
+            isinstance(x, int) and not isinstance(x, bool) for kv in raw.items() for x in kv):
+        raise _type_error(cls, "draft_len_schedule", raw, "dict")
+    for batch, length in raw.items():
+        if batch < 1:
+            raise _fail(f"ValueError: draft_len_schedule: batch size threshold must be >= 1, "
+                        f"got {batch}")
+        if length < 0:
+            raise _fail(f"ValueError: draft_len_schedule: draft length must be >= 0, got "
+                        f"{length}")
+    first = min(raw)
+    if raw[first] != k:
+        raise _fail(f"ValueError: draft_len_schedule[{first}] must equal max_draft_len because "
+                    f"it is the smallest batch-size key. Got schedule[{first}]={raw[first]}, "
+                    f"but max_draft_len={k}.")
+    for batch, length in raw.items():
+        if length > k:
+            raise _fail("ValueError: draft_len_schedule: all draft lengths must be <= "
+                        f"max_draft_len. Got draft_len={length} for batch_size={batch}, but "
+                        f"max_draft_len={k}.")
+    if max_concurrency is not None:
+        raise _fail("ValueError: max_concurrency and draft_len_schedule are mutually exclusive. "
+                    "Use max_concurrency for a simple speculation cutoff, or draft_len_schedule "
+                    "for dynamic draft-length control.")
+    return dict(sorted(raw.items()))
+
+
+def schedule_ranges(sched: dict[int, int], max_batch: int) -> tuple[tuple[int, int, int], ...]:
+    """Upper-bound keys as inclusive ranges up to ``max_batch``; above the largest key, 0 (PR
+    #10860: "33+: use runtime_draft_len=0")."""
+    out, lo = [], 1
+    for bound, length in sched.items():
+        if lo <= min(bound, max_batch):
+            out.append((lo, min(bound, max_batch), length))
+        lo = bound + 1
+    if lo <= max_batch:
+        out.append((lo, max_batch, 0))
+    return tuple(out)
 
 
 def _draft(ref: str, method: str, target: ModelSpec, facts: TrtllmFacts) -> ModelSpec:
@@ -376,6 +424,8 @@ def config_from_args(args: argparse.Namespace, *, seed: int,
         prefix_caching=bool(kv.get("enable_block_reuse", True)), seed=seed,
         overlap_scheduler=not bool(extra.get("disable_overlap_scheduler", False)),
         max_concurrency=sx.get("max_concurrency"),
+        k_by_batch=schedule_ranges(sx["draft_len_schedule"], max_batch)
+        if "draft_len_schedule" in sx else (),
     )
     if method == "none":
         setup = setup.without_speculation()

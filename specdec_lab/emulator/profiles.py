@@ -60,9 +60,17 @@ _FAMILIES: dict[str, _Family] = {
                         (8, 7)),
     "dgx-spark": _Family(0.935, 3.0, True, 0.80, 0.50, 0.4e-3, 0.06e-3, 5e-6, 1.0,
                          "NVIDIA GB10", (12, 1)),
+    # Jetson Thor: sm_110 (meta-tegra tegra264.inc TEGRA_CUDA_ARCHITECTURE "110"), nvidia-smi
+    # says "NVIDIA Thor" (jetson_stats jtop/core/gpu.py:306); its Neoverse V3AE cores put the
+    # CPU costs between AGX Orin's and Grace's (an assumption of the emulator, not measured)
+    "agx-thor": _Family(0.959, 2.0, True, 0.80, 0.50, 0.6e-3, 0.08e-3, 6e-6, 1.2,
+                        "NVIDIA Thor", (11, 0)),
     "h100": _Family(0.989, 0.0, False, 0.80, 0.60, 0.25e-3, 0.05e-3, 4e-6, 0.8,
                     "NVIDIA H100 80GB HBM3", (9, 0)),
 }
+
+# AGX Orin Industrial and IGX Orin carry the AGX Orin SoC: its profile.
+_FAMILIES["agx-orin-industrial"] = _FAMILIES["igx-orin"] = _FAMILIES["agx-orin"]
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ RENDERED = ("golden/", "matrix/", "jetsons.py/", "spark.py/", "lab.py/")
 
 
 def test_every_catalog_release_is_checked() -> None:
-    assert VERSIONS == ["0.9.2", "0.11.0", "0.14.0", "0.19.0", "0.31.0"]
+    assert VERSIONS == ["0.9.2", "0.11.0", "0.14.0", "0.19.0", "0.31.0", "0.32.0", "0.33.0"]
 
 
 def test_every_vllm_golden_runs_a_checked_release() -> None:

@@ -3,6 +3,7 @@ YAML, repo ids, managed flags and secrets, reserved environment, numbers, the to
 
 from __future__ import annotations
 
+from specdec.engines.vllm.facts import RELEASES as VLLM_RELEASES
 from tests.deploy.corpus_base import (
     CTRL,
     IMAGE_RULE,
@@ -227,6 +228,11 @@ CASES: dict[str, Case] = {
                                     "engine image; use host or control",
                                     {"specdec_bench_mode": "image",
                                      "specdec_runtime": "native"}),
+    # an engine release the facts do not know (vLLM's on PyPI end at 0.33.0)
+    "engine-version-unreleased": Case(
+        f"{H}specdec_image='vllm/vllm-openai:v0.34.0': vLLM 0.34.0 is newer than 0.33.0, the "
+        f"newest release specdec's facts cover (known: {', '.join(VLLM_RELEASES)})",
+        {"specdec_image": "vllm/vllm-openai:v0.34.0"}),
     "gate-rounds": Case(f"{H}specdec_gate.max_rounds=1000000000: must be an integer in 1..1024",
                         {"specdec_gate": {"max_rounds": 10**9}}),
     "gate-confidence-nan": Case(f"{H}specdec_gate.confidence=nan: must be a finite number in "

@@ -171,3 +171,24 @@ def test_trtllm_schema_is_strict(tmp_path: Path) -> None:
     msg = trt_error("1.2.1", "kv_cache_config:\n  free_gpu_memory_fraction: 0.5\n  bogus: 1\n",
                     tmp_path)
     assert "KvCacheConfig\nkv_cache_config.bogus\n  Extra inputs are not permitted" in msg
+
+
+# -- TensorRT-LLM draft_len_schedule: upper bounds from 1.3.0rc27, absent before --------------
+def test_trtllm_draft_len_schedule_by_release(tmp_path: Path) -> None:
+    yaml_text = ("max_batch_size: 16\nspeculative_config:\n  decoding_type: Eagle3\n"
+                 f"  max_draft_len: 4\n  speculative_model_dir: {L8_HEAD}\n"
+                 "  draft_len_schedule: {2: 4, 8: 1}\n")
+    # PR #10860's reading: batch 1-2 draft 4, 3-8 draft 1, above the largest key 0
+    setup = trt("1.3.0rc29", yaml_text, tmp_path).setup
+    assert setup.k_by_batch == ((1, 2, 4), (3, 8, 1), (9, 16, 0))
+    # before 1.3.0rc27 the field is not confirmed: judged as the older schema, without it
+    assert "Extra inputs are not permitted" in trt_error("1.3.0rc15", yaml_text, tmp_path)
+    # the release's validator: the smallest key drafts max_draft_len, none drafts more
+    bad = yaml_text.replace("{2: 4, 8: 1}", "{2: 3, 8: 1}")
+    assert "draft_len_schedule[2] must equal max_draft_len" in trt_error("1.3.0rc29", bad,
+                                                                         tmp_path)
+    grows = yaml_text.replace("{2: 4, 8: 1}", "{2: 4, 8: 6}")
+    assert "all draft lengths must be <= max_draft_len" in trt_error("1.3.0rc29", grows,
+                                                                     tmp_path)
+    both = yaml_text + "  max_concurrency: 4\n"
+    assert "mutually exclusive" in trt_error("1.3.0rc29", both, tmp_path)

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from specdec.catalog import load_catalog
 from specdec.catalog.images import parse_image_ref
 from specdec.engines.ranges import Fact, FactTable
+from specdec.engines.registry import engine as engine_named
 from specdec.engines.registry import support
 from specdec.engines.support import Target
 from specdec.engines.trtllm.facts import trtllm_facts
 from specdec.engines.version import Version, version_in_tag
 from specdec.engines.vllm.facts import vllm_facts
-from specdec.errors import ConfigError, PlanError
-from specdec.plan.planner import make_plan
+from specdec.errors import ConfigError, PlanError, RenderError
+from specdec.plan.planner import make_plan, speculating
+from specdec.render.files import render
 
 QWEN3 = Target("Qwen/Qwen3-8B", "Qwen3ForCausalLM", "qwen3")
 LLAMA = Target("meta-llama/Llama-3.1-8B-Instruct", "LlamaForCausalLM", "llama")
@@ -133,16 +136,17 @@ def test_fallback_is_explained_in_the_notes() -> None:
                for n in p.notes)
 
 
-def test_readme_lists_the_default_images() -> None:
+def test_the_devices_page_lists_the_default_images() -> None:
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    page = (Path(__file__).resolve().parents[2] / "docs" / "devices.md").read_text()
     cat = load_catalog()
     for dev in cat.devices.values():
         for engine in dev.engines:
             img = cat.default_image(dev, engine, "36.4.3" if dev.is_jetson else None)
             assert img is not None
-            assert f"| `{img.ref}` | {img.engine_version} |" in readme, (dev.id, engine)
+            assert f"| `{dev.id}` | {engine} | `{img.ref}` | {img.engine_version} |" in page, (
+                dev.id, engine)
 
 
 def test_every_catalog_engine_has_an_implementation() -> None:
@@ -175,3 +179,46 @@ def test_no_engine_name_is_tested_outside_the_engines() -> None:
         found += [f"{rel}:{i}" for i, line in enumerate(path.read_text().splitlines(), 1)
                   if test.search(line)]
     assert found == []
+
+
+def test_trtllm_renders_a_draft_len_schedule_where_the_release_has_one() -> None:
+    def plan(image: str):
+        p = make_plan("h", {"specdec_device": "dgx-spark", "specdec_engine": "trtllm",
+                            "specdec_model": "Qwen/Qwen3-8B", "specdec_image": image})
+        return speculating(p, "eagle3", p.draft, 4, ((1, 2, 4), (3, 16, 1)))
+
+    new = plan("nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc29")
+    assert engine_named("trtllm").per_batch_k(new)
+    doc = next(f.content for f in render(new).files if f.path.endswith("engine.yaml"))
+    spec = yaml.safe_load(doc)["speculative_config"]
+    # upper bounds (PR #10860): batch 1-2 draft 4, 3-16 draft 1; max_draft_len the first's
+    assert (spec["max_draft_len"], spec["draft_len_schedule"]) == (4, {2: 4, 16: 1})
+    old = plan("nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc13")
+    assert not engine_named("trtllm").per_batch_k(old)
+    with pytest.raises(RenderError, match="first: 1.3.0rc27"):
+        render(old)
+    grows = speculating(new, "eagle3", new.draft, 4, ((1, 2, 2), (3, 16, 4)))
+    with pytest.raises(RenderError, match="must draft max_draft_len"):
+        render(grows)
+    ngram = speculating(new, "ngram", None, 4, ((1, 2, 4), (3, 16, 1)))
+    assert not engine_named("trtllm").per_batch_k(ngram)
+    with pytest.raises(RenderError, match="Eagle3, Eagle only, not NGram"):
+        render(ngram)
+
+
+@pytest.mark.parametrize(("where", "data"), [
+    ("specdec_engine_version='0.34.0'", {"specdec_runtime": "native",
+                                         "specdec_engine_version": "0.34.0"}),
+    ("specdec_engine_version='0.32.1'", {"specdec_runtime": "native",
+                                         "specdec_engine_version": "0.32.1"}),
+    ("specdec_image='vllm/vllm-openai:v0.34.0'", {"specdec_image": "vllm/vllm-openai:v0.34.0"}),
+])
+def test_an_unknown_vllm_release_is_refused_naming_the_known(where: str, data: dict) -> None:
+    with pytest.raises(ConfigError) as exc:
+        make_plan("h", {"specdec_device": "dgx-spark", "specdec_model": "Qwen/Qwen3-8B", **data})
+    msg = str(exc.value)
+    assert msg.startswith(f"h: {where}: vLLM ") and "\n" not in msg
+    assert "known: 0.9.2, " in msg and ", 0.32.0, 0.33.0)" in msg
+    # every release the catalog's images carry is known
+    assert all(engine_named("vllm").release_problem(i.engine_version) is None
+               for i in load_catalog().images.values() if i.engine == "vllm")

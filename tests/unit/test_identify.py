@@ -16,6 +16,12 @@ REL_36_4_3 = (
     "DATE: Wed Jan  8 01:49:37 UTC 2025\n# KERNEL_VARIANT: oot\n"
 )
 REL_35_6 = "# R35 (release), REVISION: 6.0, GCID: 37391689, BOARD: t186ref, EABI: aarch64\n"
+# NVIDIA's capture on an AGX Thor devkit at R38.4 (NVIDIA/skills @ 7149a886
+# skills/jetson-diagnostic/references/tegrastats-fields.md:62-68)
+REL_38_4 = (
+    "# R38 (release), REVISION: 4.0, GCID: 43443517, BOARD: generic, EABI: aarch64, "
+    "DATE: Wed Dec 31 00:15:19 UTC 2025\n# KERNEL_VARIANT: oot\n"
+)
 
 
 def meminfo(kb: int) -> str:
@@ -81,6 +87,7 @@ def test_agx_orin_64() -> None:
         module_name="NVIDIA Jetson AGX Orin (64GB ram)",
         jetpack="6.2",
         bandwidth_gbs=204.8,  # no nvpmodel.conf in this fixture: the device's peak
+        carrier="p3737-0000",
     )
 
 
@@ -100,7 +107,8 @@ def test_orin_nx_super_devkit() -> None:
 
 def test_l4t_r35() -> None:
     files = dict(AGX64, **{"etc/nv_tegra_release": REL_35_6})
-    assert parse_identity(files).l4t == "35.6.0"
+    ident = parse_identity(files)
+    assert (ident.l4t, ident.jetpack) == ("35.6.0", "5.1.4")  # jetson_stats NVIDIA_JETPACK
 
 
 def test_memory_contradiction_fails() -> None:
@@ -158,9 +166,8 @@ def test_x86_pc_unsupported() -> None:
     })
     with pytest.raises(IdentifyError) as exc:
         parse_identity(files)
-    assert str(exc.value) == (
-        "unsupported hardware (GPU NVIDIA GeForce RTX 4090, x86_64): not a Jetson Orin or DGX Spark"
-    )
+    assert str(exc.value) == ("unsupported hardware (GPU NVIDIA GeForce RTX 4090, x86_64): "
+                              "not a Jetson Orin or Thor, or a DGX Spark")
 
 
 def test_spark_gpu_with_wrong_memory() -> None:
@@ -219,9 +226,10 @@ def test_unknown_module_of_known_family() -> None:
     assert "\n" not in str(exc.value)
 
 
-# Every Orin module part number NVIDIA ships (jetson_stats MODULE_NAME_TABLE plus the AGX Orin
-# Industrial module and the SD-card NX SKU of upstream Linux's tegra.yaml), as its device tree
-# shows it on the carrier it ships on, with a MemTotal of its size.
+# Every Orin and Thor module part number NVIDIA ships (jetson_stats MODULE_NAME_TABLE plus the
+# AGX Orin Industrial module and the SD-card NX SKU of upstream Linux's tegra.yaml, and the Thor
+# modules of OE4T meta-tegra's machine confs), as its device tree shows it on the carrier it
+# ships on, with a MemTotal of its size.
 ALL_MODULES = {
     "p3701-0000": ("p3737-0000", "NVIDIA Jetson AGX Orin Developer Kit", 30_536 * 1024,
                    "agx-orin-32gb"),
@@ -230,9 +238,9 @@ ALL_MODULES = {
     "p3701-0005": ("p3737-0000", "NVIDIA Jetson AGX Orin Developer Kit", 62_801 * 1024,
                    "agx-orin-64gb"),
     "p3701-0008": ("p3737-0000", "NVIDIA Jetson AGX Orin Developer Kit", 62_801 * 1024,
-                   "agx-orin-64gb"),
+                   "agx-orin-industrial-64gb"),
     "p3701-0002": ("p3740-0002", "NVIDIA IGX Orin Development Kit", 62_801 * 1024,
-                   "agx-orin-64gb"),
+                   "igx-orin-64gb"),
     "p3767-0000": ("p3768-0000", "NVIDIA Jetson Orin NX Engineering Reference Developer Kit",
                    15_655_268, "orin-nx-16gb"),
     "p3767-0002": ("p3768-0000", "NVIDIA Jetson Orin NX Engineering Reference Developer Kit",
@@ -245,26 +253,33 @@ ALL_MODULES = {
                    7_620 * 1024, "orin-nano-8gb"),
     "p3767-0004": ("p3768-0000", "NVIDIA Jetson Orin Nano Engineering Reference Developer Kit",
                    3_602 * 1024, "orin-nano-4gb"),
+    "p3834-0008": ("p4071-0000", "NVIDIA Jetson AGX Thor Developer Kit", 125_772 * 1024,
+                   "agx-thor-t5000"),
+    "p3834-0000": ("p4071-0000", "NVIDIA Jetson AGX Thor Developer Kit", 62_000 * 1024,
+                   "agx-thor-t4000"),
 }
 
 
 @pytest.mark.parametrize("module", sorted(ALL_MODULES))
-def test_every_orin_module_is_identified(module: str) -> None:
+def test_every_orin_and_thor_module_is_identified(module: str) -> None:
     carrier, model, mem_kb, device = ALL_MODULES[module]
-    files = jetson(model, f"nvidia,{carrier}+{module}\0nvidia,{module}\0nvidia,tegra234\0",
-                   mem_kb)
+    soc, release = (("tegra264", REL_38_4) if module.startswith("p3834") else
+                    ("tegra234", REL_36_4_3))
+    files = jetson(model, f"nvidia,{carrier}+{module}\0nvidia,{module}\0nvidia,{soc}\0",
+                   mem_kb, release)
     ident = parse_identity(files)
-    assert (ident.device, ident.module_id) == (device, module)
-    assert ident.module_name and "Orin" in ident.module_name
-    assert ident.jetpack == "6.2"
+    assert (ident.device, ident.module_id, ident.carrier) == (device, module, carrier)
+    assert ident.module_name and ("Orin" in ident.module_name or "T4000" in ident.module_name
+                                  or "Thor" in ident.module_name)
+    assert ident.jetpack == ("7.1" if soc == "tegra264" else "6.2")
 
 
 def test_module_table_covers_jetson_stats() -> None:
     from specdec.catalog import load_catalog
 
-    # jetson_stats MODULE_NAME_TABLE (rbonghi/jetson_stats @ f41d5cad), the Orin entries.
+    # jetson_stats MODULE_NAME_TABLE (rbonghi/jetson_stats @ f41d5cad), the Orin and Thor entries.
     jetson_stats = {"p3767-0005", "p3767-0004", "p3767-0003", "p3767-0001", "p3767-0000",
-                    "p3701-0005", "p3701-0004", "p3701-0002", "p3701-0000"}
+                    "p3701-0005", "p3701-0004", "p3701-0002", "p3701-0000", "p3834-0008"}
     table = load_catalog().modules
     assert jetson_stats <= set(table)
     assert set(ALL_MODULES) == set(table)
@@ -291,17 +306,6 @@ def test_power_mode_is_read_from_the_conf_not_assumed() -> None:
     ident = parse_identity(agx)
     assert (ident.power_mode, ident.bandwidth_gbs) == ("MODE_15W", 136.5)
     assert "power mode MODE_15W (id 1)" in ident.describe()
-
-
-def test_thor_unsupported() -> None:
-    thor = jetson(
-        "NVIDIA Jetson AGX Thor Developer Kit",
-        "nvidia,p3971-0080+p3834-0008\0nvidia,p3834-0008\0nvidia,tegra264\0",
-        128_000_000,
-        "# R38 (release), REVISION: 2.0, GCID: 1, BOARD: generic, EABI: aarch64\n",
-    )
-    with pytest.raises(IdentifyError, match="unsupported Jetson"):
-        parse_identity(thor)
 
 
 def test_compatible_with_nuls_lost_or_newlines() -> None:
@@ -338,24 +342,3 @@ def test_identity_command_local_runs_commands() -> None:
     assert dumped["proc/meminfo"] is not None and "MemTotal" in dumped["proc/meminfo"]
 
 
-def test_igx_and_industrial_modules_name_their_own_conf_and_get_no_guessed_mode_table() -> None:
-    from specdec.catalog import load_catalog
-    from specdec.host.power import PowerMode, mode_bandwidth
-
-    cat = load_catalog()
-    agx = cat.devices["agx-orin-64gb"]
-    for mid, conf in (("p3701-0002", "nvpmodel_p3701_0002.conf"),
-                      ("p3701-0008", "nvpmodel_p3701_0008.conf")):
-        mod = cat.modules[mid]
-        assert mod.device == "agx-orin-64gb" and mod.nvpmodel_conf == conf
-        assert not mod.mode_table
-        # MODE_15W on the AGX conf caps the EMC (136.5 GB/s); on this module's own conf the
-        # catalog does not know it: the live conf's cap if it states one, else the peak, said
-        bw, src = mode_bandwidth(agx, PowerMode(1, "MODE_15W"), mod)
-        assert bw == agx.bandwidth_gbs and "not guessed" in src and conf in src
-        bw, src = mode_bandwidth(agx, PowerMode(1, "MODE_15W", {"EMC MAX_FREQ": "2133000000"}),
-                                 mod)
-        assert bw == agx.emc_bandwidth_gbs(2133.0) and "EMC cap" in src
-    assert cat.modules["p3701-0005"].mode_table
-    assert mode_bandwidth(agx, PowerMode(1, "MODE_15W"), cat.modules["p3701-0005"])[0] \
-        == 136.5

@@ -155,6 +155,21 @@ def test_fleet_data_host_count() -> None:
             fleet_data(TABLE, {"SPECDEC_LAB_HOSTS": bad})
 
 
+def test_an_optional_host_joins_only_when_named() -> None:
+    thor = [("lab-thor", {"lab_device": "agx-thor-t5000", "specdec_engine": "vllm",
+                          "specdec_model": "Qwen/Qwen3-8B"})]
+    assert [n for n, _ in fleet_data(TABLE, {}, optional=thor)] == [n for n, _ in TABLE]
+    hosts = dict(fleet_data(TABLE, {"SPECDEC_LAB_OPTIONAL": "lab-thor"}, optional=thor))
+    # after every other row, at a fixed address; the upstream vLLM image's lab mirror
+    assert hosts["lab-thor"]["ssh_hostname"].endswith(f".{len(TABLE) + 1}.2")
+    assert "vllm/vllm-openai:v0.33.0" in hosts["lab-thor"]["specdec_image"]
+    only = fleet_data(TABLE, {"SPECDEC_LAB_OPTIONAL": "lab-thor", "SPECDEC_LAB_HOSTS": "0"},
+                      optional=thor)
+    assert [n for n, _ in only] == ["lab-thor"]
+    with pytest.raises(ValueError, match="unknown optional host 'lab-x'"):
+        fleet_data(TABLE, {"SPECDEC_LAB_OPTIONAL": "lab-x"}, optional=thor)
+
+
 @pytest.mark.parametrize("device_id", sorted(load_catalog().devices))
 def test_identity_files_identify_as_the_device(device_id: str) -> None:
     device = load_catalog().device(device_id)
@@ -171,9 +186,11 @@ def test_identity_files_identify_as_the_device(device_id: str) -> None:
     ident = parse_identity(files)
     assert ident.device == device_id
     # a Jetson host boots in its conf's default mode (no status file yet): Nano 25W, NX 40W,
-    # AGX MODE_30W; the Spark has no nvpmodel
-    expected = {"orin-nano": "25W", "orin-nx": "40W", "agx-orin": "MODE_30W"}
-    assert ident.power_mode == expected.get(device.family)
+    # AGX MODE_30W, the Thor T5000 stand-in's 120W; the Spark has no nvpmodel, nor do the hosts
+    # whose NVIDIA conf is in none of our sources (Industrial, IGX, T4000)
+    expected = {"orin-nano": "25W", "orin-nx": "40W", "agx-orin": "MODE_30W",
+                "agx-thor-t5000": "120W"}
+    assert ident.power_mode == expected.get(device.family, expected.get(device_id))
 
 
 def test_image_version_and_wrappers_are_stable() -> None:
@@ -202,6 +219,8 @@ def test_lab_images_mirror_the_catalog() -> None:
     assert (old.version, old.hub_cli, old.hub_version) == ("0.9.2", "huggingface-cli", "0.33.5")
     assert ("HUGGINGFACE_HUB_CACHE", "/data/models/huggingface") in old.env
     assert cat.image_for(old.ref) is cat.images[old.catalog_ref]  # the planner sees a mirror
+    # vLLM's own image runs its command as ENTRYPOINT: the lab's stand-in does too
+    assert labs["vllm/vllm-openai:v0.33.0"].entrypoint == ("vllm", "serve") and not old.entrypoint
 
 
 def test_emulator_files_tar_is_deterministic(tmp_path: Path) -> None:

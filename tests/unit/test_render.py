@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from specdec.errors import RenderError
+from specdec.errors import PlanError, RenderError
 from specdec.host import layout
 from specdec.plan.planner import make_plan
 from specdec.plan.types import Plan
@@ -62,6 +62,10 @@ CASES: dict[str, dict[str, Any]] = {
     "dgx-spark-vllm-0.11.0-docker": {
         "specdec_device": "dgx-spark", "specdec_model": "Qwen/Qwen3-4B",
         "specdec_image": "nvcr.io/nvidia/vllm:25.11-py3",
+    },
+    # Jetson AGX Thor: upstream vLLM in docker (NVIDIA's Thor path) with Tegra's runtime.
+    "agx-thor-t5000-vllm-docker": {
+        "specdec_device": "agx-thor-t5000", "specdec_model": "Qwen/Qwen3-8B",
     },
     # TensorRT-LLM from 1.3.0rc15 spells EAGLE-3 "Eagle3" and downloads a Hub id itself.
     "dgx-spark-trtllm-1.3.0rc15-docker": {
@@ -220,6 +224,28 @@ def test_spark_docker_flags_and_ngram() -> None:
     spec = json.loads(argv[argv.index("--speculative-config") + 1])
     assert spec["method"] == "ngram" and "model" not in spec
     assert (spec["prompt_lookup_min"], spec["prompt_lookup_max"]) == (2, 5)
+
+
+def test_spark_native_unit_allows_the_gpu_by_the_580_drivers_device_names() -> None:
+    # /proc/devices of driver 580 (open-gpu-kernel-modules 580.95.05 nv.c:955-963): "nvidia",
+    # "nvidiactl" on major 195, "nvidia-uvm", "nvidia-caps"; "nvidia-frontend" ended with 535
+    u = _unit(render(plan_for("dgx-spark-trtllm-native")))
+    assert {"char-nvidia rw", "char-nvidia-uvm rw", "char-nvidia-caps rw"} <= set(
+        u["DeviceAllow"])
+    assert not any("frontend" in d for d in u["DeviceAllow"])
+
+
+def test_thor_runs_upstream_vllm_in_docker_with_tegras_runtime() -> None:
+    plan = plan_for("agx-thor-t5000-vllm-docker")
+    assert plan.image == "vllm/vllm-openai:v0.33.0" and plan.engine_version == "0.33.0"
+    argv = _exec_argv(_unit(render(plan))["ExecStart"][0])
+    assert argv[9:12] == ["--runtime", "nvidia", "--network"]
+    assert "/etc/nv_tegra_release:/etc/nv_tegra_release:ro" in argv
+    # the image's ENTRYPOINT (vllm serve) is cleared: the deploy's command is the whole command
+    assert argv.index("--entrypoint=") < argv.index(plan.image)
+    with pytest.raises(PlanError, match="runtime='native': not supported on agx-thor-t5000"):
+        make_plan("t", {"specdec_device": "agx-thor-t5000", "specdec_model": "Qwen/Qwen3-8B",
+                        "specdec_runtime": "native"})
 
 
 def test_trtllm_yaml() -> None:

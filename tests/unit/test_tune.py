@@ -372,3 +372,27 @@ def test_a_long_title_is_not_cut_off() -> None:
     texts = re.findall(r'<text x="0" y="\d+"[^>]*>([^<]*)</text>', svg)
     assert len(texts) == 2 and host in texts[0] and texts[1].startswith("kept: ")
     assert all(width >= 6.3 * len(t) for t in texts)
+
+
+def test_a_schedule_that_may_not_grow_drafts_most_at_batch_one() -> None:
+    """TensorRT-LLM's draft_len_schedule wants max_draft_len at its smallest batch size and no
+    more above it (`nonincreasing`); a method the release does not schedule gets one k."""
+    def run(**kw: Any) -> TuneResult:
+        s = Search((("eagle3", "head"),), GatePolicy(), CATS, True, max_num_seqs=8, **kw)
+        s.add_baseline(arm(0, step_time(0)))
+        cfg: Config | None = Config("eagle3", "head", 3)
+        while cfg is not None:
+            # drafting is dear at c=1 and nearly free at c=8: the c=8 optimum is the larger k
+            res = arm(cfg.k, step_time(cfg.k, per_k=25.0))
+            for r in res["concurrency"]["8"]["requests"]:
+                r["e2el_ms"] = 30 + (r["chunks"] - 1) * step_time(cfg.k, per_k=0.5)
+            s.add(cfg, res)
+            cfg = s.next()
+        return s.choose()
+
+    free = run().config
+    assert free.k_by_batch and free.k_by_batch[1][2] > free.k_by_batch[0][2]
+    held = run(nonincreasing=True).config
+    # k at c=8 held to at most batch one's, which here is all of it: one k, batch one's
+    assert (held.k, held.k_by_batch) == (free.k_by_batch[0][2], ())
+    assert not run(schedulable=()).config.k_by_batch

@@ -25,7 +25,7 @@ from specdec.host import layout
 from specdec.plan.types import Plan
 from specdec.render.unitfile import template
 
-__all__ = ["CONFIG_NAME", "MANAGED_FLAGS", "TrtllmEngine", "engine_yaml"]
+__all__ = ["CONFIG_NAME", "MANAGED_FLAGS", "TrtllmEngine", "draft_len_schedule", "engine_yaml"]
 
 CONFIG_NAME = "engine.yaml"
 # trtllm-serve (click; NVIDIA/TensorRT-LLM tensorrt_llm/commands/serve.py at main 00209af):
@@ -61,13 +61,12 @@ def engine_yaml(plan: Plan) -> dict[str, object]:
         if decoding is None:
             raise RenderError(f"method={plan.method!r}: TensorRT-LLM {plan.engine_version} has "
                               "no decoding_type for it", host=plan.host)
-        if plan.k_by_batch:
-            raise RenderError("num_speculative_tokens per batch size: trtllm-serve has no such "
-                              "setting", host=plan.host)
         spec: dict[str, object] = {
             "decoding_type": decoding,
             "max_draft_len": plan.num_speculative_tokens,
         }
+        if plan.k_by_batch:
+            spec["draft_len_schedule"] = draft_len_schedule(plan)
         if plan.draft:
             # A local directory where the release needs one (before PR #10099), else the repo
             # id (read from the prefetched Hub cache). The alias works on every release.
@@ -79,6 +78,28 @@ def engine_yaml(plan: Plan) -> dict[str, object]:
     else:
         doc["disable_overlap_scheduler"] = False
     return doc
+
+
+def draft_len_schedule(plan: Plan) -> dict[int, int]:
+    """The plan's k per batch size as the release's ``draft_len_schedule``: each inclusive range
+    ``[start, end, k]`` becomes ``{end: k}`` (keys are upper bounds from 1.3.0rc27, PR #10860;
+    `specdec.engines.trtllm.facts.DRAFT_LEN_SCHEDULE`). The release's validator wants the
+    smallest key to draft ``max_draft_len`` and none more: a schedule that grows is refused."""
+    f = facts.trtllm_facts(plan.engine_version)
+    if not f.schedules(plan.decoding_type):
+        why = (f.schedule.error or "").format(version=plan.engine_version) if (
+            f.schedule.value is None) else (f"TensorRT-LLM renders draft_len_schedule for "
+                                            f"{', '.join(facts.SCHEDULE_DECODING)} only, not "
+                                            f"{plan.decoding_type}")
+        raise RenderError(f"num_speculative_tokens per batch size: {why}", host=plan.host)
+    sched = {end: k for _start, end, k in plan.k_by_batch}
+    first = plan.k_by_batch[0][2]
+    if first != plan.num_speculative_tokens or max(sched.values()) > first:
+        raise RenderError(f"num_speculative_tokens per batch size {list(plan.k_by_batch)}: "
+                          "TensorRT-LLM's draft_len_schedule must draft max_draft_len "
+                          f"({plan.num_speculative_tokens}) at its smallest batch size and no "
+                          "more above it", host=plan.host)
+    return sched
 
 
 class TrtllmEngine(Engine):
@@ -97,6 +118,14 @@ class TrtllmEngine(Engine):
 
     def releases(self) -> list[Version]:
         return facts.boundaries()
+
+    def per_batch_k(self, plan: Plan) -> bool:
+        return facts.trtllm_facts(plan.engine_version).schedules(plan.decoding_type)
+
+    def schedule_nonincreasing(self) -> bool:
+        # draft_len_schedule[smallest key] == max_draft_len, every length <= it (llm_args.py
+        # validate_draft_len_schedule_and_sort)
+        return True
 
     def speculation_details(self, version: Version, method: str,
                             draft: str | None) -> tuple[str | None, str | None]:

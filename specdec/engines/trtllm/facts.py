@@ -11,6 +11,15 @@ in ``speculative_model``), so every release before 1.3.0rc15 is treated as witho
   means EAGLE-3; NVIDIA's playbook still uses ``Eagle`` on 1.3.0rc12).
 * PR #10099 lets ``speculative_model`` (alias ``speculative_model_dir``) be a Hub id; before it the
   PyTorch backend needs a local directory (the playbook downloads with ``--local-dir``).
+
+``draft_len_schedule`` (a draft length per batch size, `DRAFT_LEN_SCHEDULE`) changed meaning
+between its PRs: #8194 (stage 1, 2025-10) reads keys as lower thresholds on the two-model and
+n-gram drafters; #10860 (merged 2026-03-13) as upper bounds on the one-model path, 0 above the
+largest key; #12262 extends that to the other algorithms. Which 1.2.x / 1.3.0rcN first shipped
+each is not confirmed from a tag (TensorRT-LLM's repository is too large to read here; a
+third-party schema dump labelled 1.2.1 shows the stage-1 field): the first release whose
+NVIDIA API reference documents the field is 1.3.0rc27, long after #10860, and specdec renders it
+from there on, for EAGLE-3 only (#10860's path); older releases get one k.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from specdec.engines.support import Support, Target
 from specdec.engines.version import Version
 
 __all__ = [
+    "DRAFT_LEN_SCHEDULE",
     "HEAD_FORMATS",
     "check",
     "check_head",
@@ -66,6 +76,27 @@ HEAD_LOCAL_DIR: FactTable[bool] = FactTable("speculative_model_dir local", (
       until=PR_10124),
     F(False, "PR #10099 (Hub id accepted, downloaded by the PyTorch backend)", since=PR_10124),
 ))
+
+# draft_len_schedule: "upper" = {batch-size upper bound: draft length}, 0 above the largest key;
+# None = no schedule rendered (the field absent, or its meaning at the release not confirmed).
+SCHEDULE_RELEASE = "1.3.0rc27"
+DRAFT_LEN_SCHEDULE: FactTable[str | None] = FactTable("draft_len_schedule", (
+    F(None, "not confirmed before 1.3.0rc27: PR #8194 (stage 1, lower thresholds, two-model / "
+      "n-gram drafters) and PR #10860 (upper bounds) are in main, but no tag was read; a "
+      "third-party schema dump labelled 1.2.1 shows the stage-1 field", until=SCHEDULE_RELEASE,
+      error="TensorRT-LLM {version} has no draft_len_schedule specdec can render (first: "
+      f"{SCHEDULE_RELEASE})"),
+    F("upper", "nvidia.github.io/TensorRT-LLM/1.3.0rc27/llm-api/reference/"
+      "Eagle3DecodingConfig.html and 1.3.0rc29 AutoDecodingConfig.html: draft_len_schedule: "
+      "dict[int, int] | None; PR #10860 (merged 2026-03-13): {4: 4, 8: 2, 32: 1} = batch 1-4 "
+      "draft 4, 5-8 2, 9-32 1, 33+ 0; llm_args.py validate_draft_len_schedule_and_sort "
+      "(main, not at the tag): keys >= 1, lengths >= 0 and <= max_draft_len, the smallest key's "
+      "length == max_draft_len; mutually exclusive with max_concurrency",
+      since=SCHEDULE_RELEASE),
+))
+# The decoding types whose schedule #10860 (the one-model EAGLE-3 path) covers; #12262 (DFlash,
+# MTP, draft target, ...) is merged into main but its first release is not confirmed.
+SCHEDULE_DECODING = ("Eagle3", "Eagle")
 
 # -- the YAML schema (every level is a StrictBaseModel: extra='forbid') ------------------------
 TOP_KEYS = frozenset({
@@ -178,6 +209,7 @@ class TrtllmFacts:
     decoding: Fact[dict[str, str]]
     accepted: Fact[tuple[str, ...]]
     head_local_dir: Fact[bool]
+    schedule: Fact[str | None]
 
     def decoding_type(self, method: str) -> str | None:
         return self.decoding.value.get(method)
@@ -188,20 +220,28 @@ class TrtllmFacts:
 
     def spec_keys(self, decoding_type: str) -> frozenset[str]:
         keys = SPEC_KEYS.get(decoding_type, _SPEC_BASE)
+        if self.schedule.value is not None:
+            keys = keys | {"draft_len_schedule"}
         return keys | SPEC_KEYS_AFTER_10099 if not self.head_local_dir.value else keys
+
+    def schedules(self, decoding_type: str | None) -> bool:
+        """Whether specdec renders a draft_len_schedule for ``decoding_type`` at this release."""
+        return self.schedule.value is not None and decoding_type in SCHEDULE_DECODING
 
 
 def trtllm_facts(version: Version | str) -> TrtllmFacts:
     v = version if isinstance(version, Version) else Version.parse(version)
     dec, acc, local = DECODING_TYPES.at(v), ACCEPTED_DECODING_TYPES.at(v), HEAD_LOCAL_DIR.at(v)
-    assert dec is not None and acc is not None and local is not None
-    return TrtllmFacts(version=v, decoding=dec, accepted=acc, head_local_dir=local)
+    sched = DRAFT_LEN_SCHEDULE.at(v)
+    assert dec is not None and acc is not None and local is not None and sched is not None
+    return TrtllmFacts(version=v, decoding=dec, accepted=acc, head_local_dir=local,
+                       schedule=sched)
 
 
 def boundaries() -> list[Version]:
     out: set[Version] = set()
     tables: list[FactTable[Any]] = [DECODING_TYPES, ACCEPTED_DECODING_TYPES, HEAD_LOCAL_DIR,
-                                    *HEAD_FORMATS.values()]
+                                    DRAFT_LEN_SCHEDULE, *HEAD_FORMATS.values()]
     for table in tables:
         out.update(table.boundaries())
     return sorted(out)

@@ -77,6 +77,9 @@ class VllmEngine(Engine):
     def releases(self) -> list[Version]:
         return facts.boundaries()
 
+    def release_problem(self, version: Version) -> str | None:
+        return facts.release_problem(version)
+
     def spec_config_release(self, plan: Plan) -> str | None:
         return plan.engine_version
 

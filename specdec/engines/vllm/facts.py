@@ -18,6 +18,7 @@ from specdec.engines.version import Version
 
 __all__ = [
     "HEAD_FORMATS",
+    "RELEASES",
     "check",
     "check_head",
     "EAGLE3_ARCHITECTURES",
@@ -30,6 +31,33 @@ __all__ = [
 ]
 
 F = Fact
+
+# -- releases ------------------------------------------------------------------------------------
+# Every vLLM release on PyPI from 0.9.2, the first these facts were read for (`pip index versions
+# vllm`, 2026-11-27: the newest is 0.33.0; there is no 0.32.x patch and no 0.34.0). A final
+# release not listed, or anything newer than the newest, is refused: nothing here says what it
+# accepts (`release_problem`).
+RELEASES = (
+    "0.9.2", "0.10.0", "0.10.1", "0.10.1.1", "0.10.2", "0.11.0", "0.11.1", "0.11.2", "0.12.0",
+    "0.13.0", "0.14.0", "0.14.1", "0.15.0", "0.15.1", "0.16.0", "0.17.0", "0.17.1", "0.18.0",
+    "0.18.1", "0.19.0", "0.19.1", "0.20.0", "0.20.1", "0.20.2", "0.21.0", "0.22.0", "0.22.1",
+    "0.23.0", "0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0",
+    "0.30.0", "0.31.0", "0.32.0", "0.33.0",
+)
+
+
+def release_problem(v: Version) -> str | None:
+    """Why release ``v`` is not one these facts know (None: known, or a build of one)."""
+    newest = Version.parse(RELEASES[-1])
+    known = {Version.parse(r) for r in RELEASES}
+    if v > newest:
+        why = f"newer than {newest}, the newest release specdec's facts cover"
+    elif not v.is_prerelease and v not in known:
+        why = "not a vLLM release"
+    else:
+        return None
+    return f"vLLM {v} is {why} (known: {', '.join(RELEASES)})"
+
 
 # -- SpeculativeConfig keys (user-facing fields; the engine fills the *_config ones) -------------
 # 0.9.2 vllm/config.py:2446-2518 (class SpeculativeConfig), then the changes by release, as

@@ -55,8 +55,13 @@ def run_tune(ctx: Ctx, bench: Bench, base: Arm) -> tuple[Tuned, dict[str, Any]]:
     """The tuned release, and the baseline's round-1 result (for the gate)."""
     plan = ctx.spec.plan
     t0 = ctx.io.monotonic()
+    engine = engine_of(plan)
+    # which compared methods the release schedules per batch size (TensorRT-LLM: EAGLE-3 only)
+    schedulable = [m for m, d in plan.tune_methods
+                   if engine.per_batch_k(speculating(plan, m, d, plan.num_speculative_tokens))]
     search = Search(plan.tune_methods, plan.gate, builtin_prompts().categories(),
-                    per_batch_supported(plan), plan.max_num_seqs)
+                    bool(schedulable), plan.max_num_seqs, schedulable=schedulable,
+                    nonincreasing=engine.schedule_nonincreasing())
     start = Config(plan.method, plan.draft, plan.num_speculative_tokens)
     baseline, restarts = _search(ctx, bench, base, search, start)
     result = search.choose()
