@@ -56,5 +56,7 @@ def test_bench_cli_labels_an_emulator_result(tmp_path) -> None:
         assert p.returncode == 0, p.stderr
         doc = json.loads(out.read_text())
     assert doc["device_time"]["time_scale"] == 0.05
-    # device time: a 0.6B model on an AGX Orin decodes in milliseconds, not tenths of them
-    assert 3.0 < doc["concurrency"]["1"]["tpot_ms_p50"] < 30.0
+    # device time: a 0.6B model on an AGX Orin decodes in milliseconds (its roofline ~6 ms),
+    # not the wall's tenths of one; a busy machine's wall overhead counts 20x (time scale
+    # 0.05), so the ceiling only catches a second scaling (~120 ms), not load
+    assert 3.0 < doc["concurrency"]["1"]["tpot_ms_p50"] < 90.0
