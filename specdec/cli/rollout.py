@@ -41,8 +41,8 @@ __all__ = ["PYINFRA_SWITCHES", "STATE_HELP", "register"]
 PYINFRA_SWITCHES = (
     ("--dry", "pyinfra --dry over the targeted hosts: what would change; nothing is changed "
               "and no report is written"),
-    ("--diff", "pyinfra --diff: show how each changed text file changes (secrets are never "
-               "shown)"),
+    ("--diff", "pyinfra --diff: the changes of the text files pyinfra compares (secrets are "
+               "uploaded by operations that show no content)"),
 )
 STATE_HELP = ("the inventory's state: fact cache, verified baselines, watch marks, tune cache "
               "(default: $SPECDEC_INVENTORY_STATE, else one directory per inventory under "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -113,9 +114,9 @@ def test_second_run_changes_nothing(lab: LabFleet, deployed: PyinfraRun) -> None
 
 def test_a_dry_rollout_with_diff_shows_the_change_changes_nothing_and_no_secret(
         lab: LabFleet, deployed: PyinfraRun, tmp_path: Path) -> None:
-    """``specdec rollout --dry --diff -vvv`` with a changed value: pyinfra shows the new
-    release's files (the diff) and changes nothing on the host; neither the HF token nor the
-    API key appears; no run directory is written."""
+    """``specdec rollout --dry --diff -vvv`` with a changed value: pyinfra lists the new
+    release's uploads among the detected changes and changes nothing on the host; neither the
+    HF token nor the API key appears; no run directory is written."""
     assert deployed.rc == 0, deployed.summary()
     host = lab.hosts[0].name
     before = lab.ssh(host, f"readlink {CURRENT}; ls {RELEASES_DIR}").stdout
@@ -125,7 +126,9 @@ def test_a_dry_rollout_with_diff_shows_the_change_changes_nothing_and_no_secret(
                       "--run-id", "dry")
     text = out.stdout + out.stderr
     assert out.returncode == 0, text[-2000:]
-    assert "--max-num-seqs 2" in text, text[-6000:]  # the diff of the new release's unit
+    assert "Detected changes" in text, text[-3000:]
+    uploads = set(re.findall(rf"Upload {RELEASES_DIR}/([0-9a-f]{{12}})/", text))
+    assert uploads and not uploads & set(before.split()), text[-3000:]  # a new release
     assert lab.ssh(host, f"readlink {CURRENT}; ls {RELEASES_DIR}").stdout == before
     assert not (reports / "dry").exists()
     assert lab.hf_token not in text
