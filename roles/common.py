@@ -21,6 +21,7 @@ from specdec.config import apikey, pki
 from specdec.config.hftoken import read_token
 from specdec.config.settings import HostSettings
 from specdec.engines.base import HostPackage
+from specdec.engines.dynamo.units import member_cn
 from specdec.errors import SpecdecError, redact
 from specdec.plan import packages as hostpkgs
 from specdec.plan.groups import check_limit, check_plans, groups_of
@@ -112,12 +113,18 @@ def with_group_secrets(secrets: HostSecrets, settings: HostSettings,
     if group is None:
         return secrets
     name = settings.host
+    inv = inventory_file()
     try:
         root = Path(settings.pki_dir).expanduser() if settings.pki_dir \
             else apikey.state_dir() / "pki"
-        ca = pki.authority(root / group.name, f"group {group.name}")
-        got = pki.issue(ca, name.rsplit("/", 1)[-1],
-                        [group.address(name), "127.0.0.1", "localhost"])
+        where = pki.group_ca_dir(root, group.name, str(Path(inv).resolve()) if inv else None,
+                                 group.members, explicit=bool(settings.pki_dir))
+        ca = pki.authority(where, f"group {group.name}")
+        # the frontend member's serves etcd (`specdec.engines.dynamo.units`); the others' are
+        # clients' only
+        got = pki.issue(ca, member_cn(name),
+                        [group.address(name), "127.0.0.1", "localhost"],
+                        server=name == group.frontend)
     except SpecdecError as exc:
         raise _one_line_deploy(exc, name) from None
     pem = (HiddenValue(got.ca_pem.decode()), HiddenValue(got.cert_pem.decode()),

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import stat
 import subprocess
 from pathlib import Path
 
 import pytest
+from cryptography import x509
 
 from specdec.config import apikey, pki
 from specdec.engines.vllm.facts import api_key_rule
@@ -64,7 +66,85 @@ def test_group_ca_issues_member_certificates_etcd_accepts(tmp_path: Path) -> Non
     assert ok.returncode == 0, ok.stdout + ok.stderr
     text = subprocess.run(["openssl", "x509", "-noout", "-text", "-in", str(tmp_path / "m1.crt")],
                           capture_output=True, text=True).stdout
-    assert "IP Address:192.0.2.9" in text and "TLS Web Server Authentication" in text
+    assert "IP Address:192.0.2.9" in text and "TLS Web Server Authentication" not in text
+
+
+def _verify(ca: pki.Authority, got: pki.Issued, tmp: Path, purpose: str) -> bool:
+    (tmp / "v-ca.crt").write_bytes(ca.cert_pem)
+    (tmp / "v.crt").write_bytes(got.cert_pem)
+    out = subprocess.run(["openssl", "verify", "-CAfile", str(tmp / "v-ca.crt"), "-purpose",
+                          purpose, str(tmp / "v.crt")], capture_output=True, text=True)
+    return out.returncode == 0
+
+
+ADDRS = ["192.0.2.1", "127.0.0.1", "localhost"]
+
+
+def test_a_rotated_ca_reissues_every_member(tmp_path: Path) -> None:
+    """The old check compared issuer names only: a new CA of the same name (a rotation) kept
+    every member's old certificate, which the new CA's etcd refuses (issue 29, medium 8)."""
+    d = tmp_path / "g"
+    ca = pki.authority(d, "group g")
+    old = {m: pki.issue(ca, m, ADDRS, server=m == "front") for m in ("front", "w1", "w2")}
+    (d / "ca.crt").unlink()
+    (d / "ca.key").unlink()
+    new_ca = pki.authority(d, "group g")  # same subject, new key
+    assert new_ca.cert.subject == ca.cert.subject
+    for m, before in old.items():
+        after = pki.issue(new_ca, m, ADDRS, server=m == "front")
+        assert after.cert_pem != before.cert_pem and after.key_pem != before.key_pem, m
+        assert _verify(new_ca, after, tmp_path, "sslclient"), m
+        assert pki.issue(new_ca, m, ADDRS, server=m == "front") == after  # then reused
+
+
+def test_a_certificate_is_reused_only_while_it_fits(tmp_path: Path) -> None:
+    ca = pki.authority(tmp_path / "g", "group g")
+    a = pki.issue(ca, "m1", ADDRS)
+    # its key file replaced (not the certificate's key): issued again
+    (tmp_path / "g" / "m1.key").write_bytes(pki.issue(ca, "m2", ADDRS).key_pem)
+    b = pki.issue(ca, "m1", ADDRS)
+    assert b.cert_pem != a.cert_pem
+    # a client's certificate is not a server's: becoming the frontend re-issues it
+    assert not _verify(ca, b, tmp_path, "sslserver") and _verify(ca, b, tmp_path, "sslclient")
+    c = pki.issue(ca, "m1", ADDRS, server=True)
+    assert c.cert_pem != b.cert_pem and _verify(ca, c, tmp_path, "sslserver")
+    assert pki.issue(ca, "m1", ADDRS, server=False).cert_pem != c.cert_pem
+
+
+def test_member_certificates_are_short_lived_and_renewed(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    ca = pki.authority(tmp_path / "g", "group g")
+    a = pki.issue(ca, "m1", ADDRS)
+    cert = x509.load_pem_x509_certificate(a.cert_pem)
+    life = cert.not_valid_after_utc - cert.not_valid_before_utc
+    assert datetime.timedelta(days=89) < life <= datetime.timedelta(days=91)
+    now = pki._now()
+    for days, reused in ((pki.CERT_DAYS - pki.RENEW_BEFORE_DAYS - 1, True),
+                         (pki.CERT_DAYS - pki.RENEW_BEFORE_DAYS + 1, False)):
+        later = now + datetime.timedelta(days=days)
+        monkeypatch.setattr(pki, "_now", lambda t=later: t)
+        assert (pki.issue(ca, "m1", ADDRS) == a) is reused, days
+
+
+def test_each_inventory_has_its_own_group_ca(tmp_path: Path) -> None:
+    """Two inventories with a group named "pair" shared one CA (issue 29, medium 7)."""
+    root = tmp_path / "pki"
+    one = pki.group_ca_dir(root, "pair", "/srv/a/fleet.py", ["s1", "s2"], explicit=False)
+    two = pki.group_ca_dir(root, "pair", "/srv/b/fleet.py", ["s1", "s2"], explicit=False)
+    bare = pki.group_ca_dir(root, "pair", None, ["s1", "s2"], explicit=False)
+    assert len({one, two, bare}) == 3 and one.name == two.name == "pair"
+    assert pki.group_ca_dir(root, "pair", "/srv/a/fleet.py", ["x"], explicit=False) == one
+    ca_one, ca_two = pki.authority(one, "group pair"), pki.authority(two, "group pair")
+    assert ca_one.cert_pem != ca_two.cert_pem
+    # the operator's directory is one inventory's
+    mine = tmp_path / "mine"
+    d = pki.group_ca_dir(mine, "pair", "/srv/a/fleet.py", ["s1"], explicit=True)
+    assert d == mine / "pair"
+    assert pki.group_ca_dir(mine, "pair", "/srv/a/fleet.py", ["s1"], explicit=True) == d
+    assert pki.group_ca_dir(mine, "pair", None, ["s1"], explicit=True) == d
+    with pytest.raises(ConfigError, match="holds the CA of group 'pair' of inventory "
+                       "/srv/a/fleet.py, not of inventory /srv/b/fleet.py"):
+        pki.group_ca_dir(mine, "pair", "/srv/b/fleet.py", ["s1"], explicit=True)
 
 
 def test_a_ca_directory_others_can_read_is_refused(tmp_path: Path) -> None:

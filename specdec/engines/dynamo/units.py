@@ -14,7 +14,9 @@ Dynamo frontend, ... NATS, etcd, or ZMQ endpoints directly to an untrusted netwo
 * etcd serves TLS only and requires a client certificate of the group's CA (etcd 3.4
   ``--cert-file``, ``--key-file``, ``--trusted-ca-file``, ``--client-cert-auth``; etcd
   op-guide/security.md: "requests that don't supply a valid client certificate will fail"), on
-  the group address and loopback; its peer URL is loopback (a single member). Every member's
+  the group address and loopback; its peer URL is loopback (a single member), TLS with this
+  member's own certificate required (``--peer-client-cert-auth``, ``--peer-cert-allowed-cn``).
+  Every member's
   worker and the frontend present their member certificate through ``ETCD_AUTH_CA``,
   ``ETCD_AUTH_CLIENT_CERT``, ``ETCD_AUTH_CLIENT_KEY``, which ai-dynamo-runtime 1.6.1 reads as PEM
   *contents*, not paths (lib/runtime/src/transports/etcd.rs ``ClientOptions::default``:
@@ -44,8 +46,8 @@ from specdec.plan.types import DynamoPlan, Plan
 from specdec.render import sandbox
 from specdec.render.unitfile import Specified, env_assignment, exec_line, secret_env_argv, template
 
-__all__ = ["ETCD_SECRETS", "aux_units", "dynamo_part", "etcd_argv", "frontend_argv", "python",
-           "transport", "worker_env"]
+__all__ = ["ETCD_SECRETS", "aux_units", "dynamo_part", "etcd_argv", "frontend_argv",
+           "member_cn", "python", "transport", "worker_env"]
 
 ETCD_BINARY = "/usr/bin/etcd"  # Debian / Ubuntu package etcd-server
 # Dynamo's etcd client, from the member's certificate (credential names of layout.CREDENTIALS)
@@ -104,10 +106,13 @@ def frontend_argv(plan: Plan) -> list[str]:
 
 def etcd_argv(plan: Plan) -> list[str]:
     # etcd 3.4 (Debian 12 etcd-server) flags as `etcd --help` lists them; a single-member
-    # cluster on the frontend member, its peer URL on loopback only; client TLS with client
-    # certificates of the group's CA (security.md Q4: the same flags, tested)
+    # cluster on the frontend member, its peer URL on loopback only; client and peer TLS with
+    # client certificates of the group's CA (security.md Q4: the same flags, tested), the peer
+    # port only for this member's own certificate (--peer-cert-allowed-cn): without it any
+    # local process reads and writes the store through the peer port, bypassing
+    # --client-cert-auth (tests/unit/test_etcd_tls.py runs etcd 3.4 with these flags)
     d = dynamo_part(plan)
-    peer = f"http://{LOOPBACK}:{d.etcd_peer_port}"
+    peer = f"https://{LOOPBACK}:{d.etcd_peer_port}"
     clients = [f"https://{LOOPBACK}:{d.etcd_port}"]
     if d.address not in (LOOPBACK, "localhost"):
         clients.insert(0, d.etcd_endpoint)
@@ -119,7 +124,17 @@ def etcd_argv(plan: Plan) -> list[str]:
             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
             "--initial-cluster", f"{d.group}={peer}",
             "--cert-file", creds("group-member.crt"), "--key-file", creds("group-member.key"),
-            "--trusted-ca-file", creds("group-ca.crt"), "--client-cert-auth"]
+            "--trusted-ca-file", creds("group-ca.crt"), "--client-cert-auth",
+            "--peer-cert-file", creds("group-member.crt"),
+            "--peer-key-file", creds("group-member.key"),
+            "--peer-trusted-ca-file", creds("group-ca.crt"), "--peer-client-cert-auth",
+            "--peer-cert-allowed-cn", member_cn(d.frontend)]
+
+
+def member_cn(member: str) -> str:
+    """The CN of a member's certificate: its inventory name without a connector prefix
+    (`specdec.roles.common.with_group_secrets`)."""
+    return member.rsplit("/", 1)[-1]
 
 
 def _credentials(names: list[str]) -> list[str]:
