@@ -23,6 +23,7 @@ from specdec.config.settings import HostSettings
 from specdec.engines.base import HostPackage
 from specdec.engines.dynamo.units import member_cn
 from specdec.errors import SpecdecError, redact
+from specdec.host import layout
 from specdec.plan import packages as hostpkgs
 from specdec.plan.groups import check_limit, check_plans, groups_of
 from specdec.plan.hostdata import parse_host_settings
@@ -50,6 +51,9 @@ __all__ = [
     "read_hf_token",
     "tune_store",
 ]
+
+NOLOGIN = "/usr/sbin/nologin"  # the service user's shell
+
 
 class DeployError(PyinfraError):
     """A one-line, user-facing failure raised while preparing the deploy (before any change).
@@ -241,21 +245,41 @@ def _prepare_one(h: Any, settings: HostSettings, token: HiddenValue | None,
     return dataclasses.replace(hp, secrets=with_group_secrets(secrets, settings, group)), token
 
 
-# login.defs(5): SYS_UID_MAX is 999 on Debian and Ubuntu; accounts above it are people's
-SYS_UID_MAX = 999
+# The system account range of Debian and Ubuntu (login.defs(5) SYS_UID_MIN, SYS_UID_MAX; Debian
+# Policy 9.2.2: 0-99 are the distribution's static accounts from base-passwd, 100-999 system
+# accounts packages and administrators add, 1000 and up people's).
+SYS_UID_MIN, SYS_UID_MAX = 100, 999
+
+
+def _refuse_account(found: dict[str, Any]) -> str | None:
+    """Why an existing account may not become the service user, or None: specdec moves its
+    home, changes its shell and adds it to the docker group."""
+    uid = found.get("uid")
+    if not isinstance(uid, int) or uid == 0 or uid > SYS_UID_MAX:
+        return (f"is an existing login account on the host (uid {uid}); the service user must "
+                "be a dedicated system account")
+    if uid < SYS_UID_MIN:
+        return (f"is one of the distribution's own accounts (uid {uid}, below {SYS_UID_MIN}); "
+                "the service user must be an account of specdec's")
+    # marked, or made by a specdec before the mark (its home and shell, which no other
+    # account has): the deploy marks it
+    legacy = found.get("home") == layout.STATE_DIR and found.get("shell") == NOLOGIN
+    if found.get("comment") != layout.ACCOUNT_MARK and not legacy:
+        return (f"is an existing account specdec did not create (uid {uid}, comment "
+                f"{found.get('comment')!r}, not {layout.ACCOUNT_MARK!r}); name an account "
+                "that does not exist yet")
+    return None
 
 
 def _check_service_user(h: Any, settings: HostSettings) -> None:
-    """The service user must be a dedicated system account: an existing account that is root
-    or a person's (a uid above SYS_UID_MAX) is refused before the deploy makes it a nologin
-    user with specdec's home and groups."""
+    """The service user must be specdec's own system account: an existing account specdec did
+    not create is refused before the deploy makes it a nologin user with specdec's home and
+    groups."""
     found = (h.get_fact(UserAccount, user=settings.service_user) or {}).get(
         settings.service_user)
-    uid = found.get("uid") if isinstance(found, dict) else None
-    if isinstance(uid, int) and (uid == 0 or uid > SYS_UID_MAX):
-        raise DeployError(f"{h.name}: specdec_service_user={settings.service_user!r}: is an "
-                          f"existing login account on the host (uid {uid}); the service user "
-                          "must be a dedicated system account")
+    why = _refuse_account(found) if isinstance(found, dict) else None
+    if why is not None:
+        raise DeployError(f"{h.name}: specdec_service_user={settings.service_user!r}: {why}")
 
 
 _Prepared = dict[str, "tuple[HostPlan, HiddenValue | None] | DeployError"]

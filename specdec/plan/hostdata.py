@@ -283,9 +283,25 @@ def _network(r: KeyReader) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not None}
 
 
+# Accounts of the distribution and its packages (Debian base-passwd's static ones, Debian
+# Policy 9.2.2; what systemd, apt, OpenSSH, D-Bus, nginx, etcd-server, docker-registry, Docker
+# and the NVIDIA images add): never the service user, whom specdec gives its home and the docker
+# group. Any other existing account is refused on the host unless specdec made it
+# (`specdec.roles.common`, its comment); these are refused before a host is touched.
+SYSTEM_ACCOUNTS = frozenset({
+    "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp", "proxy",
+    "www-data", "backup", "list", "irc", "gnats", "nobody", "messagebus", "sshd", "syslog",
+    "uuidd", "tcpdump", "etcd", "docker-registry", "dnsmasq", "avahi", "polkitd", "pollinate",
+    "landscape", "lxd", "tss", "usbmux", "rtkit", "colord", "geoclue", "pulse", "kernoops",
+    "saned", "whoopsie", "speech-dispatcher", "cups-pk-helper", "fwupd-refresh", "dhcpcd",
+    "ubuntu", "nvidia", "gdm", "sddm", "lightdm", "ntp", "chrony", "postfix", "statd",
+})
+
+
 def _service_user(r: KeyReader, ssh_user: str | None) -> str:
-    """A dedicated system account: never root, never the account the deploy logs in as (the
-    service user is made a nologin system user with specdec's home)."""
+    """A dedicated system account: never root, never the account the deploy logs in as, never
+    an account of the distribution (the service user is made a nologin system user with
+    specdec's home)."""
     key = "specdec_service_user"
     user = r.str_(key) or SERVICE_USER
     if not _USER_NAME.fullmatch(user):
@@ -294,6 +310,9 @@ def _service_user(r: KeyReader, ssh_user: str | None) -> str:
         who = "root" if user == "root" else "the SSH login user (ssh_user)"
         raise r.fail(key, user, f"is {who}; the service user must be a dedicated system "
                      "account")
+    if user in SYSTEM_ACCOUNTS or user.startswith(("systemd-", "_")):
+        raise r.fail(key, user, "is an account of the distribution or a package; the service "
+                     "user must be an account of specdec's own")
     return user
 
 
