@@ -35,7 +35,8 @@ from specdec.report.fleet import CACHE_DIR, reports_root, safe_name
 from specdec.roles.factcache import FACTS_MANIFEST, install, prefetch
 from specdec.roles.facts import DeviceIdentity, EngineVersions, UserAccount
 from specdec.tune.cache import apply_cached
-from specdec.tune.store import TuneStore, location, open_store
+from specdec.tune.store import KEY as TUNE_KEY
+from specdec.tune.store import TuneStore, check_location, location, open_store
 from specdec.watch import marks as watch_marks
 
 __all__ = [
@@ -103,8 +104,9 @@ def read_host_secrets(settings: HostSettings) -> HostSecrets:
         key = apikey.ensure_key(settings.api_key_file, host=name)
         tls = None
         if settings.tls_cert_file and settings.tls_key_file:
-            tls = (HiddenValue(pki.read_pem(settings.tls_cert_file, "specdec_tls.cert", name)),
-                   HiddenValue(pki.read_pem(settings.tls_key_file, "specdec_tls.key", name)))
+            cert, key_pem = pki.read_tls_pair(settings.tls_cert_file, settings.tls_key_file,
+                                              host=name)
+            tls = (HiddenValue(cert), HiddenValue(key_pem))
     except SpecdecError as exc:
         raise _one_line_deploy(exc, name) from None
     return HostSecrets(HiddenValue(key), str(key_file), None, tls)
@@ -173,9 +175,10 @@ def tune_store(settings: HostSettings) -> TuneStore:
     """The tune cache for this host (`specdec.tune.store`: the same location `specdec rollout`
     and `specdec plan` use for this inventory)."""
     try:
-        return open_store(location(inventory=inventory_file(), data_value=settings.tune_cache))
+        return open_store(location(inventory=inventory_file(), data_value=settings.tune_cache,
+                                   host=settings.host))
     except SpecdecError as exc:
-        raise DeployError(f"{settings.host}: {one_line(exc)}") from None
+        raise _one_line_deploy(exc, settings.host) from None
 
 
 def plan_host(settings: HostSettings, identity: Any,
@@ -290,6 +293,8 @@ def _settings(h: Any) -> HostSettings:
     verifies again as with ``specdec_reverify: true``."""
     try:
         s = parse_host_settings(h.name, h.data)
+        if s.tune_cache:  # opened only after the facts: a URL needs its store
+            check_location(TUNE_KEY, s.tune_cache, h.name)
     except SpecdecError as exc:
         raise DeployError(one_line(exc)) from None
     if not s.reverify and watch_marks.get(reports_root(), h.name) is not None:

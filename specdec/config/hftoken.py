@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from pathlib import Path
 
 from specdec.config.hygiene import show
+from specdec.config.rawinput import read_file_head
 from specdec.errors import ConfigError
 
 __all__ = ["MAX_FILE_BYTES", "TOKEN", "check_token", "read_token"]
@@ -45,8 +45,7 @@ def read_token(host: str | None, token_file: str | None,
     if token_file:
         where = f"specdec_hf_token_file={show(token_file)}"
         try:
-            with Path(token_file).expanduser().open("rb") as fh:
-                data = fh.read(MAX_FILE_BYTES + 1)
+            data = read_file_head(token_file, MAX_FILE_BYTES)[0]
         except OSError as exc:
             raise ConfigError(f"{where}: cannot read ({exc.strerror or type(exc).__name__})",
                               host=host) from None

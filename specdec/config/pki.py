@@ -29,15 +29,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from specdec.config.rawinput import read_file_head
 from specdec.errors import ConfigError
 
 __all__ = ["CA_DAYS", "CERT_DAYS", "RENEW_BEFORE_DAYS", "Authority", "Issued", "authority",
-           "group_ca_dir", "issue", "read_pem"]
+           "group_ca_dir", "issue", "read_pem", "read_tls_pair"]
 
 PEM_MAX = 65536
 CA_DAYS = 3650
@@ -74,7 +75,7 @@ def read_pem(path: str, key: str, host: str | None = None) -> str:
     """A PEM file of the operator's (a certificate or a key) on the control node, as text;
     `ConfigError` naming ``key`` when it cannot be read or is not PEM."""
     try:
-        data = Path(path).expanduser().read_bytes()[: PEM_MAX + 1]
+        data = read_file_head(path, PEM_MAX)[0]
     except OSError as exc:
         raise ConfigError(f"{key}={path!r}: cannot read ({exc.strerror or type(exc).__name__})",
                           host=host) from None
@@ -82,6 +83,36 @@ def read_pem(path: str, key: str, host: str | None = None) -> str:
     if len(data) > PEM_MAX or "-----BEGIN " not in text:
         raise ConfigError(f"{key}={path!r}: is not a PEM file", host=host)
     return text
+
+
+def read_tls_pair(cert_path: str, key_path: str, key: str = "specdec_tls",
+                  host: str | None = None) -> tuple[str, str]:
+    """The operator's certificate (chain) and its private key, as text: each parsed, the key
+    unencrypted and the certificate's (a file that merely holds ``-----BEGIN``, an SSH key for
+    one, is refused before it reaches a host), the certificate file without a private key."""
+    cert_text = read_pem(cert_path, f"{key}.cert", host)
+    key_text = read_pem(key_path, f"{key}.key", host)
+
+    def bad(which: str, path: str, why: str) -> ConfigError:
+        return ConfigError(f"{key}.{which}={path!r}: {why}", host=host)
+
+    if "PRIVATE KEY-----" in cert_text:
+        raise bad("cert", cert_path, "holds a private key (the key goes to specdec_tls.key)")
+    try:
+        chain = x509.load_pem_x509_certificates(cert_text.encode())
+    except ValueError:
+        raise bad("cert", cert_path, "holds no PEM certificate") from None
+    try:
+        private = serialization.load_pem_private_key(key_text.encode(), None)
+    except TypeError:
+        raise bad("key", key_path, "is encrypted (nginx would ask for its passphrase)") from None
+    except (ValueError, UnsupportedAlgorithm):
+        raise bad("key", key_path, "holds no PEM private key (PKCS#8, RSA or EC)") from None
+    if private.public_key() != chain[0].public_key():
+        raise bad("key", key_path, f"is not the key of the certificate in {cert_path}")
+    if chain[0].not_valid_after_utc <= _now():
+        raise bad("cert", cert_path, f"expired on {chain[0].not_valid_after_utc:%Y-%m-%d}")
+    return cert_text, key_text
 
 
 def _now() -> datetime.datetime:

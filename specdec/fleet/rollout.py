@@ -45,7 +45,7 @@ from typing import Any
 
 from specdec.config.apikey import read_key
 from specdec.config.hftoken import read_token
-from specdec.config.pki import read_pem
+from specdec.config.pki import read_tls_pair
 from specdec.config.settings import HostSettings
 from specdec.errors import RolloutError, redact
 from specdec.fleet.batches import Batch, batch_hosts, batch_units, exceeds, parse_batches
@@ -63,6 +63,8 @@ from specdec.report.fleet import (
     write_host_report,
 )
 from specdec.tune.store import ENV as TUNE_CACHE_ENV
+from specdec.tune.store import KEY as TUNE_KEY
+from specdec.tune.store import check_location
 
 __all__ = [
     "CONVERGED",
@@ -382,8 +384,9 @@ def check_hosts(hosts: Sequence[tuple[str, Mapping[str, Any]]],
         if s.api_key_file:  # a named key file must be there (the default one is made)
             read_key(s.api_key_file, name)
         if s.tls_cert_file and s.tls_key_file:
-            read_pem(s.tls_cert_file, "specdec_tls.cert", name)
-            read_pem(s.tls_key_file, "specdec_tls.key", name)
+            read_tls_pair(s.tls_cert_file, s.tls_key_file, host=name)
+        if s.tune_cache:  # the deploy opens it before any change; a URL needs its store
+            check_location(TUNE_KEY, s.tune_cache, name)
         settings.append(s)
     return settings
 

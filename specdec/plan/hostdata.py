@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from specdec.catalog import ENGINES, METHODS, RUNTIMES
-from specdec.config import hygiene
+from specdec.config import endpoints, hygiene
 from specdec.config.keys import SECRET_MARKERS, KeyReader, key_text
 from specdec.config.settings import (
     BENCH_MODES,
@@ -30,6 +30,7 @@ from specdec.engines.version import Version
 from specdec.errors import REDACTED, ConfigError, GateError, redact
 from specdec.gate.inputs import check_policy
 from specdec.host.layout import SERVICE_USER
+from specdec.plan.sites import registry_name
 from specdec.plan.types import GatePolicy
 
 __all__ = [
@@ -245,7 +246,7 @@ def _allow_from(r: KeyReader) -> tuple[str, ...] | None:
         raise r.fail(key, value, "must be a non-empty list of networks (CIDR, e.g. "
                      "['10.0.0.0/8', '192.168.1.0/24'])")
     hygiene.check_size(r.host, key, value, MAX_ALLOW)
-    nets = [hygiene.check_cidr(r.host, f"{key}[{i}]", v) for i, v in enumerate(value)]
+    nets = [endpoints.check_source_network(r.host, f"{key}[{i}]", v) for i, v in enumerate(value)]
     return tuple(dict.fromkeys(nets))
 
 
@@ -268,7 +269,8 @@ def _network(r: KeyReader) -> dict[str, Any]:
     certificates (`specdec.plan.sockets`, `specdec.config.apikey`, `specdec.config.pki`)."""
     listen = r.get("specdec_listen")
     out: dict[str, Any] = {
-        "listen": None if listen is None else hygiene.check_ip(r.host, "specdec_listen", listen),
+        "listen": None if listen is None else endpoints.check_endpoint(r.host, "specdec_listen",
+                                                                      listen, wildcard=True),
         "allow_from": _allow_from(r),
         "engine_port": r.int_("specdec_engine_port", 1024, 65535),
         "api_key_file": _path(r, "specdec_api_key_file"),
@@ -324,7 +326,11 @@ def _group(r: KeyReader) -> dict[str, Any]:
                      "(at most 31)")
     out["group"] = group
     front = r.get("specdec_group_frontend")
-    out["group_frontend"] = None if front is None else hygiene.check_host_name(front)
+    try:
+        out["group_frontend"] = None if front is None else hygiene.check_host_name(front)
+    except ConfigError as exc:  # name the key: it is not this host's name that is bad
+        why = str(exc).split(": ", 1)[1]
+        raise r.fail("specdec_group_frontend", front, why) from None
     return out
 
 
@@ -362,7 +368,7 @@ def _site(r: KeyReader) -> dict[str, Any]:
         if not isinstance(cdn, list | tuple) or not cdn:
             raise r.fail("specdec_hub_cdn_hosts", cdn, "must be a list of host[:port] names")
         hygiene.check_size(h, "specdec_hub_cdn_hosts", cdn, 32)
-        out["hub_cdn_hosts"] = tuple(hygiene.check_host_port(h, "specdec_hub_cdn_hosts", c)
+        out["hub_cdn_hosts"] = tuple(endpoints.check_remote_host(h, "specdec_hub_cdn_hosts", c)
                                      for c in cdn)
     regs = r.get("specdec_registry_upstreams")
     if regs is not None:
@@ -374,11 +380,24 @@ def _site(r: KeyReader) -> dict[str, Any]:
             (hygiene.check_host_port(h, "specdec_registry_upstreams", k),
              hygiene.check_url(h, f"specdec_registry_upstreams.{k}", v))
             for k, v in regs.items()))
+        _distinct_registry_names(h, [k for k, _ in out["registry_upstreams"]])
     res = r.get("specdec_mirror_resolver")
     out["mirror_resolver"] = None if res is None else hygiene.check_host_port(
         h, "specdec_mirror_resolver", res, port=False)
     out["tune_cache"] = r.str_("specdec_tune_cache", max_len=hygiene.MAX_PATH)
     return out
+
+
+def _distinct_registry_names(host: str, registries: list[str]) -> None:
+    """Each registry's cache has its own files and unit (`registry_name`): two registries whose
+    names make the same one would overwrite each other's."""
+    seen: dict[str, str] = {}
+    for reg in registries:
+        name = registry_name(reg)
+        if name in seen:
+            raise ConfigError(f"specdec_registry_upstreams: {reg!r} and {seen[name]!r} would "
+                              f"share one cache (both named {name!r}); keep one", host=host)
+        seen[name] = reg
 
 
 def _engine_keys(r: KeyReader, engine: str | None) -> dict[str, Any]:
@@ -469,11 +488,20 @@ def _serving_keys(r: KeyReader, engine: str | None, eng: Engine) -> dict[str, An
         engine_version=_engine_version(r),
         memlock=_memlock(r),
         env=_env(r),
-        extra_args=() if extra_args is None else hygiene.check_engine_args(
-            r.host, "specdec_extra_args", extra_args, eng.managed_flags, eng.abbreviated_flags),
+        extra_args=_extra_args(r, eng, extra_args),
         jetson_tuning=r.bool_("specdec_jetson_tuning", True),
         health_timeout=r.int_("specdec_health_timeout", 30, 24 * 3600) or DEFAULT_HEALTH_TIMEOUT,
     )
+
+
+def _extra_args(r: KeyReader, eng: Engine, value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    key = "specdec_extra_args"
+    args = hygiene.check_engine_args(r.host, key, value, eng.managed_flags,
+                                     eng.abbreviated_flags, eng.unsafe_flags)
+    eng.check_args(r.host, key, args)
+    return args
 
 
 def _model_keys(r: KeyReader) -> dict[str, Any]:

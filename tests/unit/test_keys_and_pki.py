@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
-from specdec.config import apikey, pki
+from specdec.config import apikey, hftoken, pki
 from specdec.engines.vllm.facts import api_key_rule
 from specdec.errors import ConfigError, redact
 
@@ -173,3 +174,54 @@ def test_vllm_key_guards_per_release(version: str, guards: tuple[str, ...],
     """vLLM's own key never covers /invocations, /metrics or /health: why the proxy exists."""
     assert api_key_rule(version) == (guards, any_case)
     assert not any(p.startswith(guards) for p in ("/invocations", "/metrics", "/health"))
+
+
+def test_the_operators_tls_pair_is_a_certificate_and_its_key(tmp_path: Path) -> None:
+    """`specdec_tls` took any file holding ``-----BEGIN`` (an SSH private key as the certificate
+    reached the proxy; issue 29): both files are parsed and the key must be the certificate's."""
+    ca = pki.authority(tmp_path / "ca", "t")
+    a, b = pki.issue(ca, "a", ["10.0.0.1"], server=True), pki.issue(ca, "b", ["10.0.0.2"])
+
+    def put(name: str, data: bytes) -> str:
+        p = tmp_path / name
+        p.write_bytes(data)
+        return str(p)
+
+    cert, key = put("a.crt", a.cert_pem), put("a.key", a.key_pem)
+    assert pki.read_tls_pair(cert, key) == (a.cert_pem.decode(), a.key_pem.decode())
+    ssh = (b"-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjE=\n"
+           b"-----END OPENSSH PRIVATE KEY-----\n")
+    for c, k, why in (
+            (put("ssh.crt", ssh), key, r"specdec_tls.cert='.*ssh.crt': holds a private key"),
+            (put("both.crt", a.cert_pem + a.key_pem), key, "holds a private key"),
+            (put("csr.crt", b"-----BEGIN X-----\nAAAA\n-----END X-----\n"), key,
+             "holds no PEM certificate"),
+            (cert, put("ssh.key", ssh), r"specdec_tls.key='.*ssh.key': holds no PEM private key"),
+            (cert, put("b.key", b.key_pem), "is not the key of the certificate in"),
+            (cert, put("enc.key", _encrypted(a.key_pem)), "is encrypted")):
+        with pytest.raises(ConfigError, match=why):
+            pki.read_tls_pair(c, k)
+
+
+def _encrypted(key_pem: bytes) -> bytes:
+    key = serialization.load_pem_private_key(key_pem, None)
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.BestAvailableEncryption(b"pass"))
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_an_operator_file_that_is_no_regular_file_is_refused_at_once(tmp_path: Path,
+                                                                     kind: str) -> None:
+    """A FIFO as specdec_api_key_file hung rollout and bench (issue 29); /dev/zero never ends.
+    The key, token and PEM readers open without blocking and refuse what is no regular file."""
+    path = tmp_path / "f"
+    if kind == "fifo":
+        os.mkfifo(path, 0o600)
+    else:
+        path = Path("/dev/zero")
+    reads = (lambda: apikey.read_key(path, "h"),
+             lambda: hftoken.read_token("h", str(path), {}),
+             lambda: pki.read_pem(str(path), "specdec_tls.cert", "h"))
+    for read in reads:
+        with pytest.raises(ConfigError, match=r"cannot read \(not a regular file\)$"):
+            read()
