@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import entry_points
-from typing import Any
+from typing import Any, NoReturn
 
 from specdec.errors import SpecdecError
 
@@ -65,10 +65,22 @@ def _command_of(argv: Sequence[str]) -> str | None:
     return None
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a bad argument as one line, as every other error (exit 2): no usage
+    block, the value cut as `show` cuts it (argparse quotes a bad value whole)."""
+
+    def error(self, message: str) -> NoReturn:
+        text = " ".join(message.split())
+        if len(text) > 200:
+            text = text[:200] + "…"
+        self.exit(2, f"specdec: error: {self.prog.removeprefix('specdec ')}: {text} "
+                     f"(see {self.prog} --help)\n")
+
+
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The parser, with the full arguments of the command ``argv`` names (every command's,
     when it names none: the help lists them all)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="specdec", description="Speculative decoding rollout for Jetson Orin and DGX Spark."
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec.config.inventory import load_inventory
+from specdec.config.rawinput import check_options_given
 from specdec.engines.registry import engine_of
 from specdec.errors import ConfigError
 from specdec.plan import sites, sockets
@@ -51,7 +52,8 @@ def _plans(inventory: str, limit: str | None, tune_cache: str | None = None) -> 
     names = {name for name, _ in chosen}
     groups = groups_of(every)
     plans = [apply_cached(plan_host_settings(s, None, group=groups.get(s.host)),
-                          open_store(location(tune_cache, inventory, s.tune_cache)), s.reverify)
+                          open_store(location(tune_cache, inventory, s.tune_cache,
+                                                       host=s.host)), s.reverify)
              for s in every if s.host in names]
     check_plans(plans)
     return plans
@@ -97,6 +99,7 @@ def _short(text: str | None, n: int = 40) -> str:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    check_options_given(args, ("limit",))
     plans = _plans(args.inventory, args.limit, args.tune_cache)
     if args.json:
         print(json.dumps([plan_record(p) for p in plans], indent=2, sort_keys=True))
