@@ -4,7 +4,7 @@ does the same."""
 
 from __future__ import annotations
 
-from tests.deploy.corpus_base import DYN, Case, H
+from tests.deploy.corpus_base import DYN, VLLM, Case, H
 
 KV_ON = '"enable_kv_cache_events": true'
 
@@ -227,74 +227,28 @@ CASES: dict[str, Case] = {
         "--allowed-local-media-path lets any API caller read the host's files "
         'under that path; not from host data',
         {'specdec_extra_args': ['--allowed-local-media-path', '/']}, base=DYN),
-    'env-insecure-ser': Case(
-        H + "specdec_env.VLLM_ALLOW_INSECURE_SERIALIZATION='1': "
-        'VLLM_ALLOW_INSECURE_SERIALIZATION is reserved (managed by specdec, or '
-        'it changes where the engine loads code, weights or the token from)',
-        {'specdec_env': {'VLLM_ALLOW_INSECURE_SERIALIZATION': '1'}}),
-    'env-logcfg': Case(
-        H + "specdec_env.VLLM_LOGGING_CONFIG_PATH='/tmp/log.json': "
-        'VLLM_LOGGING_CONFIG_PATH is reserved (managed by specdec, or it '
-        'changes where the engine loads code, weights or the token from)',
-        {'specdec_env': {'VLLM_LOGGING_CONFIG_PATH': '/tmp/log.json'}}),
-    'env-lora': Case(
-        H + "specdec_env.VLLM_ALLOW_RUNTIME_LORA_UPDATING='True': "
-        'VLLM_ALLOW_RUNTIME_LORA_UPDATING is reserved (managed by specdec, or '
-        'it changes where the engine loads code, weights or the token from)',
-        {'specdec_env': {'VLLM_ALLOW_RUNTIME_LORA_UPDATING': 'True'}}),
-    'env-debuglog': Case(
-        H + "specdec_env.VLLM_DEBUG_LOG_API_SERVER_RESPONSE='true': "
-        'VLLM_DEBUG_LOG_API_SERVER_RESPONSE is reserved (managed by specdec, or '
-        'it changes where the engine loads code, weights or the token from)',
-        {'specdec_env': {'VLLM_DEBUG_LOG_API_SERVER_RESPONSE': 'true'}}),
-    'env-hostip': Case(
-        H + "specdec_env.VLLM_HOST_IP='0.0.0.0': VLLM_HOST_IP is reserved (managed "
-        'by specdec, or it changes where the engine loads code, weights or the '
-        'token from)',
-        {'specdec_env': {'VLLM_HOST_IP': '0.0.0.0'}}),
-    'env-vllmport': Case(
-        H + "specdec_env.VLLM_PORT='5000': VLLM_PORT is reserved (managed by "
-        'specdec, or it changes where the engine loads code, weights or the '
-        'token from)',
-        {'specdec_env': {'VLLM_PORT': '5000'}}),
-    'env-rpcpath': Case(
-        H + "specdec_env.VLLM_RPC_BASE_PATH='/tmp': VLLM_RPC_BASE_PATH is reserved "
-        '(managed by specdec, or it changes where the engine loads code, '
-        'weights or the token from)',
-        {'specdec_env': {'VLLM_RPC_BASE_PATH': '/tmp'}}),
-    'env-modelscope': Case(
-        H + "specdec_env.VLLM_USE_MODELSCOPE='1': VLLM_USE_MODELSCOPE is reserved "
-        '(managed by specdec, or it changes where the engine loads code, '
-        'weights or the token from)',
-        {'specdec_env': {'VLLM_USE_MODELSCOPE': '1'}}),
-    'env-plugins': Case(
-        H + "specdec_env.VLLM_PLUGINS='evil': VLLM_PLUGINS is reserved (managed by "
-        'specdec, or it changes where the engine loads code, weights or the '
-        'token from)',
-        {'specdec_env': {'VLLM_PLUGINS': 'evil'}}),
-    'env-fpm-port': Case(
-        H + "specdec_env.DYN_FORWARDPASS_METRIC_PORT='20380': "
-        'DYN_FORWARDPASS_METRIC_PORT is reserved (managed by specdec, or it '
-        'changes where the engine loads code, weights or the token from)',
-        {'specdec_env': {'DYN_FORWARDPASS_METRIC_PORT': '20380'}}, base=DYN),
-    'env-fpm-trace': Case(
-        H + "specdec_env.DYN_FPM_TRACE='1': DYN_FPM_TRACE is reserved (managed by "
-        'specdec, or it changes where the engine loads code, weights or the '
-        'token from)',
-        {'specdec_env': {'DYN_FPM_TRACE': '1'}}, base=DYN),
-    'env-uid': Case(
-        H + "specdec_env.SPECDEC_UID='0': SPECDEC_UID is reserved (managed by "
-        'specdec, or it changes where the engine loads code, weights or the '
-        'token from)',
-        {'specdec_env': {'SPECDEC_UID': '0'}}, base=DYN),
-    'env-lower-port': Case(
-        H + "specdec_env.vllm_port='5000': vllm_port is reserved (managed by "
-        'specdec, or it changes where the engine loads code, weights or the '
-        'token from)',
-        {'specdec_env': {'vllm_port': '5000'}}),
-    'env-fpm-on-vllm': Case(
-        H + "specdec_env.DYN_FORWARDPASS_METRIC_PORT='1': "
-        'DYN_FORWARDPASS_METRIC_PORT is reserved (managed by specdec, or it '
-        'changes where the engine loads code, weights or the token from)',
-        {'specdec_env': {'DYN_FORWARDPASS_METRIC_PORT': '1'}}),
 }
+
+# Environment that loads code, opens a listener or leaks (the engines' reserved_env): name, the
+# variable, its value, the host's engine.
+RESERVED = ("is reserved (managed by specdec, or it changes where the engine loads code, weights "
+            "or the token from)")
+_ENV = [
+    ('env-insecure-ser', 'VLLM_ALLOW_INSECURE_SERIALIZATION', '1', VLLM),
+    ('env-logcfg', 'VLLM_LOGGING_CONFIG_PATH', '/tmp/log.json', VLLM),
+    ('env-lora', 'VLLM_ALLOW_RUNTIME_LORA_UPDATING', 'True', VLLM),
+    ('env-debuglog', 'VLLM_DEBUG_LOG_API_SERVER_RESPONSE', 'true', VLLM),
+    ('env-hostip', 'VLLM_HOST_IP', '0.0.0.0', VLLM),
+    ('env-vllmport', 'VLLM_PORT', '5000', VLLM),
+    ('env-rpcpath', 'VLLM_RPC_BASE_PATH', '/tmp', VLLM),
+    ('env-modelscope', 'VLLM_USE_MODELSCOPE', '1', VLLM),
+    ('env-plugins', 'VLLM_PLUGINS', 'evil', VLLM),
+    ('env-fpm-port', 'DYN_FORWARDPASS_METRIC_PORT', '20380', DYN),
+    ('env-fpm-trace', 'DYN_FPM_TRACE', '1', DYN),
+    ('env-uid', 'SPECDEC_UID', '0', DYN),
+    ('env-lower-port', 'vllm_port', '5000', VLLM),
+    ('env-fpm-on-vllm', 'DYN_FORWARDPASS_METRIC_PORT', '1', VLLM),
+]
+CASES.update({name: Case(H + f"specdec_env.{var}={val!r}: {var} {RESERVED}",
+                         {"specdec_env": {var: val}}, base=base)
+              for name, var, val, base in _ENV})

@@ -9,23 +9,25 @@ from __future__ import annotations
 from tests.deploy.corpus_base import DYN, VLLM, Case, H
 
 SITE = {**VLLM, "specdec_site": "s1", "specdec_site_mirror": True}
+# specdec.config.endpoints' reasons
+LOCAL = ("is this host or its link (loopback, unspecified or link-local: 169.254.169.254 is a "
+         "cloud's metadata service), not a server")
+MULTICAST = "is multicast (no TCP connection comes from or goes to it)"
+BROADCAST = "is the broadcast address (no TCP connection comes from or goes to it)"
+MAPPED = "is IPv4-mapped (::ffff:a.b.c.d never appears on the wire; write the IPv4 address)"
 
 CASES: dict[str, Case] = {
     'listen-multicast': Case(
-        H + "specdec_listen='224.0.0.1': is multicast (no TCP connection comes from "
-        'or goes to it)',
+        H + "specdec_listen='224.0.0.1': " + MULTICAST,
         {'specdec_listen': '224.0.0.1'}),
     'listen-mc6': Case(
-        H + "specdec_listen='ff02::1': is multicast (no TCP connection comes from "
-        'or goes to it)',
+        H + "specdec_listen='ff02::1': " + MULTICAST,
         {'specdec_listen': 'ff02::1'}),
     'listen-bcast': Case(
-        H + "specdec_listen='255.255.255.255': is the broadcast address (no TCP "
-        'connection comes from or goes to it)',
+        H + "specdec_listen='255.255.255.255': " + BROADCAST,
         {'specdec_listen': '255.255.255.255'}),
     'listen-mapped': Case(
-        H + "specdec_listen='::ffff:10.0.0.1': is IPv4-mapped (::ffff:a.b.c.d never "
-        'appears on the wire; write the IPv4 address)',
+        H + "specdec_listen='::ffff:10.0.0.1': " + MAPPED,
         {'specdec_listen': '::ffff:10.0.0.1'}),
     'listen-ll': Case(
         H + "specdec_listen='fe80::1': is IPv6 link-local (it needs a zone id, "
@@ -36,32 +38,25 @@ CASES: dict[str, Case] = {
         'none)',
         {'specdec_allow_from': ['fe80::%eth0/64']}),
     'allow-mapped': Case(
-        H + "specdec_allow_from[0]='::ffff:10.0.0.0/104': is IPv4-mapped "
-        '(::ffff:a.b.c.d never appears on the wire; write the IPv4 address)',
+        H + "specdec_allow_from[0]='::ffff:10.0.0.0/104': " + MAPPED,
         {'specdec_allow_from': ['::ffff:10.0.0.0/104']}),
     'allow-mc': Case(
-        H + "specdec_allow_from[0]='224.0.0.0/4': is multicast (no TCP connection "
-        'comes from or goes to it)',
+        H + "specdec_allow_from[0]='224.0.0.0/4': " + MULTICAST,
         {'specdec_allow_from': ['224.0.0.0/4']}),
     'allow-mc6': Case(
-        H + "specdec_allow_from[0]='ff00::/8': is multicast (no TCP connection "
-        'comes from or goes to it)',
+        H + "specdec_allow_from[0]='ff00::/8': " + MULTICAST,
         {'specdec_allow_from': ['ff00::/8']}),
     'allow-bcast': Case(
-        H + "specdec_allow_from[0]='255.255.255.255/32': is the broadcast address "
-        '(no TCP connection comes from or goes to it)',
+        H + "specdec_allow_from[0]='255.255.255.255/32': " + BROADCAST,
         {'specdec_allow_from': ['255.255.255.255/32']}),
     'dynaddr-mc': Case(
-        H + "specdec_dynamo_address='224.0.0.1': is multicast (no TCP connection "
-        'comes from or goes to it)',
+        H + "specdec_dynamo_address='224.0.0.1': " + MULTICAST,
         {'specdec_dynamo_address': '224.0.0.1'}, base=DYN),
     'dynaddr-bcast': Case(
-        H + "specdec_dynamo_address='255.255.255.255': is the broadcast address (no "
-        'TCP connection comes from or goes to it)',
+        H + "specdec_dynamo_address='255.255.255.255': " + BROADCAST,
         {'specdec_dynamo_address': '255.255.255.255'}, base=DYN),
     'dynaddr-mapped': Case(
-        H + "specdec_dynamo_address='::ffff:10.0.0.1': is IPv4-mapped "
-        '(::ffff:a.b.c.d never appears on the wire; write the IPv4 address)',
+        H + "specdec_dynamo_address='::ffff:10.0.0.1': " + MAPPED,
         {'specdec_dynamo_address': '::ffff:10.0.0.1'}, base=DYN),
     'dynaddr-any': Case(
         H + "specdec_dynamo_address='0.0.0.0': is the unspecified address (no peer "
@@ -76,41 +71,29 @@ CASES: dict[str, Case] = {
         'id, which a unit or a firewall rule cannot take)',
         {'specdec_dynamo_address': 'fe80::1'}, base=DYN),
     'dynssh-mc': Case(
-        H + "specdec_dynamo_address='239.1.1.1': is multicast (no TCP connection "
-        'comes from or goes to it)',
+        H + "specdec_dynamo_address='239.1.1.1': " + MULTICAST,
         {'ssh_hostname': '239.1.1.1'}, base=DYN),
     'cdn-localhost': Case(
         H + "specdec_hub_cdn_hosts='localhost:2379': names this host (localhost); a "
         'remote server is needed',
         {'specdec_hub_cdn_hosts': ['localhost:2379']}, base=SITE),
     'cdn-metadata': Case(
-        H + "specdec_hub_cdn_hosts='169.254.169.254': is this host or its link "
-        "(loopback, unspecified or link-local: 169.254.169.254 is a cloud's "
-        'metadata service), not a server',
+        H + "specdec_hub_cdn_hosts='169.254.169.254': " + LOCAL,
         {'specdec_hub_cdn_hosts': ['169.254.169.254']}, base=SITE),
     'cdn-loop': Case(
-        H + "specdec_hub_cdn_hosts='127.0.0.1:8080': is this host or its link "
-        "(loopback, unspecified or link-local: 169.254.169.254 is a cloud's "
-        'metadata service), not a server',
+        H + "specdec_hub_cdn_hosts='127.0.0.1:8080': " + LOCAL,
         {'specdec_hub_cdn_hosts': ['127.0.0.1:8080']}, base=SITE),
     'cdn-loop6': Case(
-        H + "specdec_hub_cdn_hosts='[::1]': is this host or its link (loopback, "
-        "unspecified or link-local: 169.254.169.254 is a cloud's metadata "
-        'service), not a server',
+        H + "specdec_hub_cdn_hosts='[::1]': " + LOCAL,
         {'specdec_hub_cdn_hosts': ['[::1]']}, base=SITE),
     'cdn-any': Case(
-        H + "specdec_hub_cdn_hosts='0.0.0.0': is this host or its link (loopback, "
-        "unspecified or link-local: 169.254.169.254 is a cloud's metadata "
-        'service), not a server',
+        H + "specdec_hub_cdn_hosts='0.0.0.0': " + LOCAL,
         {'specdec_hub_cdn_hosts': ['0.0.0.0']}, base=SITE),
     'cdn-ll6': Case(
-        H + "specdec_hub_cdn_hosts='[fe80::1]:443': is this host or its link "
-        "(loopback, unspecified or link-local: 169.254.169.254 is a cloud's "
-        'metadata service), not a server',
+        H + "specdec_hub_cdn_hosts='[fe80::1]:443': " + LOCAL,
         {'specdec_hub_cdn_hosts': ['[fe80::1]:443']}, base=SITE),
     'cdn-mc': Case(
-        H + "specdec_hub_cdn_hosts='224.0.0.1': is multicast (no TCP connection "
-        'comes from or goes to it)',
+        H + "specdec_hub_cdn_hosts='224.0.0.1': " + MULTICAST,
         {'specdec_hub_cdn_hosts': ['224.0.0.1']}, base=SITE),
     'cdn-sub-localhost': Case(
         H + "specdec_hub_cdn_hosts='cdn.localhost': names this host (localhost); a "

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -44,22 +43,7 @@ assert len(CASES) == sum(map(len, PARTS))  # no name twice
 
 
 _CLEANUP: list[Path] = []
-CASE_SECONDS = 30  # a case that takes longer hangs (issue 29: one did)
-
-
-@pytest.fixture(autouse=True)
-def _no_hang():
-    """Every case ends within `CASE_SECONDS` (SIGALRM interrupts a blocking read too)."""
-    def hung(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"the case did not finish in {CASE_SECONDS} s")
-
-    old = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(CASE_SECONDS)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
+pytestmark = pytest.mark.usefixtures("no_hang")  # a case hung once (issue 29)
 
 
 @pytest.fixture(autouse=True)

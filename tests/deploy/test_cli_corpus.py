@@ -2,12 +2,11 @@
 ``rollout``, ``report`` and ``watch`` that takes a value, in its hostile forms (non-ASCII digits,
 thousands of digits, empty, out of range, paths out of the reports root, store URLs, tune-cache
 locations, shard specs, watch addresses): each refused with exactly one line naming the flag and
-the value (cut when long), exit 2, no traceback, within `CASE_SECONDS`, before any host is
+the value (cut when long), exit 2, no traceback, within `conftest.CASE_SECONDS`, before any host is
 reached (rollout, watch) or a file written."""
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,6 @@ import pytest
 from specdec.cli import main
 from specdec.errors import TOKEN_SHAPED
 
-CASE_SECONDS = 30
 HOST = {"specdec_device": "agx-orin-64gb", "specdec_model": "Qwen/Qwen3-0.6B"}
 BIG = "9" * 5000
 SHARD = "expected I/N with 1 <= I <= N <= 1024 (e.g. 1/2)"
@@ -146,9 +144,12 @@ CASES: dict[str, tuple[list[str], str]] = {
 }
 
 
+pytestmark = pytest.mark.usefixtures("no_hang")
+
+
 @pytest.fixture(autouse=True)
-def _guards(monkeypatch: pytest.MonkeyPatch):
-    """No case may start a rollout or reach a host, nor run past `CASE_SECONDS`."""
+def _guards(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No case may start a rollout or reach a host."""
     def reached(*a: Any, **k: Any) -> None:
         raise AssertionError("a bad argument reached the hosts")
 
@@ -158,16 +159,6 @@ def _guards(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr("specdec.config.inventory._load_in_child",
                         lambda path, cwd: [("h1", [], dict(HOST))])
 
-    def hung(signum: int, frame: Any) -> None:
-        raise TimeoutError(f"the case did not finish in {CASE_SECONDS} s")
-
-    old = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(CASE_SECONDS)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 @pytest.mark.parametrize("name", list(CASES))
