@@ -5,6 +5,7 @@ render` run from a directory outside the checkout on copies of the example inven
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -29,13 +30,17 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def venv(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     env = tmp_path_factory.mktemp("wheel") / "venv"
+    # not the checkout: with PYTHONPATH=<checkout> pip finds the specdec.egg-info that building
+    # the wheel left there and installs nothing ("already satisfied")
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     subprocess.run([sys.executable, "-m", "venv", str(env)], check=True, timeout=300)
     subprocess.run([str(env / "bin/python"), "-m", "pip", "install", "-q",
                     "--disable-pip-version-check", str(wheel)], check=True,
-                   capture_output=True, timeout=900)
+                   capture_output=True, timeout=900, env=clean)
     site = Path(subprocess.run([str(env / "bin/python"), "-c",
                                 "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
+                               capture_output=True, text=True, check=True, env=clean
+                               ).stdout.strip())
     shutil.rmtree(site / "specdec_lab")  # a product install needs none of the lab's files
     yield env
 
