@@ -7,7 +7,7 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 APT_PACKAGES = systemd-container debootstrap docker-registry skopeo iproute2 procps curl iptables openssl \
-	etcd-server python3-venv nftables nginx util-linux prometheus
+	etcd-server etcd-client python3-venv nftables nginx util-linux prometheus
 STAMP = .make
 
 .PHONY: setup dynamo-venv hub-clients test lint unit contract e2e demo demo-down clean

@@ -21,7 +21,9 @@ from specdec.config import apikey, pki, state
 from specdec.config.hftoken import read_token
 from specdec.config.settings import HostSettings
 from specdec.engines.base import HostPackage
+from specdec.engines.dynamo.units import member_cn
 from specdec.errors import SpecdecError, redact
+from specdec.host import layout
 from specdec.plan import packages as hostpkgs
 from specdec.plan.groups import check_limit, check_plans, groups_of
 from specdec.plan.hostdata import parse_host_collect, parse_host_settings
@@ -33,7 +35,8 @@ from specdec.report.fleet import CACHE_DIR, safe_name
 from specdec.roles.factcache import FACTS_MANIFEST, install, prefetch
 from specdec.roles.facts import DeviceIdentity, EngineVersions, UserAccount
 from specdec.tune.cache import apply_cached
-from specdec.tune.store import TuneStore, location, open_store
+from specdec.tune.store import KEY as TUNE_KEY
+from specdec.tune.store import TuneStore, check_location, location, open_store
 from specdec.watch import marks as watch_marks
 
 __all__ = [
@@ -48,6 +51,9 @@ __all__ = [
     "read_hf_token",
     "tune_store",
 ]
+
+NOLOGIN = "/usr/sbin/nologin"  # the service user's shell
+
 
 class DeployError(PyinfraError):
     """A one-line, user-facing failure raised while preparing the deploy (before any change).
@@ -97,8 +103,9 @@ def read_host_secrets(settings: HostSettings) -> HostSecrets:
         key = apikey.ensure_key(settings.api_key_file, host=name)
         tls = None
         if settings.tls_cert_file and settings.tls_key_file:
-            tls = (HiddenValue(pki.read_pem(settings.tls_cert_file, "specdec_tls.cert", name)),
-                   HiddenValue(pki.read_pem(settings.tls_key_file, "specdec_tls.key", name)))
+            cert, key_pem = pki.read_tls_pair(settings.tls_cert_file, settings.tls_key_file,
+                                              host=name)
+            tls = (HiddenValue(cert), HiddenValue(key_pem))
     except SpecdecError as exc:
         raise _one_line_deploy(exc, name) from None
     return HostSecrets(HiddenValue(key), str(key_file), None, tls)
@@ -111,12 +118,18 @@ def with_group_secrets(secrets: HostSecrets, settings: HostSettings,
     if group is None:
         return secrets
     name = settings.host
+    inv = inventory_file()
     try:
         root = Path(settings.pki_dir).expanduser() if settings.pki_dir \
             else apikey.state_dir() / "pki"
-        ca = pki.authority(root / group.name, f"group {group.name}")
-        got = pki.issue(ca, name.rsplit("/", 1)[-1],
-                        [group.address(name), "127.0.0.1", "localhost"])
+        where = pki.group_ca_dir(root, group.name, str(Path(inv).resolve()) if inv else None,
+                                 group.members, explicit=bool(settings.pki_dir))
+        ca = pki.authority(where, f"group {group.name}")
+        # the frontend member's serves etcd (`specdec.engines.dynamo.units`); the others' are
+        # clients' only
+        got = pki.issue(ca, member_cn(name),
+                        [group.address(name), "127.0.0.1", "localhost"],
+                        server=name == group.frontend)
     except SpecdecError as exc:
         raise _one_line_deploy(exc, name) from None
     pem = (HiddenValue(got.ca_pem.decode()), HiddenValue(got.cert_pem.decode()),
@@ -167,9 +180,10 @@ def tune_store(settings: HostSettings) -> TuneStore:
     """The tune cache for this host (`specdec.tune.store`: the same location `specdec rollout`
     and `specdec plan` use for this inventory)."""
     try:
-        return open_store(location(inventory=inventory_file(), data_value=settings.tune_cache))
+        return open_store(location(inventory=inventory_file(), data_value=settings.tune_cache,
+                                   host=settings.host))
     except SpecdecError as exc:
-        raise DeployError(f"{settings.host}: {one_line(exc)}") from None
+        raise _one_line_deploy(exc, settings.host) from None
 
 
 def plan_host(settings: HostSettings, identity: Any,
@@ -229,21 +243,41 @@ def _prepare_one(h: Any, settings: HostSettings, token: HiddenValue | None,
     return dataclasses.replace(hp, secrets=with_group_secrets(secrets, settings, group)), token
 
 
-# login.defs(5): SYS_UID_MAX is 999 on Debian and Ubuntu; accounts above it are people's
-SYS_UID_MAX = 999
+# The system account range of Debian and Ubuntu (login.defs(5) SYS_UID_MIN, SYS_UID_MAX; Debian
+# Policy 9.2.2: 0-99 are the distribution's static accounts from base-passwd, 100-999 system
+# accounts packages and administrators add, 1000 and up people's).
+SYS_UID_MIN, SYS_UID_MAX = 100, 999
+
+
+def _refuse_account(found: dict[str, Any]) -> str | None:
+    """Why an existing account may not become the service user, or None: specdec moves its
+    home, changes its shell and adds it to the docker group."""
+    uid = found.get("uid")
+    if not isinstance(uid, int) or uid == 0 or uid > SYS_UID_MAX:
+        return (f"is an existing login account on the host (uid {uid}); the service user must "
+                "be a dedicated system account")
+    if uid < SYS_UID_MIN:
+        return (f"is one of the distribution's own accounts (uid {uid}, below {SYS_UID_MIN}); "
+                "the service user must be an account of specdec's")
+    # marked, or made by a specdec before the mark (its home and shell, which no other
+    # account has): the deploy marks it
+    legacy = found.get("home") == layout.STATE_DIR and found.get("shell") == NOLOGIN
+    if found.get("comment") != layout.ACCOUNT_MARK and not legacy:
+        return (f"is an existing account specdec did not create (uid {uid}, comment "
+                f"{found.get('comment')!r}, not {layout.ACCOUNT_MARK!r}); name an account "
+                "that does not exist yet")
+    return None
 
 
 def _check_service_user(h: Any, settings: HostSettings) -> None:
-    """The service user must be a dedicated system account: an existing account that is root
-    or a person's (a uid above SYS_UID_MAX) is refused before the deploy makes it a nologin
-    user with specdec's home and groups."""
+    """The service user must be specdec's own system account: an existing account specdec did
+    not create is refused before the deploy makes it a nologin user with specdec's home and
+    groups."""
     found = (h.get_fact(UserAccount, user=settings.service_user) or {}).get(
         settings.service_user)
-    uid = found.get("uid") if isinstance(found, dict) else None
-    if isinstance(uid, int) and (uid == 0 or uid > SYS_UID_MAX):
-        raise DeployError(f"{h.name}: specdec_service_user={settings.service_user!r}: is an "
-                          f"existing login account on the host (uid {uid}); the service user "
-                          "must be a dedicated system account")
+    why = _refuse_account(found) if isinstance(found, dict) else None
+    if why is not None:
+        raise DeployError(f"{h.name}: specdec_service_user={settings.service_user!r}: {why}")
 
 
 _Prepared = dict[str, "tuple[HostPlan, HiddenValue | None] | DeployError"]
@@ -256,6 +290,11 @@ def _settings(h: Any) -> HostSettings:
     s, errors = parse_host_collect(h.name, h.data)
     if s is None:
         raise DeployError("\n".join(one_line(e) for e in errors))
+    if s.tune_cache:  # opened only after the facts: a URL needs its store
+        try:
+            check_location(TUNE_KEY, s.tune_cache, h.name)
+        except SpecdecError as exc:
+            raise DeployError(one_line(exc)) from None
     if not s.reverify and watch_marks.get(state_dir(), h.name) is not None:
         s = dataclasses.replace(s, reverify=True)
     return s

@@ -14,7 +14,7 @@ from pyinfra.operations import files, server, systemd
 
 from specdec.host import layout
 from specdec.render.files import STACK_BYTES
-from specdec.roles.common import HostPlan
+from specdec.roles.common import NOLOGIN, HostPlan
 from specdec.roles.facts import DAEMON_JSON, DockerDaemonConfig, UserAccount
 
 __all__ = ["daemon_config", "docker_access", "merged_daemon_json", "service_user"]
@@ -71,23 +71,26 @@ def daemon_config(memlock: str, jetson: bool, insecure: tuple[str, ...] = ()):
 @operation()
 def service_user(user: str, group: str, home: str, shell: str, groups: tuple[str, ...] = ()):
     """A system account with this primary group, home and shell, in ``groups`` besides its own
-    (added, none removed): pyinfra's ``server.user`` (3.10 operations/server.py: the same
-    ``useradd``/``usermod`` arguments for ``system=True, append=True, ensure_home=False``) reading
-    only this account (`UserAccount`), not every account of the host (``Users``).
+    (added, none removed), marked as specdec's (its comment: `layout.ACCOUNT_MARK`): pyinfra's
+    ``server.user`` (3.10 operations/server.py: the same ``useradd``/``usermod`` arguments for
+    ``system=True, append=True, ensure_home=False``) reading only this account (`UserAccount`),
+    not every account of the host (``Users``). An account that is not specdec's never gets
+    here (`specdec.roles.common` refuses it in prepare).
 
     + user, group, home, shell: the account; groups: its supplementary groups
     """
     found = host.get_fact(UserAccount, user=user).get(user)
     extra = [QuoteString(g) for g in groups]
     joined = StringCommand(*[p for g in extra for p in (",", g)][1:], _separator="")
+    mark = ["-c", QuoteString(layout.ACCOUNT_MARK)]
     if found is None:
-        args: list[Any] = ["-d", QuoteString(home), "-s", QuoteString(shell),
+        args: list[Any] = [*mark, "-d", QuoteString(home), "-s", QuoteString(shell),
                            "-g", QuoteString(group)]
         if groups:
             args += ["-G", joined]
         yield StringCommand("useradd", *args, "-r", "-M", QuoteString(user))
         return
-    mod: list[Any] = []
+    mod: list[Any] = mark if found.get("comment") != layout.ACCOUNT_MARK else []
     if found.get("home") != home:
         mod += ["-d", QuoteString(home)]
     if found.get("shell") != shell:
@@ -122,7 +125,7 @@ def docker_access(hp: HostPlan) -> OperationMeta | None:
         user=plan.service_user,
         group=plan.service_user,
         home=layout.STATE_DIR,
-        shell="/usr/sbin/nologin",
+        shell=NOLOGIN,
         groups=("docker",) if docker else (),
     )
     files.directory(

@@ -44,6 +44,8 @@ from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS, pop_global_arguments
 from pyinfra.context import ContextObject
 from typing_extensions import override
 
+from specdec.config.rawinput import ascii_int
+
 __all__ = ["FACTS_MANIFEST", "OFF_ENV", "FactBatch", "install", "lock_only", "prefetch",
            "refresh", "save", "stats"]
 
@@ -115,11 +117,11 @@ class FactBatch(FactBase[list]):
         cur: list[str] | None = None
         for line in output:
             words = line.split()
-            if len(words) == 2 and words[0] == mark and words[1].isdigit():
-                cur = chunks.setdefault(int(words[1]), [])
-            elif len(words) == 3 and words[0] == mark + "-rc" and words[1].isdigit() \
-                    and words[2].isdigit():
-                status[int(words[1])] = int(words[2])
+            nums = [ascii_int(w) for w in words[1:]]
+            if len(words) == 2 and words[0] == mark and nums[0] is not None:
+                cur = chunks.setdefault(nums[0], [])
+            elif len(words) == 3 and words[0] == mark + "-rc" and None not in nums:
+                status[nums[0]] = nums[1]  # type: ignore[index]
                 cur = None
             elif cur is not None:
                 cur.append(line)

@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, entry_points, version
-from typing import Any
+from typing import Any, NoReturn
 
 from specdec.errors import SpecdecError
 
@@ -79,10 +79,22 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a bad argument as one line, as every other error (exit 2): no usage
+    block, the value cut as `show` cuts it (argparse quotes a bad value whole)."""
+
+    def error(self, message: str) -> NoReturn:
+        text = " ".join(message.split())
+        if len(text) > 200:
+            text = text[:200] + "…"
+        self.exit(2, f"specdec: error: {self.prog.removeprefix('specdec ')}: {text} "
+                     f"(see {self.prog} --help)\n")
+
+
 def build_parser(argv: Sequence[str] = ()) -> argparse.ArgumentParser:
     """The parser, with the full arguments of the command ``argv`` names (every command's,
     when it names none: the help lists them all, the plugins' apart, after the product's)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="specdec", description="Speculative decoding rollout for Jetson Orin and DGX Spark.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

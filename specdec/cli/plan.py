@@ -9,6 +9,7 @@ from typing import Any
 
 from specdec.config import state
 from specdec.config.inventory import excluding
+from specdec.config.rawinput import check_options_given
 from specdec.engines.registry import engine_of
 from specdec.errors import ConfigError
 from specdec.fleet.plans import Fleet, plan_fleet
@@ -124,6 +125,7 @@ def _short(text: str | None, n: int = 40) -> str:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    check_options_given(args, ("limit", "exclude"))
     for d in args.data or ():
         if "=" not in d or not d.split("=", 1)[0].strip():
             raise ConfigError(f"--data={d!r}: expected KEY=VALUE")

@@ -12,6 +12,7 @@ from typing import Any
 
 from specdec.config import state
 from specdec.config.inventory import excluding, load_inventory
+from specdec.config.rawinput import check_options_given
 from specdec.config.settings import HostSettings
 from specdec.errors import RolloutError
 from specdec.fleet import rollout as ro
@@ -116,7 +117,14 @@ class _Options:
     tune: str | None
 
 
+# Options whose empty value would read as not given (`--shard ''` rolled out every host)
+_NOT_EMPTY = ("batches", "max_fail_percent", "max_unreachable_percent", "limit", "run_id",
+              "resume", "reports", "shard", "store", "store_ca", "store_cert", "store_key",
+              "tune_cache", "exclude", "state")
+
+
 def cmd_rollout(args: argparse.Namespace) -> int:
+    check_options_given(args, _NOT_EMPTY)
     if args.parallel is not None and args.parallel < 1:
         raise RolloutError(f"--parallel={args.parallel}: must be at least 1")
     if args.resume and args.run_id:

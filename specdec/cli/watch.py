@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from specdec.config import state
+from specdec.config.hygiene import show
 from specdec.config.inventory import load_inventory
+from specdec.config.rawinput import ascii_int, check_options_given
 from specdec.errors import ConfigError
 from specdec.plan.groups import groups_of
 from specdec.plan.hostdata import parse_hosts
@@ -38,7 +40,9 @@ def register(subparsers: Any) -> None:
                    help="draft tokens in the window before any verdict (default 2000)")
     w.add_argument("--json", action="store_true", help="JSON (one document per look)")
     w.add_argument("--serve", metavar="ADDR",
-                   help="serve the Prometheus exposition at ADDR (host:port) on this node")
+                   help="serve the Prometheus exposition at ADDR (host:port) on this node; "
+                   "':PORT' is loopback (the exposition has no authentication: name 0.0.0.0 "
+                   "to serve every interface)")
     w.add_argument("--textfile", metavar="FILE",
                    help="write the exposition to FILE (a node_exporter textfile collector's "
                         "*.prom) at every look")
@@ -53,17 +57,19 @@ def _number(flag: str, text: str, lo: float, hi: float) -> float:
     try:
         v = float(text)
     except ValueError:
-        raise ConfigError(f"{flag}={text!r}: not a number") from None
+        raise ConfigError(f"{flag}={show(text)}: not a number") from None
     if not math.isfinite(v) or not lo <= v <= hi:
-        raise ConfigError(f"{flag}={text!r}: must be in {lo:g}..{hi:g}")
+        raise ConfigError(f"{flag}={show(text)}: must be in {lo:g}..{hi:g}")
     return v
 
 
 def parse_address(text: str) -> tuple[str, int]:
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ConfigError(f"--serve={text!r}: expected HOST:PORT (e.g. 127.0.0.1:9464)")
-    return host.strip("[]") or "0.0.0.0", int(port)
+    host, sep, port_text = text.rpartition(":")
+    port = ascii_int(port_text, 5)
+    if not sep or port is None or not 0 <= port <= 65535:
+        raise ConfigError(f"--serve={show(text)}: expected HOST:PORT (e.g. 127.0.0.1:9464)")
+    # no host: loopback, not every interface (the exposition asks for no credentials)
+    return host.strip("[]") or "127.0.0.1", port
 
 
 def targets(inventory: str, limit: str | None) -> list[Any]:
@@ -82,6 +88,8 @@ def targets(inventory: str, limit: str | None) -> list[Any]:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
+    check_options_given(args, ("limit", "interval", "window", "min_drafted", "serve", "textfile",
+                               "duration", "reports"))
     interval = _number("--interval", args.interval, 0.5, 3600)
     window = _number("--window", args.window, 10, 7 * 86400)
     min_drafted = _number("--min-drafted", args.min_drafted, 1, 1e9)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from specdec.config import state
 from specdec.config.hygiene import show
+from specdec.config.rawinput import read_file_head
 from specdec.errors import ConfigError
 
 __all__ = ["KEY", "KEY_ENV_FILE", "check_key", "default_key_file", "ensure_key", "read_key",
@@ -54,14 +55,12 @@ def read_key(path: str | Path, host: str | None = None) -> str:
     p = Path(path).expanduser()
     where = f"specdec_api_key_file={show(str(path))}"
     try:
-        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW)
+        data, st = read_file_head(p, MAX_FILE_BYTES, follow=False)
     except OSError as exc:
         raise ConfigError(f"{where}: cannot read ({exc.strerror or type(exc).__name__})",
                           host=host) from None
-    with os.fdopen(fd, "rb") as fh:
-        if os.fstat(fh.fileno()).st_mode & 0o077:
-            raise ConfigError(f"{where}: is readable by others (chmod 600)", host=host)
-        data = fh.read(MAX_FILE_BYTES + 1)
+    if st.st_mode & 0o077:
+        raise ConfigError(f"{where}: is readable by others (chmod 600)", host=host)
     if len(data) > MAX_FILE_BYTES:
         raise ConfigError(f"{where}: is larger than {MAX_FILE_BYTES} bytes (not a key file)",
                           host=host)

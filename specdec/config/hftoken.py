@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from specdec.config.hygiene import show
+from specdec.config.rawinput import read_file_head
 from specdec.errors import ConfigError
 
 __all__ = ["MAX_FILE_BYTES", "TOKEN", "check_token", "read_token", "saved_token_path"]
@@ -67,9 +68,8 @@ def read_token(host: str | None, token_file: str | None,
 
 def _from_file(host: str | None, path: Path, where: str) -> str:
     """The token in ``path``; errors name ``where``, never any part of the content."""
-    try:
-        with path.expanduser().open("rb") as fh:
-            data = fh.read(MAX_FILE_BYTES + 1)
+    try:  # without blocking: a FIFO or device given as the file is refused, not waited on
+        data = read_file_head(path, MAX_FILE_BYTES)[0]
     except OSError as exc:
         raise ConfigError(f"{where}: cannot read ({exc.strerror or type(exc).__name__})",
                           host=host) from None

@@ -13,7 +13,7 @@ import ipaddress
 import math
 import re
 import unicodedata
-from collections.abc import Collection, Mapping, Sized
+from collections.abc import Collection, Mapping, Sequence, Sized
 from typing import Any
 
 from specdec.errors import ConfigError, redact
@@ -37,14 +37,17 @@ __all__ = [
     "check_image",
     "check_int",
     "check_ip",
+    "check_net_host",
     "check_number",
     "check_repo_id",
     "check_size",
     "check_text",
     "fail",
+    "flag_values",
     "hide_userinfo",
     "managed_flag",
     "show",
+    "unsafe_flag",
 ]
 
 SHOW_MAX = 60  # characters of a bad value shown in an error
@@ -294,7 +297,8 @@ def check_host_port(host: str | None, key: str, value: Any, *, port: bool = True
     """``name[:port]`` (a DNS name, IPv4 address or [IPv6] literal; port 1-65535)."""
     check_text(host, key, value, 255)
     m = _HOST_PORT.fullmatch(value)
-    if m is None or (m.group("port") and (not port or not 0 < int(m.group("port")) < 65536)):
+    if m is None or (m.group("port") and (not port or not 0 < int(m.group("port")) < 65536)) \
+            or not check_net_host(m.group("host")):
         raise fail(host, key, value, "not a host name or address" + ("[:port]" if port else ""))
     return value
 
@@ -306,10 +310,11 @@ def check_url(host: str | None, key: str, value: Any) -> str:
     m = _URL.fullmatch(value)
     if "@" in value.split("//", 1)[-1].split("/", 1)[0]:
         raise fail(host, key, "<redacted>", "credentials do not belong in a URL in host data")
-    if m is None or _HOST_PORT.fullmatch(m.group("hostport")) is None:
+    hp = _HOST_PORT.fullmatch(m.group("hostport")) if m is not None else None
+    if m is None or hp is None or not check_net_host(hp.group("host")):
         raise fail(host, key, value, "not an http:// or https:// URL (scheme://host[:port]"
                    "[/path], no query)")
-    port = _HOST_PORT.fullmatch(m.group("hostport")).group("port")  # type: ignore[union-attr]
+    port = hp.group("port")
     if port and not 0 < int(port) < 65536:
         raise fail(host, key, value, f"port {port} is not in 1..65535")
     if (m.group("path") or "").endswith("/"):
@@ -377,7 +382,8 @@ def managed_flag(arg: str, managed: Mapping[str, str],
 
 
 def check_engine_args(host: str | None, key: str, value: Any, managed: Mapping[str, str],
-                      abbreviated: bool) -> tuple[str, ...]:
+                      abbreviated: bool, unsafe: Mapping[str, str] | None = None
+                      ) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, list | tuple):
         raise fail(host, key, value, "must be a list of strings")
     if len(value) > MAX_ARGS:
@@ -385,7 +391,8 @@ def check_engine_args(host: str | None, key: str, value: Any, managed: Mapping[s
     for i, arg in enumerate(value):
         item = f"{key}[{i}]"
         check_text(host, item, arg, MAX_ARG, allow_spaces=True)
-        hit = managed_flag(arg, managed, abbreviated)
+        hit = managed_flag(arg, managed, abbreviated) or unsafe_flag(arg, unsafe or {},
+                                                                     abbreviated)
         if hit is not None:
             raise fail(host, item, arg, hit[1])
     return tuple(value)
@@ -434,3 +441,46 @@ def check_env_reserved(host: str | None, key: str, name: str, value: Any,
 def check_size(host: str | None, key: str, value: Sized, cap: int) -> None:
     if len(value) > cap:
         raise fail(host, key, value, f"has {len(value)} items (at most {cap})")
+
+
+def check_net_host(text: str) -> bool:
+    """The host part of ``host[:port]`` or a URL, beyond its grammar: a bracketed literal is an
+    IPv6 address, a name of digits and dots an IPv4 one (``[:::::]`` and ``999.999.999.999``
+    match the grammar and are neither)."""
+    if text.startswith("["):
+        try:
+            ipaddress.IPv6Address(text[1:-1])
+        except ValueError:
+            return False
+        return True
+    if all(p.isdigit() for p in text.split(".")):
+        try:
+            ipaddress.IPv4Address(text)
+        except ValueError:
+            return False
+    return True
+
+
+# -- engine flags that load code or open listeners (issue 29) ----------------------------------
+
+
+def unsafe_flag(arg: str, unsafe: Mapping[str, str], abbreviated: bool) -> tuple[str, str] | None:
+    """``(flag, why)`` when ``arg`` sets a flag of ``unsafe`` (flag -> what it does), in any
+    spelling `managed_flag` reads."""
+    hit = managed_flag(arg, unsafe, abbreviated)
+    if hit is None or hit[0] not in unsafe:
+        return None
+    return hit[0], f"{hit[0]} {unsafe[hit[0]]}; not from host data"
+
+
+def flag_values(args: Sequence[str], flag: str) -> list[tuple[int, str | None]]:
+    """``(index, value)`` of every ``flag VALUE`` and ``flag=VALUE`` in ``args`` (value None for
+    a flag given last, or as ``flag.sub=...``, which no check can read whole)."""
+    out: list[tuple[int, str | None]] = []
+    for i, arg in enumerate(args):
+        name, eq, rest = arg.partition("=")
+        if _normal(name) == flag:
+            out.append((i, rest if eq else (args[i + 1] if i + 1 < len(args) else None)))
+        elif _normal(name).startswith(flag + "."):
+            out.append((i, None))
+    return out

@@ -1,13 +1,16 @@
 """A small certificate authority on the control node: one CA per purpose (a serving group's
-etcd and planes, a fleet's shared state) and the member certificates it issues.
+etcd, of one inventory: `group_ca_dir`) and the member certificates it issues.
 
 A directory holds ``ca.crt`` and ``ca.key`` (made here on first use, or put there by the operator
 to use their own CA) and one ``<name>.crt`` / ``<name>.key`` per member. A member certificate is
-issued once and reused while it still names the same addresses and has more than
-`RENEW_BEFORE_DAYS` to run, so a second deploy uploads nothing new. Keys are EC P-256, written
-0600 in a 0700 directory; every certificate is serverAuth + clientAuth (a member is both an etcd
-client and, on the group's frontend, its server) with the member's addresses as
-subjectAltNames, and the member's name as CN (etcd takes the CN as the user with
+issued for `CERT_DAYS` and reused while it is signed by the CA's key (its signature checked:
+a rotated CA re-issues every member), matches its key file, names the same addresses and usages
+and has more than `RENEW_BEFORE_DAYS` to run, so a second deploy uploads nothing new and every
+deploy in the last third of a certificate's life renews it. Keys are EC P-256, written 0600 in a
+0700 directory. A certificate is clientAuth, plus serverAuth only for a member that serves (the
+group's frontend member runs etcd): RFC 5280 section 4.2.1.12, a certificate is used only for
+the purposes its extended key usage lists, and Go's TLS (etcd's) checks it. The member's
+addresses are its subjectAltNames, its name its CN (etcd takes the CN as the user with
 ``--client-cert-auth``: etcd Documentation/op-guide/authentication.md, "Using TLS Common Name").
 
 The commands that worked against etcd 3.4.23 (Debian 12) are in docs/research/security.md (Q4);
@@ -17,6 +20,7 @@ this module makes the same certificates with the ``cryptography`` package.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import ipaddress
 import os
 import re
@@ -25,19 +29,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from specdec.config.rawinput import read_file_head
 from specdec.errors import ConfigError
 
 __all__ = ["CA_DAYS", "CERT_DAYS", "RENEW_BEFORE_DAYS", "Authority", "Issued", "authority",
-           "issue", "read_pem"]
+           "group_ca_dir", "issue", "read_pem", "read_tls_pair"]
 
 PEM_MAX = 65536
 CA_DAYS = 3650
-CERT_DAYS = 825
+# A member certificate lives 90 days and is renewed by any deploy in its last 30 (a leaked
+# member key, say of a device sent away, is useless after at most 90 days).
+CERT_DAYS = 90
 RENEW_BEFORE_DAYS = 30
+OWNER_FILE = "owner"  # in a group's CA directory: the inventory whose group it is
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
@@ -66,7 +75,7 @@ def read_pem(path: str, key: str, host: str | None = None) -> str:
     """A PEM file of the operator's (a certificate or a key) on the control node, as text;
     `ConfigError` naming ``key`` when it cannot be read or is not PEM."""
     try:
-        data = Path(path).expanduser().read_bytes()[: PEM_MAX + 1]
+        data = read_file_head(path, PEM_MAX)[0]
     except OSError as exc:
         raise ConfigError(f"{key}={path!r}: cannot read ({exc.strerror or type(exc).__name__})",
                           host=host) from None
@@ -74,6 +83,36 @@ def read_pem(path: str, key: str, host: str | None = None) -> str:
     if len(data) > PEM_MAX or "-----BEGIN " not in text:
         raise ConfigError(f"{key}={path!r}: is not a PEM file", host=host)
     return text
+
+
+def read_tls_pair(cert_path: str, key_path: str, key: str = "specdec_tls",
+                  host: str | None = None) -> tuple[str, str]:
+    """The operator's certificate (chain) and its private key, as text: each parsed, the key
+    unencrypted and the certificate's (a file that merely holds ``-----BEGIN``, an SSH key for
+    one, is refused before it reaches a host), the certificate file without a private key."""
+    cert_text = read_pem(cert_path, f"{key}.cert", host)
+    key_text = read_pem(key_path, f"{key}.key", host)
+
+    def bad(which: str, path: str, why: str) -> ConfigError:
+        return ConfigError(f"{key}.{which}={path!r}: {why}", host=host)
+
+    if "PRIVATE KEY-----" in cert_text:
+        raise bad("cert", cert_path, "holds a private key (the key goes to specdec_tls.key)")
+    try:
+        chain = x509.load_pem_x509_certificates(cert_text.encode())
+    except ValueError:
+        raise bad("cert", cert_path, "holds no PEM certificate") from None
+    try:
+        private = serialization.load_pem_private_key(key_text.encode(), None)
+    except TypeError:
+        raise bad("key", key_path, "is encrypted (nginx would ask for its passphrase)") from None
+    except (ValueError, UnsupportedAlgorithm):
+        raise bad("key", key_path, "holds no PEM private key (PKCS#8, RSA or EC)") from None
+    if private.public_key() != chain[0].public_key():
+        raise bad("key", key_path, f"is not the key of the certificate in {cert_path}")
+    if chain[0].not_valid_after_utc <= _now():
+        raise bad("cert", cert_path, f"expired on {chain[0].not_valid_after_utc:%Y-%m-%d}")
+    return cert_text, key_text
 
 
 def _now() -> datetime.datetime:
@@ -145,29 +184,49 @@ def _sans(addresses: Sequence[str]) -> list[x509.GeneralName]:
     return out
 
 
-def _reusable(cert: x509.Certificate, ca: Authority, addresses: Sequence[str]) -> bool:
+def _usages(server: bool) -> list[x509.ObjectIdentifier]:
+    return [*([ExtendedKeyUsageOID.SERVER_AUTH] if server else []),
+            ExtendedKeyUsageOID.CLIENT_AUTH]
+
+
+def _signed_by(cert: x509.Certificate, ca: Authority) -> bool:
+    try:
+        cert.verify_directly_issued_by(ca.cert)  # issuer name and the CA key's signature
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
+
+
+def _reusable(cert: x509.Certificate, key_pem: bytes, ca: Authority,
+              addresses: Sequence[str], server: bool) -> bool:
+    """Still what ``issue`` would make: signed by this CA's key, for the key beside it, the same
+    addresses and usages, valid now and for more than `RENEW_BEFORE_DAYS`."""
     try:
         names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except x509.ExtensionNotFound:
+        usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+        key = serialization.load_pem_private_key(key_pem, None)
+    except (x509.ExtensionNotFound, ValueError, TypeError):
         return False
-    left = cert.not_valid_after_utc - _now()
-    return (cert.issuer == ca.cert.subject and set(names) == set(_sans(addresses))
-            and left > datetime.timedelta(days=RENEW_BEFORE_DAYS))
+    now = _now()
+    return (_signed_by(cert, ca) and key.public_key() == cert.public_key()
+            and set(names) == set(_sans(addresses)) and list(usages) == _usages(server)
+            and cert.not_valid_before_utc <= now
+            and cert.not_valid_after_utc - now > datetime.timedelta(days=RENEW_BEFORE_DAYS))
 
 
-def issue(ca: Authority, name: str, addresses: Sequence[str]) -> Issued:
-    """``name``'s certificate for ``addresses`` (IPs or DNS names), reused when it still
-    fits; issued (and stored beside the CA) otherwise."""
+def issue(ca: Authority, name: str, addresses: Sequence[str], server: bool = False) -> Issued:
+    """``name``'s certificate for ``addresses`` (IPs or DNS names), a client's, also a
+    server's when ``server``; reused when it still fits (`_reusable`), issued (and stored
+    beside the CA) otherwise."""
     if not _NAME.fullmatch(name):
         raise ConfigError(f"certificate name {name!r}: letters, digits, '.', '_', '-'")
     crt, key_path = ca.directory / f"{name}.crt", ca.directory / f"{name}.key"
-    if crt.exists() and key_path.exists():
-        try:
-            cert = x509.load_pem_x509_certificate(crt.read_bytes())
-            if _reusable(cert, ca, addresses):
-                return Issued(name, crt.read_bytes(), key_path.read_bytes(), ca.cert_pem)
-        except (OSError, ValueError):
-            pass
+    try:
+        cert_pem, key_pem = crt.read_bytes(), key_path.read_bytes()
+        if _reusable(x509.load_pem_x509_certificate(cert_pem), key_pem, ca, addresses, server):
+            return Issued(name, cert_pem, key_pem, ca.cert_pem)
+    except (OSError, ValueError):
+        pass
     key = ec.generate_private_key(ec.SECP256R1())
     now = _now()
     cert = (x509.CertificateBuilder()
@@ -175,12 +234,11 @@ def issue(ca: Authority, name: str, addresses: Sequence[str]) -> Issued:
             .issuer_name(ca.cert.subject).public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=CERT_DAYS))
+            .not_valid_after(min(now + datetime.timedelta(days=CERT_DAYS),
+                                 ca.cert.not_valid_after_utc))
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.SubjectAlternativeName(_sans(addresses)), critical=False)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
-                                                  ExtendedKeyUsageOID.CLIENT_AUTH]),
-                           critical=False)
+            .add_extension(x509.ExtendedKeyUsage(_usages(server)), critical=False)
             .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=False,
                                          key_cert_sign=False, crl_sign=False,
                                          content_commitment=False, data_encipherment=False,
@@ -192,3 +250,32 @@ def issue(ca: Authority, name: str, addresses: Sequence[str]) -> Issued:
     _write_private(key_path, key_pem)
     crt.write_bytes(cert_pem)
     return Issued(name, cert_pem, key_pem, ca.cert_pem)
+
+
+def group_ca_dir(root: Path, group: str, inventory: str | None, members: Sequence[str],
+                 explicit: bool) -> Path:
+    """The CA directory of serving group ``group`` of one inventory (its resolved path; without
+    an inventory file, the group's members stand for it). The operator's ``specdec_pki_dir``
+    (``explicit``) is one inventory's: ``root/<group>``, claimed by the first inventory that
+    uses it (`OWNER_FILE`) and refused to any other; the default is ``root/<digest of the
+    inventory>/<group>``. Two inventories with a group of the same name never share a CA."""
+    owner = f"inventory {inventory}" if inventory else \
+        f"the hosts {', '.join(sorted(members))}"
+    tag = hashlib.sha256(owner.encode()).hexdigest()[:16]
+    d = _private_dir(root / group if explicit else root / tag / group)
+    mark = d / OWNER_FILE
+    try:
+        have = mark.read_text().strip()
+    except FileNotFoundError:
+        have = None
+    if have is None:
+        if inventory is not None or not explicit:  # the members cannot claim a directory
+            mark.write_text(owner + "\n")
+        return d
+    if explicit and inventory is None:
+        return d
+    if have != owner:
+        raise ConfigError(f"{d}: holds the CA of group {group!r} of {have}, not of {owner} (an "
+                          "inventory needs its own specdec_pki_dir; if the inventory moved, "
+                          f"remove {mark})")
+    return d

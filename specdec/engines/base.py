@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 from specdec.catalog import Model
+from specdec.config import endpoints
 from specdec.config.keys import KeyReader
 from specdec.config.settings import HostSettings
 from specdec.engines.ranges import first_version
@@ -114,6 +115,8 @@ class Engine(ABC):
     # -- host data
     # flags specdec sets (or that could set them again) -> what to use instead
     managed_flags: ClassVar[Mapping[str, str]] = {}
+    # flags that load code or open listeners, refused -> what they do
+    unsafe_flags: ClassVar[Mapping[str, str]] = {}
     # the CLI takes an unambiguous prefix of a flag (argparse's allow_abbrev)
     abbreviated_flags: ClassVar[bool] = False
     reserved_env: ClassVar[tuple[str, ...]] = ()  # environment the engine's units set
@@ -123,6 +126,11 @@ class Engine(ABC):
     group_kind: ClassVar[str] = ""  # what reports call its groups, e.g. "NVIDIA Dynamo"
     tunes_on_host: ClassVar[bool] = True  # k auto is measured on the host's own API
     installed_hint: ClassVar[str] = "nothing on PATH answers --version"
+
+    def check_args(self, host: str | None, key: str, args: tuple[str, ...]) -> None:
+        """Refuse arguments whose value (not the flag alone) makes them unsafe (`ConfigError`);
+        by default none."""
+        return None
 
     # -- release facts -----------------------------------------------------------------------
     @abstractmethod
@@ -290,5 +298,6 @@ def member_reach(members: Sequence[tuple[str, str]], key: str = "specdec_dynamo_
             raise ConfigError(f"{key}={addr!r}: must be an IP address (the group's firewall "
                               "lets its members in by address; set it, or ssh_hostname, to "
                               "the member's IP)", host=name) from None
+        endpoints.check_endpoint(name, key, addr)  # no multicast, mapped or link-local one
         out.append(str(ipaddress.ip_network(ip)))
     return tuple(out)

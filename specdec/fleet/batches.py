@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from specdec.config.hygiene import show
+from specdec.config.rawinput import ascii_int
 from specdec.errors import RolloutError
 
 __all__ = ["Batch", "batch_hosts", "batch_units", "exceeds", "parse_batches"]
@@ -27,20 +29,22 @@ def parse_batches(spec: str) -> list[Batch]:
     """``"1,25%,100%"`` → batches; a bad item is a one-line `RolloutError`."""
     items = [x.strip() for x in spec.split(",")]
     if not spec.strip() or any(not x for x in items):
-        raise RolloutError(f"--batches={spec!r}: expected a comma-separated list like 1,25%,100%")
+        raise RolloutError(f"--batches={show(spec)}: expected a comma-separated list like "
+                           "1,25%,100%")
     out: list[Batch] = []
     for item in items:
         if item.endswith("%"):
-            num = item[:-1]
-            if not num.isdigit() or not 1 <= int(num) <= 100:
-                raise RolloutError(f"--batches={spec!r}: {item!r} is not a percentage in "
+            num = ascii_int(item[:-1], 3)
+            if num is None or not 1 <= num <= 100:
+                raise RolloutError(f"--batches={show(spec)}: {show(item)} is not a percentage in "
                                    "1%..100%")
-            out.append(Batch(percent=int(num)))
+            out.append(Batch(percent=num))
         else:
-            if not item.isdigit() or int(item) < 1:
-                raise RolloutError(f"--batches={spec!r}: {item!r} is not a host count >= 1 "
+            count = ascii_int(item)
+            if count is None or count < 1:
+                raise RolloutError(f"--batches={show(spec)}: {show(item)} is not a host count >= 1 "
                                    "or a percentage like 25%")
-            out.append(Batch(count=int(item)))
+            out.append(Batch(count=count))
     return out
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from specdec.config.apikey import read_key
 from specdec.config.hftoken import read_token
 from specdec.config.inventory import load_inventory
-from specdec.config.pki import read_pem
+from specdec.config.pki import read_tls_pair
 from specdec.config.settings import HostSettings
 from specdec.errors import Problems, SpecdecError
 from specdec.plan import sites
@@ -24,7 +24,8 @@ from specdec.plan.hostdata import parse_hosts_all
 from specdec.plan.planner import missing_token, plan_host_settings
 from specdec.plan.types import Group, Plan
 from specdec.tune.cache import apply_cached
-from specdec.tune.store import location, open_store
+from specdec.tune.store import KEY as TUNE_KEY
+from specdec.tune.store import check_location, location, open_store
 
 __all__ = ["Fleet", "check_inputs", "data_overrides", "plan_fleet"]
 
@@ -70,8 +71,9 @@ def check_inputs(s: HostSettings, files: bool = True) -> tuple[bool, list[Specde
         if files and s.api_key_file:  # a named key file must be there (the default is made)
             read_key(s.api_key_file, s.host)
         if files and s.tls_cert_file and s.tls_key_file:
-            read_pem(s.tls_cert_file, "specdec_tls.cert", s.host)
-            read_pem(s.tls_key_file, "specdec_tls.key", s.host)
+            read_tls_pair(s.tls_cert_file, s.tls_key_file, host=s.host)
+        if s.tune_cache:  # the deploy opens it before any change; a URL needs its store
+            check_location(TUNE_KEY, s.tune_cache, s.host)
     except SpecdecError as exc:
         errors.append(exc)
     return token is not None, errors
@@ -102,7 +104,8 @@ def plan_fleet(inventory: str, limit: str | None = None, data: Sequence[str] = (
         problems += bad
         try:
             plan = apply_cached(plan_host_settings(s, None, group=groups.get(s.host)),
-                                open_store(location(tune_cache, inventory, s.tune_cache)),
+                                open_store(location(tune_cache, inventory, s.tune_cache,
+                                                    host=s.host)),
                                 s.reverify)
         except SpecdecError as exc:
             problems.append(exc)

@@ -23,11 +23,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specdec.config.hygiene import show
+from specdec.config.rawinput import ascii_int
 from specdec.errors import RolloutError
 from specdec.fleet.batches import Batch, batch_units
 from specdec.fleet.store import FleetStore, update_json
@@ -36,6 +39,9 @@ from specdec.plan.groups import Group
 __all__ = ["Coordinator", "Shard", "ShardCoordinator", "parse_shard", "shard_batches",
            "shard_units",
            "unit_shard"]
+
+
+_TUNE_KEY = re.compile(r"tune/[0-9a-f]{6,64}\.json")
 
 
 @dataclass(frozen=True)
@@ -49,11 +55,12 @@ class Shard:
 
 
 def parse_shard(text: str) -> Shard:
-    i, sep, n = text.partition("/")
-    if not sep or not i.isdigit() or not n.isdigit() or not 1 <= int(i) <= int(n) <= 1024:
-        raise RolloutError(f"--shard={text!r}: expected I/N with 1 <= I <= N <= 1024 "
+    i_text, sep, n_text = text.partition("/")
+    i, n = ascii_int(i_text), ascii_int(n_text)
+    if not sep or i is None or n is None or not 1 <= i <= n <= 1024:
+        raise RolloutError(f"--shard={show(text)}: expected I/N with 1 <= I <= N <= 1024 "
                            "(e.g. 1/2)")
-    return Shard(int(i), int(n))
+    return Shard(i, n)
 
 
 def _unit_name(unit: Sequence[str], groups: dict[str, Group]) -> str:
@@ -149,7 +156,14 @@ class ShardCoordinator(Coordinator):
     # -- tune cache ---------------------------------------------------------------------
 
     def pull_tune(self) -> None:
+        """The store's tune entries into the control node's cache. A key is a file name here,
+        and the store anyone with access to it writes: only ``tune/<hex id>.json`` (the names
+        `push_tune` gives) is taken; any other is skipped with a line."""
         for key, text in self.store.list("tune").items():
+            if not _TUNE_KEY.fullmatch(key):
+                self.say(f"fleet store {self.store.describe()}: ignored {show(key)} (not a "
+                         "tune cache entry name)")
+                continue
             path = self.tune_dir / key.split("/")[-1]
             try:
                 if path.read_text() == text:

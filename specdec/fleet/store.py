@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from specdec.config.hygiene import show
 from specdec.errors import RolloutError
 
 __all__ = ["EtcdStore", "FleetStore", "LocalStore", "TLSFiles", "open_store", "update_json"]
@@ -156,8 +157,13 @@ def _b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
 
 
-def _unb64(text: str) -> str:
-    return base64.b64decode(text).decode()
+def _unb64(text: object) -> str:
+    """A key or value etcd returned (base64 of UTF-8 text; anything else is refused)."""
+    try:
+        return base64.b64decode(text if isinstance(text, str) else "", validate=True).decode()
+    except ValueError:
+        raise RolloutError("fleet store etcd: a key or value is not base64 of UTF-8 text") \
+            from None
 
 
 def _range_end(prefix: str) -> str:
@@ -225,23 +231,25 @@ class EtcdStore:
     def list(self, prefix: str) -> dict[str, str]:
         full = self.prefix + _check_key(prefix) + "/"
         out = self._call("/v3/kv/range", {"key": _b64(full), "range_end": _range_end(full)})
-        return {_unb64(kv["key"])[len(self.prefix):]: _unb64(kv.get("value", ""))
-                for kv in out.get("kvs") or []}
+        return {_unb64(kv.get("key"))[len(self.prefix):]: _unb64(kv.get("value", ""))
+                for kv in out.get("kvs") or [] if isinstance(kv, dict)}
 
 
 def open_store(url: str, tls: TLSFiles | None = None) -> FleetStore:
     """``etcd://HOST:PORT[,HOST:PORT…]`` (``etcds://``: TLS), or a directory."""
     for scheme, http in (("etcd://", "http://"), ("etcds://", "https://")):
         if url.startswith(scheme):
-            hosts = [h for h in url[len(scheme):].split(",") if h]
-            if not hosts or any(not re.fullmatch(r"[A-Za-z0-9.-]+:[0-9]{1,5}", h)
-                                for h in hosts):
-                raise RolloutError(f"--store={url!r}: expected {scheme}HOST:PORT[,HOST:PORT]")
+            hosts = url[len(scheme):].split(",")
+            if any(not re.fullmatch(r"[A-Za-z0-9.-]+:[0-9]{1,5}", h) for h in hosts):
+                raise RolloutError(f"--store={show(url)}: expected {scheme}HOST:PORT[,HOST:PORT]")
+            if http == "http://" and tls is not None:  # it ran plaintext, the files unused
+                raise RolloutError(f"--store={show(url)}: plaintext, but TLS files are given "
+                                   f"(--store-ca/--store-cert/--store-key); use etcds://")
             if http == "https://" and (tls is None or tls.ca is None):
-                raise RolloutError(f"--store={url!r}: TLS needs --store-ca (and a client "
+                raise RolloutError(f"--store={show(url)}: TLS needs --store-ca (and a client "
                                    "certificate when etcd asks for one)")
             return EtcdStore([http + h for h in hosts], tls=tls)
     if "://" in url:
-        raise RolloutError(f"--store={url!r}: expected a directory, etcd://HOST:PORT or "
+        raise RolloutError(f"--store={show(url)}: expected a directory, etcd://HOST:PORT or "
                            "etcds://HOST:PORT")
     return LocalStore(Path(url).expanduser().resolve())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "hub_env",
+    "ACCOUNT_MARK",
     "API_KEY_FILE",
     "AUX_SERVICES",
     "FIREWALL_SERVICE",
@@ -44,6 +45,9 @@ PROXY_SERVICE = "specdec-proxy"
 AUX_SERVICES = (FIREWALL_SERVICE, ETCD_SERVICE, FRONTEND_SERVICE, PROXY_SERVICE)
 DYNAMO_VENV = "/opt/dynamo/venv"  # native runtime: ai-dynamo[vllm] installed here
 SERVICE_USER = "specdec"
+# The comment (GECOS field) of every account specdec creates: the deploy takes over an existing
+# account only when it carries it (`specdec.roles.common`).
+ACCOUNT_MARK = "specdec service account"
 CONFIG_DIR = "/etc/specdec"
 HF_TOKEN_FILE = "/etc/specdec/hf_token"  # root:root 0600; read via LoadCredential / ro bind mount
 IMAGE_DIGEST_FILE = "/etc/specdec/image.digest"

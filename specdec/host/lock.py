@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from specdec.config.rawinput import ascii_int
 from specdec.host import layout
 
 __all__ = [
@@ -321,8 +322,9 @@ def _int(words: list[str], i: int) -> int | None:
 
 def _seen(line: str) -> tuple[str, int] | None:
     words = line.partition("=")[2].split()
-    if len(words) == 2 and _BOOT.fullmatch(words[0]) and words[1].isdigit():
-        return words[0], int(words[1])
+    if len(words) == 2 and _BOOT.fullmatch(words[0]) and (n := ascii_int(words[1], 18)) \
+            is not None:
+        return words[0], n
     return None
 
 

@@ -122,8 +122,10 @@ def parse_query(text: str | None) -> tuple[str, int] | None:
     lines = [ln.strip() for ln in (text or "").splitlines()]
     for i, line in enumerate(lines):
         m = _QUERY.search(line)
-        if m and i + 1 < len(lines) and lines[i + 1].isdigit():
-            return m.group(1), int(lines[i + 1])
+        mode = lines[i + 1] if i + 1 < len(lines) else ""
+        # ASCII digits (not '²'), without specdec.config.rawinput: the emulator ships this file
+        if m and mode.isascii() and mode.isdigit() and len(mode) <= 9:
+            return m.group(1), int(mode)
     return None
 
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from specdec.catalog import ENGINES, METHODS, RUNTIMES
-from specdec.config import hygiene
+from specdec.config import endpoints, hygiene
 from specdec.config.keys import SECRET_MARKERS, KeyReader, did_you_mean, key_text
 from specdec.config.settings import (
     BENCH_MODES,
@@ -29,6 +29,7 @@ from specdec.engines.version import Version, version_in_tag
 from specdec.errors import REDACTED, ConfigError, GateError, Problems, redact
 from specdec.gate.inputs import check_policy
 from specdec.host.layout import SERVICE_USER
+from specdec.plan.sites import registry_name
 from specdec.plan.types import GatePolicy
 
 __all__ = [
@@ -255,7 +256,7 @@ def _allow_from(r: KeyReader) -> tuple[str, ...] | None:
         raise r.fail(key, value, "must be a non-empty list of networks (CIDR, e.g. "
                      "['10.0.0.0/8', '192.168.1.0/24'])")
     hygiene.check_size(r.host, key, value, MAX_ALLOW)
-    nets = [hygiene.check_cidr(r.host, f"{key}[{i}]", v) for i, v in enumerate(value)]
+    nets = [endpoints.check_source_network(r.host, f"{key}[{i}]", v) for i, v in enumerate(value)]
     return tuple(dict.fromkeys(nets))
 
 
@@ -278,7 +279,8 @@ def _network(r: KeyReader) -> dict[str, Any]:
     certificates (`specdec.plan.sockets`, `specdec.config.apikey`, `specdec.config.pki`)."""
     listen = r.get("specdec_listen")
     out: dict[str, Any] = {
-        "listen": None if listen is None else hygiene.check_ip(r.host, "specdec_listen", listen),
+        "listen": None if listen is None else endpoints.check_endpoint(r.host, "specdec_listen",
+                                                                      listen, wildcard=True),
         "allow_from": _allow_from(r),
         "engine_port": r.int_("specdec_engine_port", 1024, 65535),
         "api_key_file": _path(r, "specdec_api_key_file"),
@@ -293,9 +295,25 @@ def _network(r: KeyReader) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not None}
 
 
+# Accounts of the distribution and its packages (Debian base-passwd's static ones, Debian
+# Policy 9.2.2; what systemd, apt, OpenSSH, D-Bus, nginx, etcd-server, docker-registry, Docker
+# and the NVIDIA images add): never the service user, whom specdec gives its home and the docker
+# group. Any other existing account is refused on the host unless specdec made it
+# (`specdec.roles.common`, its comment); these are refused before a host is touched.
+SYSTEM_ACCOUNTS = frozenset({
+    "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp", "proxy",
+    "www-data", "backup", "list", "irc", "gnats", "nobody", "messagebus", "sshd", "syslog",
+    "uuidd", "tcpdump", "etcd", "docker-registry", "dnsmasq", "avahi", "polkitd", "pollinate",
+    "landscape", "lxd", "tss", "usbmux", "rtkit", "colord", "geoclue", "pulse", "kernoops",
+    "saned", "whoopsie", "speech-dispatcher", "cups-pk-helper", "fwupd-refresh", "dhcpcd",
+    "ubuntu", "nvidia", "gdm", "sddm", "lightdm", "ntp", "chrony", "postfix", "statd",
+})
+
+
 def _service_user(r: KeyReader, ssh_user: str | None) -> str:
-    """A dedicated system account: never root, never the account the deploy logs in as (the
-    service user is made a nologin system user with specdec's home)."""
+    """A dedicated system account: never root, never the account the deploy logs in as, never
+    an account of the distribution (the service user is made a nologin system user with
+    specdec's home)."""
     key = "specdec_service_user"
     user = r.str_(key) or SERVICE_USER
     if not _USER_NAME.fullmatch(user):
@@ -304,6 +322,9 @@ def _service_user(r: KeyReader, ssh_user: str | None) -> str:
         who = "root" if user == "root" else "the SSH login user (ssh_user)"
         raise r.fail(key, user, f"is {who}; the service user must be a dedicated system "
                      "account")
+    if user in SYSTEM_ACCOUNTS or user.startswith(("systemd-", "_")):
+        raise r.fail(key, user, "is an account of the distribution or a package; the service "
+                     "user must be an account of specdec's own")
     return user
 
 
@@ -315,7 +336,11 @@ def _group(r: KeyReader) -> dict[str, Any]:
                      "(at most 31)")
     out["group"] = group
     front = r.get("specdec_group_frontend")
-    out["group_frontend"] = None if front is None else hygiene.check_host_name(front)
+    try:
+        out["group_frontend"] = None if front is None else hygiene.check_host_name(front)
+    except ConfigError as exc:  # name the key: it is not this host's name that is bad
+        why = str(exc).split(": ", 1)[1]
+        raise r.fail("specdec_group_frontend", front, why) from None
     return out
 
 
@@ -353,7 +378,7 @@ def _site(r: KeyReader) -> dict[str, Any]:
         if not isinstance(cdn, list | tuple) or not cdn:
             raise r.fail("specdec_hub_cdn_hosts", cdn, "must be a list of host[:port] names")
         hygiene.check_size(h, "specdec_hub_cdn_hosts", cdn, 32)
-        out["hub_cdn_hosts"] = tuple(hygiene.check_host_port(h, "specdec_hub_cdn_hosts", c)
+        out["hub_cdn_hosts"] = tuple(endpoints.check_remote_host(h, "specdec_hub_cdn_hosts", c)
                                      for c in cdn)
     regs = r.get("specdec_registry_upstreams")
     if regs is not None:
@@ -365,11 +390,24 @@ def _site(r: KeyReader) -> dict[str, Any]:
             (hygiene.check_host_port(h, "specdec_registry_upstreams", k),
              hygiene.check_url(h, f"specdec_registry_upstreams.{k}", v))
             for k, v in regs.items()))
+        _distinct_registry_names(h, [k for k, _ in out["registry_upstreams"]])
     res = r.get("specdec_mirror_resolver")
     out["mirror_resolver"] = None if res is None else hygiene.check_host_port(
         h, "specdec_mirror_resolver", res, port=False)
     out["tune_cache"] = r.str_("specdec_tune_cache", max_len=hygiene.MAX_PATH)
     return out
+
+
+def _distinct_registry_names(host: str, registries: list[str]) -> None:
+    """Each registry's cache has its own files and unit (`registry_name`): two registries whose
+    names make the same one would overwrite each other's."""
+    seen: dict[str, str] = {}
+    for reg in registries:
+        name = registry_name(reg)
+        if name in seen:
+            raise ConfigError(f"specdec_registry_upstreams: {reg!r} and {seen[name]!r} would "
+                              f"share one cache (both named {name!r}); keep one", host=host)
+        seen[name] = reg
 
 
 def _engine_keys(r: KeyReader, engine: str | None) -> dict[str, Any]:
@@ -459,11 +497,20 @@ def _serving_keys(r: KeyReader, engine: str | None, eng: Engine) -> dict[str, An
         engine_version=_engine_version(r, eng),
         memlock=_memlock(r),
         env=_env(r),
-        extra_args=() if extra_args is None else hygiene.check_engine_args(
-            r.host, "specdec_extra_args", extra_args, eng.managed_flags, eng.abbreviated_flags),
+        extra_args=_extra_args(r, eng, extra_args),
         jetson_tuning=r.bool_("specdec_jetson_tuning", True),
         health_timeout=r.int_("specdec_health_timeout", 30, 24 * 3600) or DEFAULT_HEALTH_TIMEOUT,
     )
+
+
+def _extra_args(r: KeyReader, eng: Engine, value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    key = "specdec_extra_args"
+    args = hygiene.check_engine_args(r.host, key, value, eng.managed_flags,
+                                     eng.abbreviated_flags, eng.unsafe_flags)
+    eng.check_args(r.host, key, args)
+    return args
 
 
 def _model_keys(r: KeyReader) -> dict[str, Any]:

@@ -21,6 +21,7 @@ mirror:
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -30,7 +31,7 @@ from specdec.errors import ConfigError
 
 __all__ = ["DEFAULT_CDN_HOSTS", "DEFAULT_HUB", "DEFAULT_REGISTRIES", "HUB_PORT", "LFS_PORT",
            "REGISTRY_PORT0", "SiteMirror", "download_env", "mirror_image", "mirror_of",
-           "registry_of", "resolve", "site_mirror_hosts", "site_mirrors"]
+           "registry_name", "registry_of", "resolve", "site_mirror_hosts", "site_mirrors"]
 
 HUB_PORT = 8180  # HF_ENDPOINT=http://<mirror>:8180 (/api passed through, small files cached)
 LFS_PORT = 8181  # the CDN's content-addressed bytes, cached by path (no token, no signature)
@@ -43,6 +44,12 @@ DEFAULT_CDN_HOSTS = ("cdn-lfs.hf.co", "cdn-lfs-us-1.hf.co", "cdn-lfs-eu-1.hf.co"
 DEFAULT_REGISTRIES = (("docker.io", "https://registry-1.docker.io"),
                       ("ghcr.io", "https://ghcr.io"), ("nvcr.io", "https://nvcr.io"))
 _DOCKER_HUB = ("docker.io", "index.docker.io", "registry-1.docker.io")
+
+
+def registry_name(registry: str) -> str:
+    """A file and unit name for an upstream registry: ``nvcr.io`` -> ``nvcr-io`` (two
+    registries of one mirror must not share one: `specdec.plan.hostdata` refuses that)."""
+    return re.sub(r"[^a-z0-9]+", "-", registry.lower()).strip("-")
 
 
 @dataclass(frozen=True)

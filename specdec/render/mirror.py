@@ -33,10 +33,11 @@ though a running one keeps serving what it cached.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
-from specdec.plan.sites import HUB_PORT, LFS_PORT, SiteMirror
+from specdec.plan.sites import HUB_PORT, LFS_PORT, SiteMirror, registry_name
 
 __all__ = ["CACHE_DIR", "CA_FILE", "LOG_DIR", "NGINX_CONF", "REGISTRY_DIR", "MirrorFiles",
            "RegistryCache",
@@ -225,13 +226,9 @@ server {{
 """
 
 
-def registry_name(registry: str) -> str:
-    """A file and unit name for an upstream registry: ``nvcr.io`` -> ``nvcr-io``."""
-    return re.sub(r"[^a-z0-9]+", "-", registry.lower()).strip("-")
-
-
 def registry_yaml(registry: str, upstream: str, port: int, root: str = REGISTRY_DIR) -> str:
-    """docker-registry 2.8's configuration of a pull-through cache of ``upstream``."""
+    """docker-registry 2.8's configuration of a pull-through cache of ``upstream`` (quoted: a
+    JSON string is a YAML scalar, so no ``:`` or ``#`` in the URL can end it)."""
     name = registry_name(registry)
     return f"""\
 # specdec site mirror: pull-through cache of {registry} ({upstream}). Rendered by specdec.
@@ -250,7 +247,7 @@ http:
   headers:
     X-Content-Type-Options: [nosniff]
 proxy:
-  remoteurl: {upstream}
+  remoteurl: {json.dumps(upstream)}
 """
 
 

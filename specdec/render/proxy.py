@@ -126,7 +126,7 @@ def unit(plan: Plan, name: str) -> str:
                   (TLS_KEY, f"{layout.PROXY_TLS_DIR}/{TLS_KEY}")]
     peers = None if set(plan.allow_from) >= set(ANY_NETWORK) else plan.allow_from
     return template(
-        "specdec-proxy.service.j2", plan=plan, user=plan.service_user,
+        "specdec-proxy.service.j2", plan=plan,
         runtime_dir=layout.PROXY_SERVICE, firewall=layout.FIREWALL_SERVICE,
         credentials=[f"{n}:{p}" for n, p in creds],
         pre=exec_line(["/bin/sh", "-c", _key_map_script()]),

@@ -5,24 +5,25 @@ One policy per kind of process, each scoring at most 4.0 with ``systemd-analyze 
 (Ubuntu 22.04, L4T r36 / JetPack 6; DGX OS has 255, Debian 12 252):
 
 * ``gpu``: an engine on the GPU (the native vLLM / trtllm-serve / Dynamo worker). The GPU's
-  device nodes are the only devices (``DevicePolicy=closed``): on a Jetson the nodes NVIDIA's
-  L4T creates for CUDA (``/dev/nvmap``, the nvgpu nodes under their legacy ``nvhost-*-gpu``
-  names and ``/dev/nvgpu/igpu0/*``: nvgpu os/linux/ioctl.c ``dev_node_list``, nvgpu-ctrl.h;
-  NVIDIA's container list ``/etc/nvidia-container-runtime/host-files-for-container.d/l4t.csv``),
-  owned by group ``video`` (L4T's udev rules: ``KERNEL=="nvhost-*", GROUP="video",
-  MODE="0660"``), hence ``SupplementaryGroups=video``; on a DGX Spark the driver's character
-  devices by their /proc/devices names: ``nvidia`` (major 195: /dev/nvidia0.., and nvidiactl
-  and nvidia-modeset on the same major), ``nvidia-uvm``, ``nvidia-caps`` (NVIDIA/open-gpu-kernel-
-  modules 580.95.05 kernel-open/nvidia/nv.c:955-963, nvidia-uvm/uvm.c:43, nvidia/nv-caps.c:823;
-  the driver named the GPU region ``nvidia-frontend`` up to 535.x and ``nvidia`` from 545.23.06:
-  NVIDIA/nvidia-container-toolkit v1.20.0 internal/info/proc/devices/devices.go:35-36 knows both,
-  and Spark's driver is 580). No ``ProcSubset=pid`` (CUDA reads
-  /proc/driver/nvidia, vLLM /proc/meminfo) and no ``MemoryDenyWriteExecute`` (Triton and
-  torch JIT); writes only to its cache directory.
+  device nodes are the only devices (``DevicePolicy=closed``), as NVIDIA lists them for the
+  release (`specdec.render.devicenodes`: on a Jetson the nodes of L4T R36's container mount
+  spec, devices.csv; on a DGX Spark the 580 driver's /proc/devices groups). Jetson's nodes are
+  group ``video`` (L4T's udev rules: ``KERNEL=="nvhost-*", GROUP="video", MODE="0660"``), hence
+  ``SupplementaryGroups=video``. No ``ProcSubset=pid`` (CUDA reads /proc/driver/nvidia, vLLM
+  /proc/meminfo) and no ``MemoryDenyWriteExecute`` (Triton and torch JIT); writes only to its
+  cache directory. tests/e2e/test_accounts.py starts a process under the rendered unit with
+  every node made (mknod, the sources' majors) and sees each one pass the device filter.
 * ``docker``: the docker CLI that runs a container (the container's own limits are
   ``docker run`` flags, `specdec.render.files`): only the Docker socket (AF_UNIX), no network of its
   own.
-* ``service``: a network service without the GPU (Dynamo's frontend, etcd, the API proxy).
+* ``service``: a network service without the GPU (Dynamo's frontend, etcd, the API proxy),
+  under an account of its own that systemd allocates for the unit (``DynamicUser=yes``,
+  systemd.exec(5)), never the service user: on a docker host that one is in the ``docker``
+  group, root's equal through ``/run/docker.sock``, and ``PrivateUsers=yes`` does not take a
+  supplementary group's rights away (the kernel checks a file's group against the process's
+  own groups, which a user namespace keeps, only showing them unmapped: user_namespaces(7);
+  tests/e2e/test_accounts.py reproduces it). The Docker socket is not even visible to them
+  (``InaccessiblePaths=``), and each gets only the address families it uses.
 * ``admin``: root tools that change the host (the firewall, the guard): only the capability
   they need.
 
@@ -34,7 +35,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["JETSON_GPU_NODES", "SPARK_GPU_GROUPS", "admin", "docker_cli", "gpu", "service"]
+from specdec.render import devicenodes
+
+__all__ = ["DOCKER_SOCKET", "IP_AND_NOTIFY", "IP_ONLY", "JETSON_GPU_NODES", "OWN_ACCOUNT",
+           "SPARK_GPU_GROUPS", "admin", "docker_cli", "gpu", "service"]
 
 # Common to all: the kernel, clock, hostname, cgroups, other users' processes, personality,
 # namespaces, realtime, set-uid, keyring, IPC objects, syscalls of other architectures.
@@ -61,18 +65,23 @@ _BASE = (
 )
 _NO_CAPS = ("CapabilityBoundingSet=", "AmbientCapabilities=")
 _INET = "RestrictAddressFamilies=AF_INET AF_INET6 AF_UNIX"
+# IP only. RestrictAddressFamilies= filters socket(2), not socketpair(2) (systemd.exec(5),
+# systemd 252: "sockets created with socketpair() ... are unaffected"), which is all the AF_UNIX
+# nginx uses (its master-worker channel, src/os/unix/ngx_process.c); nginx proves it in
+# tests/e2e/test_accounts.py.
+IP_ONLY = "AF_INET AF_INET6"
+# etcd tells systemd it is ready (Type=notify) over the AF_UNIX datagram socket $NOTIFY_SOCKET
+# (etcd 3.4 etcdmain/main.go notifySystemd: go-systemd daemon.SdNotify, which dials "unixgram").
+IP_AND_NOTIFY = "AF_INET AF_INET6 AF_UNIX"
+DOCKER_SOCKET = "/run/docker.sock"
+# A network service's own account, and no way to the Docker socket (its unit file or its
+# docker group); "-": a host without Docker has no socket to hide.
+OWN_ACCOUNT = ("DynamicUser=yes", f"InaccessiblePaths=-{DOCKER_SOCKET}")
 
-# Jetson Orin, L4T r36: CUDA's nodes (see the module doc); systemd skips a path that is absent.
-JETSON_GPU_NODES = (
-    "/dev/nvmap", "/dev/nvhost-ctrl", "/dev/nvhost-ctrl-gpu", "/dev/nvhost-gpu",
-    "/dev/nvhost-as-gpu", "/dev/nvhost-tsg-gpu", "/dev/nvhost-power-gpu",
-    "/dev/nvhost-prof-gpu", "/dev/nvhost-dbg-gpu", "/dev/nvhost-sched-gpu",
-    "/dev/nvhost-nvsched-gpu", "/dev/nvgpu/igpu0/ctrl", "/dev/nvgpu/igpu0/as",
-    "/dev/nvgpu/igpu0/channel", "/dev/nvgpu/igpu0/tsg", "/dev/nvgpu/igpu0/power",
-    "/dev/nvgpu/igpu0/prof", "/dev/nvgpu/igpu0/nvsched",
-)
-# DGX Spark (GB10, driver 580): /proc/devices group names ("char-nvidia" is major 195 whole).
-SPARK_GPU_GROUPS = ("char-nvidia", "char-nvidia-uvm", "char-nvidia-caps")
+# Jetson Orin, L4T R36, and DGX Spark: NVIDIA's lists (`specdec.render.devicenodes`); systemd
+# skips a path that is absent and a group /proc/devices does not name.
+JETSON_GPU_NODES = devicenodes.jetson_entries()
+SPARK_GPU_GROUPS = devicenodes.SPARK_GROUPS
 
 
 def _ip_allow(peers: Sequence[str] | None) -> list[str]:
@@ -105,10 +114,12 @@ def docker_cli() -> list[str]:
 
 
 def service(rw_paths: Sequence[str] = (), peers: Sequence[str] | None = (),
-            jit: bool = False) -> list[str]:
-    """A network service without devices. ``jit``: it generates code at run time (Python
-    with native extensions: no MemoryDenyWriteExecute)."""
-    return [*_BASE, *_NO_CAPS, "RemoveIPC=yes", "PrivateDevices=yes", "PrivateUsers=yes", _INET,
+            jit: bool = False, families: str = IP_ONLY) -> list[str]:
+    """A network service without devices, under its own account (`OWN_ACCOUNT`), with only the
+    address ``families`` it uses. ``jit``: it generates code at run time (Python with native
+    extensions: no MemoryDenyWriteExecute)."""
+    return [*OWN_ACCOUNT, *_BASE, *_NO_CAPS, "RemoveIPC=yes", "PrivateDevices=yes",
+            "PrivateUsers=yes", f"RestrictAddressFamilies={families}",
             "SystemCallFilter=@system-service", *([] if jit else ["MemoryDenyWriteExecute=yes"]),
             *[f"ReadWritePaths={p}" for p in rw_paths], *_ip_allow(peers)]
 

@@ -31,7 +31,7 @@ from specdec.config import state
 from specdec.errors import ConfigError
 
 __all__ = ["DEFAULT_NAME", "ENV", "KEY", "MAX_ENTRY_BYTES", "DirStore", "TuneStore", "as_store",
-           "location", "open_store", "register_scheme"]
+           "check_location", "location", "open_store", "register_scheme"]
 
 ENV = "SPECDEC_TUNE_CACHE"
 KEY = "specdec_tune_cache"
@@ -118,10 +118,13 @@ def open_store(where: str) -> TuneStore:
         return DirStore(Path(where))
     opener = _OPENERS.get(m.group(1))
     if opener is None:
-        known = ", ".join(sorted(_OPENERS)) or "none registered"
-        raise ConfigError(f"tune cache {where!r}: no store for {m.group(1)}:// (known: "
-                          f"{known}); use a directory")
+        raise ConfigError(f"tune cache {where!r}: {_no_store(m.group(1))}")
     return opener(where)
+
+
+def _no_store(scheme: str) -> str:
+    known = ", ".join(sorted(_OPENERS)) or "none registered"
+    return f"no store for {scheme}:// (known: {known}); use a directory"
 
 
 def as_store(where: TuneStore | str | Path) -> TuneStore:
@@ -133,16 +136,23 @@ def as_store(where: TuneStore | str | Path) -> TuneStore:
     return where
 
 
-def _check(source: str, value: str) -> str:
+def check_location(source: str, value: str, host: str | None = None) -> str:
+    """A tune cache location as given (``source``: where from): one line, a directory or a URL
+    of a registered scheme."""
     if not value or "\n" in value or "\0" in value or len(value) > 4096:
         raise ConfigError(f"{source}={value[:60]!r}: a tune cache location is a directory or a "
-                          "URL (one line)")
+                          "URL (one line)", host=host)
+    m = _SCHEME.match(value)
+    if m is not None and m.group(1) not in _OPENERS:
+        raise ConfigError(f"{source}={value[:60]!r}: {_no_store(m.group(1))}", host=host)
     return value
 
 
 def location(explicit: str | None = None, inventory: str | Path | None = None,
-             data_value: str | None = None, env: Mapping[str, str] | None = None) -> str:
-    """The tune cache location by the rules of the module doc (directories absolute)."""
+             data_value: str | None = None, env: Mapping[str, str] | None = None,
+             host: str | None = None) -> str:
+    """The tune cache location by the rules of the module doc (directories absolute);
+    ``host``: whose data it comes from (named in an error)."""
     env = os.environ if env is None else env
     inv = Path(inventory) if inventory is not None else None
     inv_dir = inv.resolve().parent if inv is not None and inv.is_file() else None
@@ -151,7 +161,7 @@ def location(explicit: str | None = None, inventory: str | Path | None = None,
                                 (KEY, data_value, inv_dir)):
         if value is None:
             continue
-        _check(source, value)
+        check_location(source, value, host)
         if _SCHEME.match(value):
             return value
         path = Path(value).expanduser()

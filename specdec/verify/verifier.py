@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from specdec.config.rawinput import ascii_int
 from specdec.errors import BenchError
 from specdec.gate.rounds import BenchSettings, RoundBench
 from specdec.host import release
@@ -290,7 +291,7 @@ def parse_host_get(lines: list[str]) -> tuple[int, str]:
     for i in range(len(lines) - 1, -1, -1):
         if lines[i].startswith(HOST_GET_MARK + " "):
             code = lines[i].split()[-1]
-            status = int(code) if code.isdigit() else 0
+            status = ascii_int(code, 3) or 0
             return status, "\n".join(lines[:i]).removesuffix("\n")
     return 0, ""
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +19,22 @@ from tests.deploy.harness import World  # noqa: E402
 from tests.unit.test_identify import AGX64, SPARK  # noqa: E402
 
 TOKEN = "hf_MARKERtoken123456789abcd"  # a valid token shape (specdec.config.hftoken)
+CASE_SECONDS = 30  # a bad-input case that takes longer hangs (issue 29: one did)
+
+
+@pytest.fixture
+def no_hang() -> Iterator[None]:
+    """The test ends within `CASE_SECONDS` (SIGALRM interrupts a blocking read too)."""
+    def hung(signum: int, frame: Any) -> None:
+        raise TimeoutError(f"the case did not finish in {CASE_SECONDS} s")
+
+    old = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(CASE_SECONDS)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
 
 
 @pytest.fixture

@@ -339,7 +339,8 @@ def converged(world: World, hp: HostPlan, token: str | None) -> World:
     user = plan.service_user
     w.groups = sorted(set(w.groups) | {"docker", user})
     w.users[user] = {"home": layout.STATE_DIR, "shell": "/usr/sbin/nologin", "group": user,
-                     "groups": ["docker"] if plan.runtime == "docker" else []}
+                     "groups": ["docker"] if plan.runtime == "docker" else [],
+                     "comment": layout.ACCOUNT_MARK, "uid": 998}
     for d, owner in ((layout.STATE_DIR, "root"), (layout.CONFIG_DIR, "root"),
                      (layout.HF_HOME, user), (layout.RELEASES_DIR, "root"),
                      (hp.rendered.release_dir, "root")):

@@ -27,20 +27,23 @@ from pyinfra.api import State
 
 from specdec.cli import main
 from specdec.errors import TOKEN_SHAPED
+from specdec.plan.hostdata import KNOWN_KEYS
 from specdec.roles.common import DeployError
-from tests.deploy import corpus_env, corpus_host, corpus_network
+from tests.deploy import corpus_env, corpus_flags, corpus_host, corpus_network, corpus_sec
 from tests.deploy.corpus_base import HOST, HOST_RULE, NOT_SINGLE, TOK, VLLM, Case
 from tests.deploy.corpus_tune import AUTO, TUNE_CASES, _entry
 from tests.deploy.harness import World, run_deploy
 
 ROOT = Path(__file__).resolve().parents[2]
-PARTS = (corpus_host.CASES, corpus_network.CASES, corpus_env.CASES)
+PARTS = (corpus_host.CASES, corpus_network.CASES, corpus_env.CASES, corpus_sec.CASES,
+         corpus_flags.CASES)
 CASES: dict[str, Case] = {k: v for part in PARTS for k, v in part.items()}
 assert len(CASES) == sum(map(len, PARTS))  # no name twice
 
 
 
 _CLEANUP: list[Path] = []
+pytestmark = pytest.mark.usefixtures("no_hang")  # a case hung once (issue 29)
 
 
 @pytest.fixture(autouse=True)
@@ -131,13 +134,22 @@ def test_corpus_deploy(case: Case, tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 
 def test_corpus_size_and_coverage() -> None:
-    assert len(CASES) + len(TUNE_CASES) >= 250
+    assert len(CASES) + len(TUNE_CASES) >= 250 + 150
     keys = " ".join(CASES)
     for topic in ("host-", "model-", "draft-", "vllm-", "trt-", "env-", "memlock-", "params-",
                   "token-env-", "token-file-", "image-", "arg", "listen-", "allow-",
                   "engine-port-", "keyfile-", "tls-", "pki-", "trust-", "user-", "ssh-",
-                  "dynaddr-", "dynenv-", "proxy-"):
+                  "dynaddr-", "dynenv-", "proxy-", "cdn-", "reg-", "site-", "group-",
+                  "dynport-", "router-", "migr-", "tune-", "resolver-", "mirroraddr-"):
         assert topic in keys
+
+
+def test_every_host_data_key_has_a_case() -> None:
+    """Every key the host data may set (`KNOWN_KEYS`) is the subject of at least one case."""
+    used = {k for c in CASES.values() for k in c.data} | {"specdec_hf_token_file",
+                                                          "specdec_api_key_file"}
+    assert set(KNOWN_KEYS) - used <= {"specdec_hub_endpoint", "specdec_hub_upstream"}, \
+        sorted(set(KNOWN_KEYS) - used)  # the URL keys: the mirror's TLS work (issue 29, high 1, 3)
 
 
 def test_one_bad_host_among_good_ones_stops_all(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -466,23 +466,53 @@ def test_host_data_is_parsed_once_per_host_per_run(agx_world, monkeypatch):
     assert sorted(parsed) == sorted([HOST, "@fake/orin-2", "@fake/orin-3"])
 
 
-@pytest.mark.parametrize(("uid", "refused"), [(0, True), (1000, True), (998, False)])
-def test_an_existing_login_account_is_not_made_the_service_user(agx_world, monkeypatch, uid,
-                                                                 refused):
-    """The deploy makes the service user a nologin account with specdec's home: an account
-    that is root or a person's on the host is refused before any change."""
+LOGIN = "is an existing login account on the host (uid {uid}); the service user must be a " \
+    "dedicated system account"
+NOT_OURS = "is an existing account specdec did not create (uid {uid}, comment {comment!r}, not " \
+    "'specdec service account'); name an account that does not exist yet"
+MARK = "specdec service account"
+
+
+@pytest.mark.parametrize(("uid", "home", "shell", "comment", "refused"), [
+    (0, "/root", "/bin/bash", "root", LOGIN),
+    (1000, "/home/svc", "/bin/bash", "Svc", LOGIN),
+    # a system account of a package (www-data, messagebus, sshd, etcd, docker-registry, ...):
+    # the deploy moved its home and added it to docker (issue 29, medium 9)
+    (998, "/var/www", "/usr/sbin/nologin", "www-data", NOT_OURS),
+    (120, "/nonexistent", "/usr/sbin/nologin", None, NOT_OURS),
+    (998, "/var/lib/specdec", "/bin/sh", "someone's", NOT_OURS),
+    (1, "/usr/sbin", "/usr/sbin/nologin", MARK,
+     "is one of the distribution's own accounts (uid 1, below 100); the service user must be an "
+     "account of specdec's"),
+    (998, "/srv/x", "/bin/sh", MARK, None),  # specdec's (marked): corrected
+    (998, "/var/lib/specdec", "/usr/sbin/nologin", None, None),  # a specdec's before the mark
+])
+def test_an_account_specdec_did_not_create_is_not_made_the_service_user(
+        agx_world, monkeypatch, uid, home, shell, comment, refused):
+    """The deploy makes the service user a nologin account with specdec's home (and the docker
+    group): an existing account is refused before any change unless specdec created it."""
     monkeypatch.setenv("HF_TOKEN", TOKEN)
-    agx_world.users["svc"] = {"home": "/home/svc", "shell": "/bin/bash", "group": "svc",
-                              "groups": [], "uid": uid}
+    agx_world.users["svc"] = {"home": home, "shell": shell, "group": "svc", "groups": [],
+                              "uid": uid, "comment": comment}
     data = {**AGX, "specdec_service_user": "svc"}
     if not refused:
-        assert run_deploy(monkeypatch, agx_world, data).commands
+        cmds = run_deploy(monkeypatch, agx_world, data).commands
+        mod = [c for c in cmds if c.startswith("usermod")]
+        assert len(mod) == 1 and mod[0].endswith(" svc"), mod
+        assert ("-c 'specdec service account'" in mod[0]) is (comment != MARK), mod
         return
     with pytest.raises(DeployError) as err:
         run_deploy(monkeypatch, agx_world, data)
-    assert str(err.value) == (f"{HOST}: specdec_service_user='svc': is an existing login "
-                              f"account on the host (uid {uid}); the service user must be a "
-                              "dedicated system account")
+    assert str(err.value) == f"{HOST}: specdec_service_user='svc': " + refused.format(
+        uid=uid, comment=comment)
+
+
+def test_a_new_service_user_is_marked(agx_world, monkeypatch) -> None:
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    cmds = [c for c in run_deploy(monkeypatch, agx_world, AGX).commands
+            if c.startswith("useradd")]
+    assert cmds == ["useradd -c 'specdec service account' -d /var/lib/specdec -s "
+                    "/usr/sbin/nologin -g specdec -G docker -r -M specdec"], cmds
 
 
 @pytest.mark.parametrize(("change", "expect"), [

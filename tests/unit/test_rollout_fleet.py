@@ -19,7 +19,7 @@ from specdec.errors import RolloutError
 from specdec.fleet import rollout as ro
 from specdec.fleet import shard as sh
 from specdec.fleet.resume import to_resume
-from specdec.fleet.store import LocalStore, open_store, update_json
+from specdec.fleet.store import EtcdStore, LocalStore, TLSFiles, open_store, update_json
 from specdec.plan.groups import Group
 from specdec.report.fleet import load_reports, skipped_report, write_host_report
 from specdec.report.merge import merge_runs
@@ -265,13 +265,51 @@ def test_tune_cache_is_shared_first_entry_wins(tmp_path):
     a = sh.ShardCoordinator(tune_dir=tmp_path / "a", **mk)
     b = sh.ShardCoordinator(tune_dir=tmp_path / "b", **mk)
     (tmp_path / "a").mkdir()
-    (tmp_path / "a" / "e1.json").write_text('{"k": 1}')
+    (tmp_path / "a" / "e1e1e1.json").write_text('{"k": 1}')
     a.push_tune()
     b.pull_tune()
-    assert (tmp_path / "b" / "e1.json").read_text() == '{"k": 1}'
-    (tmp_path / "b" / "e1.json").write_text('{"k": 2}')
+    assert (tmp_path / "b" / "e1e1e1.json").read_text() == '{"k": 1}'
+    (tmp_path / "b" / "e1e1e1.json").write_text('{"k": 2}')
     b.push_tune()
-    assert store.get("tune/e1.json") == '{"k": 1}'
+    assert store.get("tune/e1e1e1.json") == '{"k": 1}'
+
+
+class _AnyKeys:
+    """A fleet store as anyone with access to etcd could fill it: keys are arbitrary text."""
+
+    def __init__(self, keys: dict[str, str]) -> None:
+        self.keys = keys
+
+    def list(self, prefix: str) -> dict[str, str]:
+        return dict(self.keys)
+
+    def describe(self) -> str:
+        return "etcd://x:2379"
+
+
+@pytest.mark.parametrize("key", ["tune/a/..", "tune/..", "tune/../../etc/cron.d/x.json",
+                                 "tune/ZZZZZZ.json", "tune/e1e1e1.json/..", "tune/\x1b[2J.json",
+                                 "tune/" + "a" * 70 + ".json", "tune/e1e1e1.json\n"])
+def test_a_fleet_store_key_is_no_file_name_until_checked(tmp_path, key):
+    """``tune/a/..`` made the shard's pull write to the tune directory's parent: a traceback
+    (issue 29). Only ``tune/<hex>.json`` becomes a file; anything else is skipped, said once."""
+    said: list[str] = []
+    store = _AnyKeys({key: "evil", "tune/abcdef.json": "{}"})
+    c = sh.ShardCoordinator(store=store, run_id="r", shard=sh.Shard(1, 1),  # type: ignore[arg-type]
+                            runs_canary=False, has_canary=False, digest="d",
+                            tune_dir=tmp_path / "t" / "tune", max_fail_percent=0,
+                            max_unreachable_percent=100, say=said.append)
+    c.pull_tune()
+    assert [p.name for p in (tmp_path / "t").rglob("*")] == ["tune", "abcdef.json"]
+    assert len(said) == 1 and "ignored" in said[0] and "\x1b" not in said[0], said
+
+
+def test_an_etcd_value_that_is_not_text_is_one_line(monkeypatch):
+    store = EtcdStore(["http://127.0.0.1:1"])
+    monkeypatch.setattr(store, "_call", lambda path, body: {"kvs": [
+        {"key": "c3BlY2RlYy90dW5lL3g=", "value": "//79/A=="}]})
+    with pytest.raises(RolloutError, match="not base64 of UTF-8 text"):
+        store.list("tune")
 
 
 def test_shards_refuse_a_different_plan(tmp_path):
@@ -304,6 +342,9 @@ def test_local_store_cas_under_threads(tmp_path):
         open_store("etcd://no port")
     with pytest.raises(RolloutError, match="--store-ca"):
         open_store("etcds://h:2379")
+    # TLS files with etcd:// ran plaintext, the files silently unused (issue 29)
+    with pytest.raises(RolloutError, match=r"^--store='etcd://h:2379': plaintext, but TLS files"):
+        open_store("etcd://h:2379", TLSFiles(Path("/ca.crt")))
 
 
 def _etcd(tmp_path, scheme: str, *tls: str) -> tuple[subprocess.Popen, int]:
@@ -397,14 +438,13 @@ def test_etcd_over_tls_with_client_certificates(tmp_path):
     if shutil.which("etcd") is None:
         pytest.fail("etcd is needed ('make setup' installs it)")
     ca = pki.authority(tmp_path / "ca", "fleet-store")
-    node = pki.issue(ca, "node", ["127.0.0.1"])  # server and client use, as a member's
+    node = pki.issue(ca, "node", ["127.0.0.1"], server=True)  # as the frontend member's
     d = ca.directory  # ca.crt, node.crt, node.key
     assert node.cert_pem == (d / "node.crt").read_bytes()
     proc, client = _etcd(
         tmp_path, "https", "--cert-file", str(d / "node.crt"),
         "--key-file", str(d / "node.key"), "--trusted-ca-file", str(d / "ca.crt"),
         "--client-cert-auth")
-    from specdec.fleet.store import TLSFiles
 
     try:
         tls = TLSFiles(d / "ca.crt", d / "node.crt", d / "node.key")

@@ -44,9 +44,11 @@ def test_location_rules(tmp_path: Path, inventory: Path, monkeypatch: pytest.Mon
         str(inventory.parent.parent / "state" / "tune")  # host data: from the inventory's dir
     assert location(inventory=inventory, data_value="x", env={ENV: "/srv/tune"}) == "/srv/tune"
     assert location("rel", inventory, "x", {ENV: "/srv/tune"}) == str(tmp_path / "rel")
-    assert location(inventory=inventory, data_value="etcd://e1:2379/specdec", env={}) == \
-        "etcd://e1:2379/specdec"
     assert location(env={"XDG_STATE_HOME": "/st"}) == "/st/specdec/default/tune-cache"  # hosts
+    # a URL of no registered store is refused where it is read, naming its source
+    with pytest.raises(ConfigError, match=r"^h1: specdec_tune_cache='etcd://e1:2379/specdec': "
+                       "no store for etcd://"):
+        location(inventory=inventory, data_value="etcd://e1:2379/specdec", env={}, host="h1")
     with pytest.raises(ConfigError, match="no store for etcd://"):
         open_store("etcd://e1:2379/specdec")
 
@@ -66,6 +68,7 @@ def test_a_registered_store_backs_the_cache() -> None:
             return f"{self.location}/{entry}"
 
     register_scheme("mem", Mem)
+    assert location(data_value="mem://fleet", env={}) == "mem://fleet"  # a URL as it is
     plan = make_plan("agx", AGX, None)
     res = TuneResult(Config("ngram", None, 6), [], [], "o", 1.0)
     where = store(open_store("mem://fleet"), plan, res, {})

@@ -16,6 +16,7 @@ from specdec.host import guard
 from specdec.plan.groups import groups_of
 from specdec.plan.hostdata import parse_hosts
 from specdec.plan.planner import make_plan, plan_host_settings
+from specdec.render import devicenodes
 from specdec.render.files import render
 
 LIMIT = 4.0
@@ -94,3 +95,60 @@ def test_the_transient_guard_is_sandboxed_as_its_boot_unit() -> None:
     cmd = guard.arm_command("abc", 60)
     for line in guard._sandbox():
         assert f"-p {line}" in cmd or f"-p '{line}'" in cmd
+
+
+def _service_section(text: str) -> list[str]:
+    return text.split("[Service]", 1)[1].split("[Install]", 1)[0].splitlines()
+
+
+@pytest.mark.parametrize("unit", ["specdec-proxy.service", "specdec-etcd.service",
+                                  "specdec-frontend.service"])
+def test_network_services_run_under_their_own_account(unit: str) -> None:
+    """The proxy, etcd and the Dynamo frontend ran as the service user, in the docker group on a
+    docker host (issue 29, high 4): each now has an account of its own, no way to the Docker
+    socket, and nginx only IP sockets; a docker CLI that is in the docker group has no network."""
+    found = {k: t for k, t in _units().items() if k.startswith(unit + " ")}
+    assert len(found) >= 2, sorted(found)
+    for kind, text in found.items():
+        lines = _service_section(text)
+        assert "DynamicUser=yes" in lines and not any(ln.startswith("User=") for ln in lines), kind
+        families = next(ln for ln in lines if ln.startswith("RestrictAddressFamilies="))
+        if "SupplementaryGroups=docker" in lines:  # the docker CLI: no network of its own
+            assert {"PrivateNetwork=yes", "IPAddressDeny=any",
+                    "RestrictAddressFamilies=AF_UNIX"} <= set(lines), kind
+            continue
+        assert "InaccessiblePaths=-/run/docker.sock" in lines, kind
+        assert not any(ln.startswith("SupplementaryGroups=") for ln in lines), kind
+        want = {"specdec-proxy.service": "AF_INET AF_INET6",
+                "specdec-etcd.service": "AF_INET AF_INET6 AF_UNIX",
+                "specdec-frontend.service": "AF_INET AF_INET6"}[unit]
+        assert families == f"RestrictAddressFamilies={want}", kind
+
+
+def _device_allow(text: str) -> list[str]:
+    return [ln.split("=", 1)[1].rsplit(" ", 1)[0] for ln in _service_section(text)
+            if ln.startswith("DeviceAllow=")]
+
+
+def test_the_gpu_nodes_are_nvidias_lists() -> None:
+    """A native engine may open what NVIDIA's container mount spec gives a CUDA container on
+    L4T R36 (every dev entry of devices.csv; the DRM globs as their driver's group), and on a
+    Spark the 580 driver's /proc/devices groups, no longer nvidia-frontend (gone since 545)
+    (issue 29, medium 10)."""
+    units = _units()
+    jetson = _device_allow(units["specdec-engine.service (vllm native, Jetson)"])
+    csv = [ln.split(", ", 1)[1] for ln in devicenodes.L4T_R36_DEVICES_CSV.splitlines()
+           if ln.startswith("dev, ")]
+    assert len(csv) == 39  # and one dir entry
+    assert jetson == ["char-drm", *(p for p in csv if "*" not in p)]
+    for node in ("/dev/nvgpu/igpu0/ctxsw", "/dev/nvgpu/igpu0/dbg", "/dev/nvgpu/igpu0/sched",
+                 "/dev/nvhost-prof-dev-gpu", "/dev/host1x-fence", "/dev/nvidiactl"):
+        assert node in jetson  # missed before
+    assert "/dev/nvhost-ctrl" not in jetson
+    spark = _device_allow(units["specdec-engine.service (trtllm native, Spark)"])
+    assert spark == ["char-nvidia", "char-nvidiactl", "char-nvidia-modeset", "char-nvidia-uvm",
+                     "char-nvidia-caps"]
+    for text in units.values():
+        assert "nvidia-frontend" not in text
+    with pytest.raises(ValueError, match="glob"):
+        devicenodes.jetson_entries("dev, /dev/nvhost-*\n")

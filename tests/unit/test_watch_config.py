@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from specdec.cli.watch import parse_address
 from specdec.engines.registry import engine_of
 from specdec.errors import ConfigError
 from specdec.plan.hostdata import parse_host_settings
@@ -96,6 +97,13 @@ def test_cli_bad_input_exits_2_with_one_line(args: list[str], needle: str) -> No
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], proc.stderr
+
+
+def test_serve_without_a_host_is_loopback() -> None:
+    """``--serve :PORT`` bound every interface with no authentication (issue 29)."""
+    assert parse_address(":9464") == ("127.0.0.1", 9464)
+    assert parse_address("0.0.0.0:9464") == ("0.0.0.0", 9464)  # every interface: named
+    assert parse_address("[::1]:9") == ("::1", 9)
 
 
 def test_cli_bad_host_data_exits_2_before_any_host(tmp_path: Path) -> None:

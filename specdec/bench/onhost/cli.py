@@ -75,7 +75,9 @@ def parse_args(argv):
     ids = []
     for item in a.prompt_ids or []:
         level, sep, rest = item.partition("=")
-        if not sep or not level.strip().isdigit() or int(level) < 1 or not rest.strip():
+        level = level.strip()
+        if not sep or not (level.isascii() and level.isdigit()) or len(level) > 9 \
+                or int(level) < 1 or not rest.strip():
             raise ConfigError(f"--prompt-ids: expected LEVEL=ID,ID,..., got {item!r}")
         ids.append((int(level), tuple(i for i in rest.split(",") if i)))
     a.prompt_ids = tuple(ids)

@@ -34,6 +34,7 @@ from specdec.engines.dynamo import facts, metrics, units
 from specdec.engines.support import Support, Target
 from specdec.engines.version import Version
 from specdec.engines.vllm.engine import MANAGED_FLAGS as VLLM_FLAGS
+from specdec.engines.vllm.engine import UNSAFE_FLAGS as VLLM_UNSAFE
 from specdec.engines.vllm.engine import VllmEngine
 from specdec.errors import ConfigError, PlanError
 from specdec.host import layout
@@ -55,6 +56,13 @@ MANAGED_FLAGS = {
     "--endpoint": "a group serves on dyn://dynamo.backend.generate",
     "--store-kv": "specdec runs etcd discovery on the group's frontend host",
 }
+
+
+# The worker hands vLLM its flags (dynamo/vllm/args.py), so vLLM's unsafe ones are unsafe here;
+# --fpm-trace turns on the forward-pass metrics publisher, a ZMQ PUB on every interface
+# (facts.LISTENER_ENV).
+UNSAFE_FLAGS = {**VLLM_UNSAFE, "--fpm-trace": "publishes forward-pass metrics (ZMQ, no "
+                "authentication) on every interface"}
 
 
 @dataclass(frozen=True)
@@ -87,8 +95,9 @@ class DynamoEngine(Engine):
     name = "dynamo"
     label = "Dynamo"
     managed_flags: ClassVar = MANAGED_FLAGS
+    unsafe_flags: ClassVar = UNSAFE_FLAGS
     abbreviated_flags = True  # vLLM's parser reads what dynamo.vllm does not know
-    reserved_env = facts.ENV_NAMES
+    reserved_env = (*facts.ENV_NAMES, *facts.LISTENER_ENV, *units.ACCOUNT_ENV)
     option_keys = ("dynamo_address", "dynamo_system_port", "dynamo_router_mode",
                    "dynamo_migration_limit")
     serves_groups = True
@@ -98,6 +107,9 @@ class DynamoEngine(Engine):
 
     def __init__(self) -> None:
         self.vllm = VllmEngine()
+
+    def check_args(self, host: str | None, key: str, args: tuple[str, ...]) -> None:
+        self.vllm.check_args(host, key, args)
 
     def check(self, version: Version, method: str, target: Target) -> Support:
         return facts.check(version, method, target)

