@@ -31,6 +31,7 @@ import shutil
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 TARGET = "SmolLM2-135M-Instruct"
 EAGLE3 = "SmolLM2-135M-Instruct-eagle3-random"
@@ -123,7 +124,7 @@ def build_target(models: Path, force: bool) -> None:
     publish(work, final, inputs)
 
 
-def _head_config(tcfg: object) -> object:
+def _head_config(tcfg: Any) -> Any:
     from transformers import LlamaConfig
 
     rope = getattr(tcfg, "rope_parameters", None) or {
@@ -183,7 +184,7 @@ def build_eagle3(models: Path, force: bool) -> None:
     if not force and stamp_ok(final, inputs):
         return
     work = fresh(final)
-    _head_config(tcfg).save_pretrained(work)  # type: ignore[attr-defined]
+    _head_config(tcfg).save_pretrained(work)
     tensors = _head_tensors(tcfg.hidden_size, tcfg.vocab_size)
     save_file(tensors, str(work / "model.safetensors"), metadata={"format": "pt"})
     publish(work, final, inputs)
