@@ -157,6 +157,10 @@ class VllmEngine(Engine):
         return [("VLLM_CPU_KVCACHE_SPACE", str(int(plan.fit.kv_gib))),
                 ("LD_PRELOAD", f"{TCMALLOC}:{IOMP5}")]
 
+    def hub_cli_dir(self, plan: Plan) -> str | None:
+        # vllm-cpu's requirements bring huggingface_hub and its `hf` into the venv
+        return f"{layout.VLLM_CPU_VENV}/bin" if cpu_plan(plan) else None
+
     def host_packages(self, plan: Plan) -> list[HostPackage]:
         return list(CPU_PACKAGES) if cpu_plan(plan) else []
 
@@ -173,8 +177,11 @@ class VllmEngine(Engine):
                                       plan.engine_version, truth=True)]
 
     def version_probe(self) -> str:
-        cpu = shlex.quote(f"{layout.VLLM_CPU_VENV}/bin/vllm")
-        return (f"if [ -x {cpu} ]; then echo \"vllm=$({cpu} --version 2>/dev/null | tail -n 1)\"; "
+        # vllm-cpu's own distribution, read from its venv's metadata (`vllm --version` imports
+        # torch and vLLM: 10-50 s on a small CPU host)
+        py = shlex.quote(f"{layout.VLLM_CPU_VENV}/bin/python")
+        cpu = shlex.quote("import importlib.metadata as m; print(m.version('vllm-cpu'))")
+        return (f"if [ -x {py} ]; then echo \"vllm=$({py} -c {cpu} 2>/dev/null | tail -n 1)\"; "
                 "elif command -v vllm >/dev/null 2>&1; then "
                 "echo \"vllm=$(vllm --version 2>/dev/null | tail -n 1)\"; fi")
 
