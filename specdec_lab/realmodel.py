@@ -83,6 +83,9 @@ def _build_venv(log: Log) -> Path:
           str(venv / "bin" / "python"), "--no-deps", "--require-hashes", "--find-links",
           str(wheels_dir()), "-r", str(BUILD_LOCK)], f"install {BUILD_LOCK.name}", env)
     (venv / "specdec-venv.json").write_text(json.dumps({"lock": BUILD_LOCK.name}) + "\n")
+    for old in CACHE_DIR.glob("smollm2-build-*"):  # another converter's or lock's
+        if old != venv:
+            shutil.rmtree(old, ignore_errors=True)
     return venv
 
 
