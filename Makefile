@@ -10,7 +10,7 @@ APT_PACKAGES = systemd-container debootstrap docker-registry skopeo iproute2 pro
 	etcd-server python3-venv nftables nginx util-linux prometheus
 STAMP = .make
 
-.PHONY: setup dynamo-venv hub-clients real-engine bench-real test lint unit contract e2e demo demo-down clean
+.PHONY: setup dynamo-venv hub-clients real-engine bench-real e2e-real test lint unit contract e2e demo demo-down clean
 
 $(STAMP)/apt:
 	@mkdir -p $(STAMP)
@@ -47,9 +47,14 @@ setup: $(STAMP)/apt $(STAMP)/pip dynamo-venv hub-clients
 real-engine: setup
 	$(PYTHON) -c 'from specdec_lab import realmodel, vllmcpu; vllmcpu.ensure_venv(log=print); realmodel.ensure_models(log=print)'
 
-# The real engine, baseline against n-gram speculation (benchmarks/real_engine.py).
+# The real engine, baseline against n-gram speculation (benchmarks/real_engine.py), and the
+# deploy end to end against lab-cpu (tests/e2e/test_real_engine.py: 10-25 minutes; skipped in
+# `make test` without SPECDEC_E2E_REAL=1).
 bench-real: real-engine
 	$(PYTHON) benchmarks/real_engine.py
+
+e2e-real: real-engine
+	SPECDEC_E2E_REAL=1 $(PYTHON) -m pytest -q -ra tests/e2e/test_real_engine.py
 
 lint: setup
 	ruff check specdec roles deploys inventories group_data tests benchmarks monitoring
