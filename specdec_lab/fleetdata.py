@@ -17,8 +17,9 @@ plus the lab's environment knobs.
     host downloads straight from the lab's Hub.
 ``SPECDEC_LAB_REAL=0|1``
     whether the real-engine rows (an x86-cpu host running the real vLLM, `specdec_lab.vllmcpu`)
-    are in the fleet (default 0: opt-in, ``make real-engine`` builds what they need). They come after every group, at fixed
-    addresses; ``SPECDEC_LAB_HOSTS=0 SPECDEC_LAB_DYNAMO=0`` leaves only them.
+    are in the fleet (default 0: opt-in; ``make real-engine`` builds what they need). They come
+    after every group, at fixed addresses; ``SPECDEC_LAB_HOSTS=0 SPECDEC_LAB_DYNAMO=0`` leaves
+    only them.
 ``SPECDEC_LAB_DYNAMO=0|1``
     whether the inventory's Dynamo serving group rows are in the fleet (default 1). They come
     after the table's rows at fixed addresses (their number counts on from the table's

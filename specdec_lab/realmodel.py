@@ -22,7 +22,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,10 +29,9 @@ from functools import cache
 from pathlib import Path
 
 from specdec_lab.contract.installer import LOCKS, cache_root, ensure_uv, wheels_dir
-from specdec_lab.errors import LabError
 from specdec_lab.filelock import locked
 from specdec_lab.paths import CACHE_DIR
-from specdec_lab.vllmcpu import BASE_PYTHON
+from specdec_lab.vllmcpu import BASE_PYTHON, run_step
 
 __all__ = ["MODELS_DIR", "REPOS", "LocalFile", "ensure_models", "local_files"]
 
@@ -61,12 +59,7 @@ def _key() -> str:
 
 
 def _run(argv: list[str], what: str, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=3600,
-                          check=False)
-    if proc.returncode != 0:
-        tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-4:])
-        raise LabError(f"lab models: {what} failed (exit {proc.returncode}): {tail}")
-    return proc.stdout
+    return run_step(argv, what, env, who="lab models")
 
 
 def _build_venv(log: Log) -> Path:

