@@ -173,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="also write every run's result here")
     args = ap.parse_args(argv)
     args.concurrency = tuple(int(c) for c in args.concurrency.split(","))
-    resource.setrlimit(resource.RLIMIT_NOFILE, (65536, 65536))
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # vLLM warns below 65536
     venv = vllmcpu.ensure_venv(log=print)
     model = realmodel.ensure_models(log=print) / realmodel.REPOS[REPO]
     lo, hi = NGRAM_PROMPT_LOOKUP
