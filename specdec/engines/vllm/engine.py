@@ -104,7 +104,7 @@ class VllmEngine(Engine):
     # FlexibleArgumentParser (vllm v0.9.2 vllm/utils/__init__.py parse_args; the same in v0.11)
     # reads --a_b as --a-b and --k.x=v as --k; argparse's allow_abbrev takes a unique prefix
     abbreviated_flags = True
-    reserved_env = ("VLLM_API_KEY",)
+    reserved_env = ("VLLM_API_KEY", "VLLM_CPU_KVCACHE_SPACE")  # the CPU worker's KV size: the fit's
 
     def check(self, version: Version, method: str, target: Target) -> Support:
         return facts.check(version, method, target)
