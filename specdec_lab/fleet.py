@@ -23,19 +23,27 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from specdec.catalog import load_catalog
 from specdec.config import apikey
 from specdec.config.inventory import load_inventory
 from specdec.engines.registry import engine
 from specdec.errors import SpecdecError
 from specdec.plan.groups import groups_of
 from specdec.plan.hostdata import parse_hosts
-from specdec_lab import dynamo, hubsvc, images, link
+from specdec_lab import dynamo, hubsvc, images, link, realmodel, vllmcpu
 from specdec_lab import host as hostmod
 from specdec_lab import sites as labsite
 from specdec_lab.errors import LabError
 from specdec_lab.footprint import netns_pss_kib
 from specdec_lab.instance import Instance
-from specdec_lab.rootfs import HOST_RECIPE, IMAGE_RECIPE, cached_rootfs, ensure_rootfs
+from specdec_lab.rootfs import (
+    CPU_LAYER,
+    HOST_RECIPE,
+    IMAGE_RECIPE,
+    cached_rootfs,
+    ensure_layer,
+    ensure_rootfs,
+)
 from specdec_lab.spec import LabHost, lab_hosts
 from specdec_lab.state import (
     HostRecord,
@@ -227,6 +235,11 @@ def up(inventory: str, *, limit: str | None = None, log: Log = _noop,
         log(f"images: {len(built.images)} mirrors of the catalog images in the lab registry")
         if any(h.engine == "dynamo" for h in hosts):
             dynamo.ensure_venv(log=log)
+        roots = {"host": host_root}
+        if any(load_catalog().device(h.device).is_cpu for h in hosts):
+            roots["cpu"] = ensure_layer(CPU_LAYER)  # the real engine's OS packages
+            vllmcpu.ensure_venv(log=log)  # the real engine, and real weights for its Hub
+            realmodel.ensure_models(log=log)
         _ensure_key(inst)
         _ensure_hf_token(inst)
         _ensure_api_key(inst)
@@ -246,7 +259,7 @@ def up(inventory: str, *, limit: str | None = None, log: Log = _noop,
         save_state(inst, state)
         log(f"instance {inst.name}: {inst.subnet}, state in {inst.dir}")
         try:
-            _bring_up(inst, state, hosts, host_root, built, log)
+            _bring_up(inst, state, hosts, roots, built, log)
             # The lab's Hub on the control side, and the site's routes to its mirror host.
             state["hub"] = hubsvc.start(inst, hosts, tokens)
             save_state(inst, state)
@@ -286,7 +299,7 @@ def _inotify_room(n: int, log: Log) -> None:
         log(f"fs.inotify.max_user_instances: {now} -> {want} (systemd in {n} hosts)")
 
 
-def _bring_up(inst: Instance, state: dict[str, Any], hosts: list[LabHost], host_root: Path,
+def _bring_up(inst: Instance, state: dict[str, Any], hosts: list[LabHost], roots: dict[str, Path],
               built: images.BuiltImages, log: Log) -> None:
     hostmod.ensure_nspawn_run()
     _inotify_room(len(hosts), log)
@@ -335,7 +348,8 @@ def _bring_up(inst: Instance, state: dict[str, Any], hosts: list[LabHost], host_
     for h in hosts:  # each host's boot is timed from its own start (Proc records it)
         root = hostmod.host_dir(h) / "root"
         _record(inst, state, h.name, "root", str(root))
-        hostmod.mount_root(h, host_root)
+        hostmod.mount_root(h, roots["cpu" if load_catalog().device(h.device).is_cpu
+                                    else "host"])
         hostmod.prepare_root(h, root)
         _record(inst, state, h.name, "nspawn", hostmod.boot(h, root))
         log(f"{h.name}: booting {h.device} at {h.address}")

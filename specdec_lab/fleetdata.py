@@ -15,6 +15,11 @@ plus the lab's environment knobs.
     which host runs the lab site's mirror (default: the fleet's first host; `specdec_lab.sites`):
     every host is at site ``lab`` and downloads and pulls through it; ``none``: no site, every
     host downloads straight from the lab's Hub.
+``SPECDEC_LAB_REAL=0|1``
+    whether the real-engine rows (an x86-cpu host running the real vLLM, `specdec_lab.vllmcpu`)
+    are in the fleet (default 0: opt-in; ``make real-engine`` builds what they need). They come
+    after every group, at fixed addresses; ``SPECDEC_LAB_HOSTS=0 SPECDEC_LAB_DYNAMO=0`` leaves
+    only them.
 ``SPECDEC_LAB_DYNAMO=0|1``
     whether the inventory's Dynamo serving group rows are in the fleet (default 1). They come
     after the table's rows at fixed addresses (their number counts on from the table's
@@ -47,6 +52,7 @@ __all__ = [
     "LAB_MEMLOCK",
     "fleet",
     "parse_faults",
+    "real_on",
 ]
 
 DEFAULT_HOSTS = 4
@@ -99,6 +105,14 @@ def _count(env: Mapping[str, str], table_len: int, low: int = 1) -> int:
     return int(text)
 
 
+def real_on(env: Mapping[str, str]) -> bool:
+    """``SPECDEC_LAB_REAL=0|1`` (default 0): whether the real-engine rows are in the fleet."""
+    text = env.get("SPECDEC_LAB_REAL", "").strip() or "0"
+    if text not in ("0", "1"):
+        raise ValueError(f"SPECDEC_LAB_REAL={text!r}: must be 0 or 1")
+    return text == "1"
+
+
 def _dynamo_on(env: Mapping[str, str]) -> bool:
     text = env.get("SPECDEC_LAB_DYNAMO", "").strip() or "1"
     if text not in ("0", "1"):
@@ -122,62 +136,47 @@ def fleet(table: Sequence[tuple[str, dict[str, Any]]],
           groups: Sequence[tuple[str, dict[str, Any]]] = (),
           fleet_groups: Sequence[tuple[str, dict[str, Any]]] = (),
           optional: Sequence[tuple[str, dict[str, Any]]] = (),
+          real: Sequence[tuple[str, dict[str, Any]]] = (),
           ) -> list[tuple[str, dict[str, Any]]]:
     """pyinfra host tuples for the table's first ``SPECDEC_LAB_HOSTS`` hosts.
 
     Each table row gives ``lab_device`` and the host's ``specdec_*`` choices; the n-th host
     (from 1) gets address ``10.X.<n>.2`` in the instance's subnet (``10.213`` for ``demo``),
     the instance's SSH settings, the lab memlock ceiling, the emulator image for its engine
-    (docker runtime) and the emulator knobs in ``specdec_env``.
+    (docker runtime) and the emulator knobs in ``specdec_env``. ``optional``: rows that join
+    when ``SPECDEC_LAB_OPTIONAL`` names them; ``real``: rows that run the real engine
+    (`real_on`), numbered after every other, without emulator knobs.
     """
     env = os.environ if env is None else env
     try:
         inst = Instance.from_env(env)
     except ConfigError as exc:
         raise ValueError(str(exc)) from None
-    with_groups = bool(groups) and _dynamo_on(env)
-    extra = _optional(env, optional, len(table) + len(groups) + len(fleet_groups) + 1)
-    count = _count(env, len(table), 0 if with_groups or extra else 1)
-    numbered = list(enumerate(table, start=1))[:count]
-    if with_groups:
-        numbered += list(enumerate(groups, start=len(table) + 1))
-        if count >= FLEET_FROM:
-            numbered += list(enumerate(fleet_groups, start=len(table) + len(groups) + 1))
-    numbered += extra
+    numbered = _numbered(env, table, groups, fleet_groups, optional, real)
     scale = env.get("SPECDEC_LAB_TIME_SCALE", "").strip() or DEFAULT_TIME_SCALE
     variant = env.get("SPECDEC_LAB_ACCEPTANCE", "").strip()  # the emulator's speculation world
     if variant and variant not in ("chain", "measured"):
         raise ValueError(f"SPECDEC_LAB_ACCEPTANCE={variant!r} is not one of chain, measured")
     faults = parse_faults(env.get("SPECDEC_LAB_FAULTS"),
-                          [name for name, _ in (*table, *groups, *fleet_groups, *optional)])
+                          [name for name, _ in (*table, *groups, *fleet_groups, *optional,
+                                                *real)])
     mirror = mirror_host(env, [name for _, (name, _) in numbered])
     hosts = []
     for n, (name, row) in numbered:
-        data: dict[str, Any] = {
-            # Each host lives in its own network namespace behind a /30 veth (10.X.n.1 is
-            # this machine's side); its sshd accepts root with the instance's key only.
-            "ssh_hostname": inst.host_address(n),
-            "ssh_user": "root",
-            "ssh_key": str(inst.key_file),
-            # Lab host keys are regenerated on every `lab up`: nothing to pin.
-            "ssh_known_hosts_file": "/dev/null",
-            "ssh_strict_host_key_checking": "no",
-            "specdec_memlock": LAB_MEMLOCK,
-            # the instance's own API key and serving groups' CAs (made by `lab up` / the deploy)
-            "specdec_api_key_file": str(inst.api_key_file),
-            "specdec_pki_dir": str(inst.pki_dir),
-            **row,
-        }
+        data = _host_data(inst, n, row)
         device = data["lab_device"]
-        data.setdefault("specdec_device", device)
         fault = row.get("lab_fault") or faults.get(name)
+        emu: dict[str, str] = {}
+        if load_catalog().device(device).is_cpu:
+            if fault:
+                raise ValueError(f"{name}: lab_fault={fault!r}: a real engine host has no "
+                                 "emulated faults")
+        else:
+            emu = {"SPECDEC_EMU_DEVICE": device, "SPECDEC_EMU_TIME_SCALE": scale,
+                   **({"SPECDEC_EMU_ACCEPTANCE": variant} if variant else {}),
+                   **({"SPECDEC_EMU_FAULT": fault} if fault else {})}
         if fault:
             data["lab_fault"] = fault
-        emu = {"SPECDEC_EMU_DEVICE": device, "SPECDEC_EMU_TIME_SCALE": scale}
-        if variant:
-            emu["SPECDEC_EMU_ACCEPTANCE"] = variant
-        if fault:
-            emu["SPECDEC_EMU_FAULT"] = fault
         data["specdec_env"] = {**emu, **row.get("specdec_env", {})}
         if data.get("specdec_runtime", "docker") == "docker":
             # The lab's mirror of the catalog image (a row's `lab_image`, else the device's
@@ -194,3 +193,47 @@ def fleet(table: Sequence[tuple[str, dict[str, Any]]],
             data.setdefault("specdec_hf_token_file", str(inst.hf_token_file))
         hosts.append((name, data))
     return hosts
+
+
+def _numbered(env: Mapping[str, str], table: Sequence[tuple[str, dict[str, Any]]],
+              groups: Sequence[tuple[str, dict[str, Any]]],
+              fleet_groups: Sequence[tuple[str, dict[str, Any]]],
+              optional: Sequence[tuple[str, dict[str, Any]]],
+              real: Sequence[tuple[str, dict[str, Any]]],
+              ) -> list[tuple[int, tuple[str, dict[str, Any]]]]:
+    """The rows in the fleet, each with its fixed number (its address): the table's, the
+    groups', the optional hosts named, then the real engine's."""
+    with_groups = bool(groups) and _dynamo_on(env)
+    with_real = bool(real) and real_on(env)
+    extra = _optional(env, optional, len(table) + len(groups) + len(fleet_groups) + 1)
+    count = _count(env, len(table), 0 if with_groups or with_real or extra else 1)
+    numbered = list(enumerate(table, start=1))[:count]
+    if with_groups:
+        numbered += list(enumerate(groups, start=len(table) + 1))
+        if count >= FLEET_FROM:
+            numbered += list(enumerate(fleet_groups, start=len(table) + len(groups) + 1))
+    numbered += extra
+    if with_real:
+        first = len(table) + len(groups) + len(fleet_groups) + len(optional) + 1
+        numbered += list(enumerate(real, start=first))
+    return numbered
+
+
+def _host_data(inst: Instance, n: int, row: dict[str, Any]) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        # Each host lives in its own network namespace behind a /30 veth (10.X.n.1 is
+        # this machine's side); its sshd accepts root with the instance's key only.
+        "ssh_hostname": inst.host_address(n),
+        "ssh_user": "root",
+        "ssh_key": str(inst.key_file),
+        # Lab host keys are regenerated on every `lab up`: nothing to pin.
+        "ssh_known_hosts_file": "/dev/null",
+        "ssh_strict_host_key_checking": "no",
+        "specdec_memlock": LAB_MEMLOCK,
+        # the instance's own API key and serving groups' CAs (made by `lab up` / the deploy)
+        "specdec_api_key_file": str(inst.api_key_file),
+        "specdec_pki_dir": str(inst.pki_dir),
+        **row,
+    }
+    data.setdefault("specdec_device", data["lab_device"])
+    return data

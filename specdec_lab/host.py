@@ -22,6 +22,7 @@ from specdec_lab.spec import LabHost
 from specdec_lab.state import BOOT_LOOP_NAME, shared_lock
 from specdec_lab.system import Proc, is_mounted, run
 from specdec_lab.teardown import NSPAWN_TMPFS
+from specdec_lab.vllmcpu import nspawn_binds as vllm_cpu_binds
 
 __all__ = [
     "DAEMON_JSON",
@@ -252,15 +253,18 @@ def prepare_root(h: LabHost, root: Path) -> None:
             link.unlink()
         link.symlink_to(target)
     # nspawn binds over /proc after switching root: that source is a path inside the host.
-    _write(root, MEMINFO.lstrip("/"), meminfo(ident.memtotal_kb), 0o444)
+    if ident.bind_meminfo:
+        _write(root, MEMINFO.lstrip("/"), meminfo(ident.memtotal_kb), 0o444)
 
     # The emulator, natively: the whole (pure-Python) specdec package under /opt/specdec, so
-    # `specdec identify` works on the host too.
+    # `specdec identify` works on the host too. An x86-cpu host runs the real vLLM instead
+    # (`specdec_lab.vllmcpu`, bound at /opt/vllm-cpu/venv): no emulated engine on its PATH.
     for rel, data in emulator_files(_package_parts()).items():
         _write(root, f"{INSTALL_DIR}/{rel}", data)
     versions = native_versions(h.device)
     for name, text in wrapper_scripts(versions=versions).items():
-        _write(root, f"usr/local/bin/{name}", text, 0o755)
+        if not device.is_cpu:
+            _write(root, f"usr/local/bin/{name}", text, 0o755)
     if "trtllm" in versions:
         # What `pip install tensorrt_llm` leaves (bookworm: Python 3.11), so its version reads
         # as on a real host.
@@ -329,11 +333,15 @@ def nspawn_argv(h: LabHost, root: Path) -> list[str]:
         "--link-journal=no",
         "--resolv-conf=off",
         "--timezone=off",
-        # Device identity: MemTotal of the device; the device tree a Jetson has.
-        f"--bind-ro={MEMINFO}:/proc/meminfo",
+        # Device identity: MemTotal of the device (an x86-cpu host: the machine's own); the
+        # device tree a Jetson has.
+        *([] if load_catalog().device(h.device).is_cpu else [
+            f"--bind-ro={MEMINFO}:/proc/meminfo"]),
         f"--bind-ro={d / 'firmware'}:/sys/firmware",
         # A Dynamo host: the lab's Dynamo venv and its worker stand-in (specdec_lab/dynamo.py).
         *dynamo_binds(h, d),
+        # An x86-cpu host: the real vLLM venv, read-only (specdec_lab/vllmcpu.py).
+        *vllm_cpu_binds(h),
         *hub_client(h.device, h.engine, h.runtime)[0],
     ]
 

@@ -1,4 +1,6 @@
-"""What the lab's Hub serves for a repo: the emulated model's files at its one revision.
+"""What the lab's Hub serves for a repo: the emulated model's files at its one revision, or a
+real model's (`specdec_lab.realmodel`: the x86-cpu host's SmolLM2 and its head), read from
+disk.
 
 The small files are the engine emulator's (`specdec_lab.emulator.hf.repo_files`: ``config.json``
 describing the catalog model, the tokenizer, ...), stored in git on the Hub: their ETag is the
@@ -17,6 +19,7 @@ from functools import lru_cache
 
 from specdec_lab.emulator.hf import repo_files, revision_of
 from specdec_lab.emulator.profiles import model_spec
+from specdec_lab.realmodel import LocalFile, local_files
 
 __all__ = ["BLOCK", "GATED_PREFIXES", "WEIGHTS", "HubRepo", "RepoFile", "hub_repo", "is_gated"]
 
@@ -24,6 +27,7 @@ __all__ = ["BLOCK", "GATED_PREFIXES", "WEIGHTS", "HubRepo", "RepoFile", "hub_rep
 GATED_PREFIXES = ("meta-llama/", "nvidia/Llama-")
 WEIGHTS = "model-00001-of-00001.safetensors"
 BLOCK = 65536
+LFS_OVER = 10 * 1024 * 1024
 MIN_WEIGHTS = 4096
 
 
@@ -49,6 +53,7 @@ class RepoFile:
     sha256: str | None = None  # LFS oid
     seed: bytes = b""
     pointer_size: int = 0
+    source: str = ""  # an LFS file with real bytes: read from this path (`specdec_lab.realmodel`)
 
     @property
     def lfs(self) -> bool:
@@ -63,6 +68,9 @@ class RepoFile:
         end = self.size if end is None else min(end, self.size)
         if self.data is not None:
             yield self.data[start:end]
+            return
+        if self.source:
+            yield from _file_chunks(self.source, start, end)
             return
         pos = start
         while pos < end:
@@ -80,6 +88,22 @@ class RepoFile:
         return entry
 
 
+def _file_chunks(path: str, start: int, end: int) -> Iterator[bytes]:
+    with open(path, "rb") as fh:
+        fh.seek(start)
+        left = end - start
+        while left > 0:
+            piece = fh.read(min(BLOCK, left))
+            if not piece:
+                return
+            left -= len(piece)
+            yield piece
+
+
+def _pointer(sha: str, size: int) -> bytes:
+    return f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha}\nsize {size}\n".encode()
+
+
 def _lfs_file(repo: str, revision: str, path: str, size: int) -> RepoFile:
     seed = hashlib.sha256(f"specdec-lab-hub:{repo}@{revision}/{path}:{size}".encode()).digest()
     f = RepoFile(path, size, "", seed=seed)
@@ -87,10 +111,25 @@ def _lfs_file(repo: str, revision: str, path: str, size: int) -> RepoFile:
     for chunk in f.chunks():
         digest.update(chunk)
     sha = digest.hexdigest()
-    pointer = (f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha}\nsize {size}\n"
-               ).encode()
+    pointer = _pointer(sha, size)
     return RepoFile(path, size, git_blob_id(pointer), sha256=sha, seed=seed,
                     pointer_size=len(pointer))
+
+
+def _real_repo(repo: str, files: tuple[LocalFile, ...]) -> HubRepo:
+    """A repo of real files (a built folder): small ones in git, the rest LFS (the Hub's rule:
+    a file over 10 MB must be LFS), its revision a hash of every file's sha256."""
+    rev = hashlib.sha1("".join(f"{f.path}\0{f.sha256}\n" for f in files).encode()).hexdigest()
+    out = []
+    for f in files:
+        if f.size <= LFS_OVER:
+            data = f.source.read_bytes()
+            out.append(RepoFile(f.path, len(data), git_blob_id(data), data=data))
+        else:
+            pointer = _pointer(f.sha256, f.size)
+            out.append(RepoFile(f.path, f.size, git_blob_id(pointer), sha256=f.sha256,
+                                pointer_size=len(pointer), source=str(f.source)))
+    return HubRepo(repo, rev, is_gated(repo), tuple(out))
 
 
 @dataclass(frozen=True)
@@ -120,7 +159,11 @@ class HubRepo:
 
 @lru_cache(maxsize=64)
 def hub_repo(repo: str, scale: float) -> HubRepo | None:
-    """The repo as the lab's Hub has it (None: not a catalog model or head)."""
+    """The repo as the lab's Hub has it (None: not a catalog model or head): real weights
+    where the lab built them (`specdec_lab.realmodel`), else the emulated ones."""
+    real = local_files(repo)
+    if real is not None:
+        return _real_repo(repo, real)
     spec = model_spec(repo)
     if spec is None:
         return None

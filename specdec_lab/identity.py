@@ -8,6 +8,8 @@ stand-ins (`specdec_lab.tegra`) and the ``nvpmodel.service`` that applies the ke
 An Orin Nano / NX host is a JetPack 6.2 (L4T 36.4.3) super flash: its device tree says "Super".
 DGX Spark: ``nvidia-smi`` answering NVIDIA GB10, ``/etc/dgx-release``, ``MemTotal``. Both are
 aarch64 (``uname -m``) although the lab runs on x86_64: a ``uname`` shim says so.
+An x86-cpu host is this machine as it is (a GPU-less x86-64 host, the real engine runs on it):
+no identity file, no shim, its own /proc/meminfo (`DeviceFiles.bind_meminfo` false).
 """
 
 from __future__ import annotations
@@ -109,6 +111,7 @@ class DeviceFiles:
     memtotal_kb: int
     gpu_name: str | None
     links: dict[str, str] = field(default_factory=dict)  # path -> symlink target
+    bind_meminfo: bool = True  # the lab binds meminfo(memtotal_kb) over /proc/meminfo
 
 
 def meminfo(total_kb: int) -> str:
@@ -212,6 +215,8 @@ def device_files(device: Device, install_dir: str = "opt/specdec") -> DeviceFile
     """Identity files for ``device`` (paths relative to the host root, or to ``firmware/`` for
     the device tree that the lab mounts at /sys/firmware)."""
     total_kb = int(device.memtotal_gib * 1024 * 1024)  # the catalog's MemTotal
+    if device.is_cpu:  # the machine itself
+        return DeviceFiles(files={}, memtotal_kb=total_kb, gpu_name=None, bind_meminfo=False)
     files: dict[str, bytes] = {"usr/local/bin/uname": UNAME_SHIM.encode()}
     links: dict[str, str] = {}
     gpu = None

@@ -22,8 +22,8 @@ from specdec_lab.filelock import locked
 from specdec_lab.paths import CACHE_DIR
 from specdec_lab.system import mounts
 
-__all__ = ["HOST_RECIPE", "IMAGE_RECIPE", "Recipe", "cached_rootfs",
-           "ensure_rootfs"]
+__all__ = ["CPU_LAYER", "HOST_RECIPE", "IMAGE_RECIPE", "Layer", "Recipe", "cached_rootfs",
+           "ensure_layer", "ensure_rootfs"]
 
 # The Debian archive debootstrap installs from (not the lab site's mirror host: specdec_lab.sites).
 MIRROR = os.environ.get("SPECDEC_LAB_DEBIAN_MIRROR", "http://deb.debian.org/debian")
@@ -94,15 +94,39 @@ IMAGE_RECIPE = Recipe(
 )
 
 
+@dataclass(frozen=True)
+class Layer:
+    """Debian packages added to a built rootfs (``dpkg -i`` in a chroot of a copy: seconds,
+    where a recipe of its own would debootstrap again): a host kind's own root, e.g. an
+    x86-cpu host's."""
+
+    name: str
+    base: Recipe
+    packages: tuple[str, ...]
+
+    def digest(self) -> str:
+        doc = {"base": self.base.digest(), "packages": list(self.packages)}
+        return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:12]
+
+    def path(self) -> Path:
+        return CACHE_DIR / f"rootfs-{self.name}-{self.digest()}"
+
+
+# An x86-cpu host runs the real vLLM for CPU: what it needs from the OS that a lab host lacks
+# (the deploy checks them, specdec.engines.vllm.engine CPU_PACKAGES): vllm/_C*.so link
+# libnuma.so.1, tcmalloc is preloaded (util-linux's lscpu is in every minbase).
+CPU_LAYER = Layer("cpuhost", HOST_RECIPE, ("libnuma1", "libtcmalloc-minimal4"))
+
+
 def cached_rootfs(recipe: Recipe) -> Path | None:
     """The recipe's cached rootfs, or None when it has not been built."""
     path = recipe.path()
     return path if (path / ".specdec-recipe.json").is_file() else None
 
 
-def _run(argv: list[str], what: str, log: Path) -> None:
+def _run(argv: list[str], what: str, log: Path, cwd: Path | None = None) -> None:
     with open(log, "ab") as out:
-        proc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False)
+        proc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, check=False)
     if proc.returncode != 0:
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] or ["?"]
         raise LabError(f"{what} failed (exit {proc.returncode}): {tail[0]} (log: {log})")
@@ -150,14 +174,47 @@ def ensure_rootfs(recipe: Recipe) -> Path:
         (work / ".specdec-recipe.json").write_text(
             json.dumps(asdict(recipe), indent=1, sort_keys=True) + "\n"
         )
-        # Older builds of the same recipe name are stale now, unless a running lab (another
-        # instance, older sources) still has one as the lower layer of a host's root.
-        lowers = {low for m in mounts() if m.fstype == "overlay"
-                  for opt in m.options.split(",") if opt.startswith("lowerdir=")
-                  for low in opt.removeprefix("lowerdir=").split(":")}
-        for old in CACHE_DIR.glob(f"rootfs-{recipe.name}-*"):
-            if old != final and old.is_dir() and not old.name.endswith(".building") \
-                    and str(old) not in lowers:
-                shutil.rmtree(old, ignore_errors=True)
+        _prune(recipe.name, final)
+        work.rename(final)
+        return final
+
+
+def _prune(name: str, keep: Path) -> None:
+    """Older builds of the same name are stale now, unless a running lab (another instance,
+    older sources) still has one as the lower layer of a host's root."""
+    lowers = {low for m in mounts() if m.fstype == "overlay"
+              for opt in m.options.split(",") if opt.startswith("lowerdir=")
+              for low in opt.removeprefix("lowerdir=").split(":")}
+    for old in CACHE_DIR.glob(f"rootfs-{name}-*"):
+        if old != keep and old.is_dir() and not old.name.endswith(".building") \
+                and str(old) not in lowers:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def ensure_layer(layer: Layer) -> Path:
+    """The base rootfs with ``layer``'s packages (the control node's apt fetches them: the same
+    Debian release), built once; concurrent callers wait."""
+    base = ensure_rootfs(layer.base)
+    with locked(CACHE_DIR / ".rootfs.lock"):
+        final = layer.path()
+        if (final / ".specdec-recipe.json").is_file():
+            return final
+        work = final.with_name(final.name + ".building")
+        log = CACHE_DIR / f"rootfs-{layer.name}.log"
+        log.write_text("")
+        if work.exists():
+            shutil.rmtree(work)
+        _run(["cp", "-a", "--reflink=auto", str(base), str(work)], "copying the host rootfs", log)
+        debs = work / "tmp" / "specdec-debs"
+        debs.mkdir(parents=True)
+        _run(["apt-get", "download", "-q", *layer.packages],
+             f"apt-get download {' '.join(layer.packages)} (apt-get update?)", log, cwd=debs)
+        _run(["chroot", str(work), "/bin/sh", "-c", "dpkg -i /tmp/specdec-debs/*.deb"],
+             f"dpkg -i {' '.join(layer.packages)} in the {layer.name} rootfs", log)
+        shutil.rmtree(debs)
+        (work / ".specdec-recipe.json").write_text(json.dumps(
+            {"layer": layer.name, "base": layer.base.digest(), "packages": list(layer.packages)},
+            indent=1, sort_keys=True) + "\n")
+        _prune(layer.name, final)
         work.rename(final)
         return final

@@ -48,10 +48,15 @@ FAMILY_CONFIG = {
     "llama3": ("LlamaForCausalLM", "llama"),
     "qwen3": ("Qwen3ForCausalLM", "qwen3"),
     "o200k_harmony": ("GptOssForCausalLM", "gpt_oss"),
+    "smollm2": ("LlamaForCausalLM", "llama"),
 }
 # config.json "vocab_size" of each family (meta-llama/Llama-3.1-8B-Instruct and the Llama 3.2
-# models: 128256; every Qwen3 dense model: 151936; openai/gpt-oss-120b: 201088).
-FAMILY_VOCAB = {"llama3": 128256, "qwen3": 151936, "o200k_harmony": 201088}
+# models: 128256; every Qwen3 dense model: 151936; openai/gpt-oss-120b: 201088;
+# HuggingFaceTB/SmolLM2-135M-Instruct: 49152).
+FAMILY_VOCAB = {"llama3": 128256, "qwen3": 151936, "o200k_harmony": 201088, "smollm2": 49152}
+PLATFORMS = ("l4t", "sbsa", "cpu")  # Jetson Orin, DGX Spark, an x86-64 host's CPU
+# Bytes per weight (and KV element) of a served dtype; catalog sizes are at 16 bits.
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 @dataclass(frozen=True)
@@ -65,7 +70,7 @@ class Device:
     bandwidth_gbs: float
     fp16_tflops: float
     arch: str
-    platform: str  # the images' stack: "l4t" (Jetson Orin) or "sbsa" (Spark, Thor on JetPack 7)
+    platform: str  # "l4t" (Jetson Orin), "sbsa" (Spark, Thor on JetPack 7) or "cpu" (x86-64)
     engines: tuple[str, ...]
     runtimes: tuple[str, ...]
     mem_util_baseline: float
@@ -81,6 +86,11 @@ class Device:
     jetson: bool = False  # a Tegra module: nvpmodel, the Tegra GPU nodes, --runtime nvidia
     quantizations: tuple[str, ...] | None = None  # narrower than the platform's, when set
     presuper_bandwidth_gbs: float | None = None  # the peak before L4T SUPER_L4T (Orin Nano)
+    # the host's own MemTotal is its memory (a generic host): memory_gib is the least it plans
+    # for, memtotal_gib an offline plan's assumption
+    host_memory: bool = False
+    dtype: str | None = None  # the dtype the engine serves in (None: the checkpoint's)
+    native_releases: dict[str, str] = field(default_factory=dict)  # engine -> release, no image
 
     @property
     def is_jetson(self) -> bool:
@@ -98,6 +108,15 @@ class Device:
         if self.presuper_bandwidth_gbs is not None and l4t and _l4t_before(l4t, SUPER_L4T):
             return self.presuper_bandwidth_gbs
         return self.bandwidth_gbs
+
+    @property
+    def is_cpu(self) -> bool:
+        return self.platform == "cpu"
+
+    @property
+    def dtype_scale(self) -> float:
+        """What the served dtype costs per weight and KV element against the catalog's 16 bits."""
+        return DTYPE_BYTES[self.dtype] / 2 if self.dtype else 1.0
 
     def mode_bandwidth_gbs(self, mode: str | None) -> float | None:
         """Peak bandwidth in the nvpmodel mode called ``mode`` (None: not in the catalog)."""
@@ -233,6 +252,7 @@ class Head:
     tokenizer: str
     format: str = "original"  # one of HEAD_FORMATS
     gated: bool = False  # as Model.gated
+    trained: bool = True  # False: random weights (a lab control), never offered by the planner
 
     @property
     def weight_bytes(self) -> int:
@@ -255,13 +275,14 @@ class Catalog:
         return bool(entry and entry.gated)
 
     def heads_for(self, model: Model, method: str) -> list[Head]:
-        """The catalog's ``method`` heads ``model`` takes: the one the model names first, then
-        any other trained for it or for its base model (e.g. another checkpoint format)."""
+        """The catalog's trained ``method`` heads ``model`` takes: the one the model names
+        first, then any other made for it or for its base model (e.g. another checkpoint
+        format). A head with random weights (``trained: false``) is never among them."""
         named = model.heads.get(method)
         out = [self.heads[named]] if named in self.heads else []
         out += sorted((h for h in self.heads.values() if h.method == method
                        and h.id != named and model.takes_head(h)), key=lambda h: h.id)
-        return out
+        return [h for h in out if h.trained]
 
     def default_image(self, device: Device, engine: str, l4t: str | None) -> Image | None:
         """The newest GA image of ``engine`` that runs on the device (its L4T release on a
@@ -345,9 +366,15 @@ def _device(dev_id: str, d: dict[str, Any]) -> Device:
     for m, k in spec_tokens.items():
         if m not in METHODS or not isinstance(k, int) or k < 1:
             raise ConfigError(f"catalog {w}: speculative_tokens.{m}={k!r} is invalid")
-    platform = _req(w, d, "platform", str)
-    if platform not in ("l4t", "sbsa"):
-        raise ConfigError(f"catalog {w}: platform={platform!r} must be l4t or sbsa")
+    platform = _choice(w, "platform", _req(w, d, "platform", str), PLATFORMS)
+    dtype = d.get("dtype")
+    if dtype is not None:
+        dtype = _choice(w, "dtype", str(dtype), tuple(DTYPE_BYTES))
+    natives = d.get("native_releases") or {}
+    if not isinstance(natives, dict) or any(e not in engines or not isinstance(v, str)
+                                            for e, v in natives.items()):
+        raise ConfigError(f"catalog {w}: native_releases={natives!r} must map its engines to "
+                          "release strings")
     modes = _floats(w, "power_modes", d.get("power_modes") or {})
     effs = _floats(w, "bandwidth_efficiency", d.get("bandwidth_efficiency") or {})
     for eng, eff in effs.items():
@@ -388,6 +415,9 @@ def _device(dev_id: str, d: dict[str, Any]) -> Device:
         jetson=_flag(w, d, "jetson", platform == "l4t"),
         quantizations=tuple(quants) if quants is not None else None,
         presuper_bandwidth_gbs=presuper,
+        host_memory=_flag(w, d, "host_memory"),
+        dtype=dtype,
+        native_releases={e: str(Version.parse(v)) for e, v in natives.items()},
     )
 
 
@@ -475,8 +505,8 @@ def _quantizations(data: Any) -> dict[str, Quantization]:
     for q, row in _mapping("quantizations", data).items():
         w = f"quantization {q}"
         plats = tuple(_req(w, row, "platforms", list)) if isinstance(row, dict) else ()
-        if not plats or any(p not in ("l4t", "sbsa") for p in plats):
-            raise ConfigError(f"catalog {w}: platforms must list l4t and/or sbsa")
+        if not plats or any(p not in PLATFORMS for p in plats):
+            raise ConfigError(f"catalog {w}: platforms must list some of {', '.join(PLATFORMS)}")
         out[q] = Quantization(id=q, platforms=plats, note=str(row.get("note") or ""))
     return out
 
@@ -532,6 +562,7 @@ def _head(head_id: str, d: dict[str, Any]) -> Head:
         tokenizer=_req(w, d, "tokenizer", str),
         format=_choice(w, "format", _req(w, d, "format", str), HEAD_FORMATS),
         gated=_flag(w, d, "gated"),
+        trained=_flag(w, d, "trained", default=True),
     )
 
 

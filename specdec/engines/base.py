@@ -233,6 +233,11 @@ class Engine(ABC):
         """Environment of the engine's own, after the Hub's and the token's."""
         return []
 
+    def hub_cli_dir(self, plan: Plan) -> str | None:
+        """Natively: where the engine's install keeps its Hugging Face CLI, when it is not on
+        PATH (the prefetch looks there first)."""
+        return None
+
     def config_file(self, plan: Plan) -> str | None:
         """The name of the release file the engine reads its settings from, if any."""
         return None

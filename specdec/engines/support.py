@@ -19,6 +19,7 @@ class Target:
     id: str
     architecture: str  # config.json "architectures"[0], e.g. Qwen3ForCausalLM
     model_type: str  # config.json "model_type", e.g. qwen3
+    platform: str = ""  # the device's platform when it changes the answer ("cpu": a CPU build)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,10 @@
 """Which catalog device a machine is, from a handful of identity files (pure parsing).
 
+A Jetson by its device tree and L4T release, a DGX Spark by its GPU (nvidia-smi) or DGX OS, a
+GPU-less x86-64 host (x86-cpu) by ``uname -m`` with none of those: no device tree model, no
+NVIDIA GPU answering nvidia-smi, no /etc/dgx-release (an x86 machine with an NVIDIA GPU is
+none of the catalog's devices and is refused).
+
 Used by the pyinfra fact (which fetches exactly `IDENTITY_FILES` over SSH) and by
 ``specdec identify`` (which reads them from a local root with `read_identity_root`).
 """
@@ -80,7 +85,7 @@ JETPACK = {
     "35.6.0": "5.1.4", "35.5.0": "5.1.3", "35.4.1": "5.1.2", "35.3.1": "5.1.1",
     "35.2.1": "5.1", "35.1.0": "5.0.2",
 }
-SUPPORTED = "not a Jetson Orin or Thor, or a DGX Spark"
+SUPPORTED = "not a Jetson Orin or Thor, a DGX Spark or a GPU-less x86-64 host"
 
 
 @dataclass(frozen=True)
@@ -210,6 +215,10 @@ def parse_identity(files: Mapping[str, str | None], catalog: Catalog | None = No
             bandwidth_gbs=device.bandwidth_gbs,
         )
 
+    if not (model or gpu_name or dgx_release):
+        cpu = _cpu_host(cat, arch, memory)
+        if cpu is not None:
+            return cpu
     what = ", ".join(
         x for x in (
             model and f"model {model!r}",
@@ -219,6 +228,21 @@ def parse_identity(files: Mapping[str, str | None], catalog: Catalog | None = No
         ) if x
     )
     raise IdentifyError(f"unsupported hardware ({what}): {SUPPORTED}")
+
+
+
+def _cpu_host(cat: Catalog, arch: str, memory: float) -> Identity | None:
+    """A host with no device tree, no NVIDIA GPU (nvidia-smi absent or silent) and no DGX OS,
+    of a CPU device's architecture (``uname -m``: x86_64): that device, with its own MemTotal
+    (a generic host: the catalog's memory is the least it plans for)."""
+    device = next((d for d in cat.devices.values() if d.is_cpu and d.arch == arch), None)
+    if device is None:
+        return None
+    if memory < device.memory_gib * MEM_LOW:
+        raise IdentifyError(f"{arch} host with {memory:g} GiB MemTotal: {device.id} needs at "
+                            f"least {device.memory_gib * MEM_LOW:.1f} GiB")
+    return Identity(device=device.id, model_string=device.model_string, module_id=None,
+                    l4t=None, memory_gib=memory, arch=arch, gpu_name=None)
 
 
 def _dgx_values(text: str | None) -> dict[str, str]:

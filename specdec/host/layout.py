@@ -14,6 +14,7 @@ __all__ = [
     "CONFIG_DIR",
     "CREDENTIALS",
     "DYNAMO_VENV",
+    "VLLM_CPU_VENV",
     "ETCD_SERVICE",
     "FRONTEND_SERVICE",
     "CURRENT",
@@ -44,6 +45,7 @@ PROXY_SERVICE = "specdec-proxy"
 # The release's units besides the engine's, in start order.
 AUX_SERVICES = (FIREWALL_SERVICE, ETCD_SERVICE, FRONTEND_SERVICE, PROXY_SERVICE)
 DYNAMO_VENV = "/opt/dynamo/venv"  # native runtime: ai-dynamo[vllm] installed here
+VLLM_CPU_VENV = "/opt/vllm-cpu/venv"  # a CPU device's native vLLM: vllm-cpu installed here
 SERVICE_USER = "specdec"
 # The comment (GECOS field) of every account specdec creates: the deploy takes over an existing
 # account only when it carries it (`specdec.roles.common`).

@@ -84,10 +84,12 @@ def as_user(user: str | None, script: str, token: bool = False) -> str:
 
 
 def download_command(repo: str, image: str | None, local_dir: str | None = None,
-                     user: str | None = None, endpoint: Sequence[tuple[str, str]] = ()) -> str:
+                     user: str | None = None, endpoint: Sequence[tuple[str, str]] = (),
+                     cli_dir: str | None = None) -> str:
     """Download ``repo`` (into ``local_dir`` when given), then write its completion record, as
     ``user`` (see the module doc). ``endpoint``: where from (``HF_ENDPOINT`` and what goes with
-    it, `specdec.plan.sites`).
+    it, `specdec.plan.sites`); ``cli_dir``: natively, a directory searched for the CLI before
+    PATH (the engine's own venv, `specdec.engines.base.Engine.hub_cli_dir`).
 
     The token reaches the CLI only as a file (``HF_TOKEN_PATH``), never on a command line."""
     q = shlex.quote
@@ -106,7 +108,8 @@ def download_command(repo: str, image: str | None, local_dir: str | None = None,
         ])
     else:
         env = " ".join(q(kv) for kv in _hub_env_words(endpoint))
-        fetch = (f"env {env} HF_TOKEN_PATH=\"$tok\" sh -c {q(_DOWNLOAD)} sh "
+        path = f"PATH={q(cli_dir)}:\"$PATH\" " if cli_dir else ""
+        fetch = (f"env {env} {path}HF_TOKEN_PATH=\"$tok\" sh -c {q(_DOWNLOAD)} sh "
                  + " ".join(args))
     if local_dir:
         root = q(local_dir)

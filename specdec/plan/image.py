@@ -61,11 +61,13 @@ def image_for_host(s: HostSettings, cat: Catalog, device: Device, engine: str,
 
 
 def engine_version(s: HostSettings, eng: Engine, runtime: str, image: str | None,
-                   img: Image | None, installed: Mapping[str, str] | None
-                   ) -> tuple[Version, str]:
-    """The engine release this host runs, and where that is known from; a release the engine's
-    facts do not know is refused (`Engine.release_problem`), naming where it came from."""
-    version, origin = _engine_version(s, eng, runtime, image, img, installed)
+                   img: Image | None, installed: Mapping[str, str] | None,
+                   assumed: Version | None = None) -> tuple[Version, str]:
+    """The engine release this host runs, and where that is known from (``assumed``: the
+    device's native release in the catalog, for an offline plan of a device without images); a
+    release the engine's facts do not know is refused (`Engine.release_problem`), naming where
+    it came from."""
+    version, origin = _engine_version(s, eng, runtime, image, img, installed, assumed)
     problem = eng.release_problem(version)
     if problem is not None:
         key = {"specdec_engine_version": f"specdec_engine_version={s.engine_version!r}",
@@ -77,8 +79,8 @@ def engine_version(s: HostSettings, eng: Engine, runtime: str, image: str | None
 
 
 def _engine_version(s: HostSettings, eng: Engine, runtime: str, image: str | None,
-                    img: Image | None, installed: Mapping[str, str] | None
-                    ) -> tuple[Version, str]:
+                    img: Image | None, installed: Mapping[str, str] | None,
+                    assumed: Version | None = None) -> tuple[Version, str]:
     engine = eng.name
     pinned = Version.parse(s.engine_version) if s.engine_version else None
     if runtime == "docker":
@@ -112,6 +114,8 @@ def _engine_version(s: HostSettings, eng: Engine, runtime: str, image: str | Non
         return version, ("installed on the host" if found else "specdec_engine_version")
     if pinned is not None:
         return pinned, "specdec_engine_version"
+    if assumed is not None:  # no image: the release the catalog pins for the device
+        return assumed, "assumed from the catalog's native release; the deploy reads the host's"
     if img is None:
         raise ConfigError(
             f"specdec_runtime='native': the {engine} version on the host is not known; set "
@@ -122,11 +126,11 @@ def _engine_version(s: HostSettings, eng: Engine, runtime: str, image: str | Non
 
 
 def runnable(s: HostSettings, eng: Engine, version: Version, model: Model,
-             candidates: Sequence[C], notes: list[str]) -> list[C]:
-    """The candidates this engine release can run. A pinned method it cannot run is an error
-    naming the first release that can; otherwise each skipped one is noted (fallback order:
-    EAGLE-3 -> draft model -> n-gram)."""
-    target = Target(model.id, model.architecture, model.model_type)
+             candidates: Sequence[C], notes: list[str], platform: str = "") -> list[C]:
+    """The candidates this engine release can run on the device's ``platform``. A pinned method
+    it cannot run is an error naming the first release that can; otherwise each skipped one is
+    noted (fallback order: EAGLE-3 -> draft model -> n-gram)."""
+    target = Target(model.id, model.architecture, model.model_type, platform)
     name = eng.label
     out: list[C] = []
     unloadable: dict[str, str] = {}  # method -> why its heads cannot load

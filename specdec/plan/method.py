@@ -67,7 +67,7 @@ def _pinned(s: HostSettings, cat: Catalog, device: Device, model: Model, method:
             )
         return [MethodCandidate(method, None, 0.0, 0, "specdec_method")]
     if s.draft is not None:
-        return [_explicit_draft(s, cat, model, method)]
+        return [_explicit_draft(s, cat, model, method, notes)]
     if method in HEAD_METHODS:
         heads = cat.heads_for(model, method)
         if not heads:
@@ -115,12 +115,19 @@ def _tokenizer_of(cat: Catalog, draft: str) -> str | None:
     return None
 
 
-def _explicit_draft(s: HostSettings, cat: Catalog, model: Model, method: str) -> MethodCandidate:
+def _explicit_draft(s: HostSettings, cat: Catalog, model: Model, method: str,
+                    notes: list[str]) -> MethodCandidate:
     assert s.draft is not None
     d = s.draft
     key = f"specdec_draft={d!r}"
     if d == model.id:
-        raise ConfigError(f"{key}: the draft is the target model itself", host=s.host)
+        if method != "draft_model":
+            raise ConfigError(f"{key}: the draft is the target model itself", host=s.host)
+        # a known truth: every draft is accepted and each step costs the target twice
+        notes.append(f"{key}: the target drafts for itself, a control (every token accepted, "
+                     "no faster): the gate should disable it")
+        return MethodCandidate(method, d, model.weight_gib, model.kv_bytes_per_token,
+                               "specdec_draft (the target itself)")
     tok = _tokenizer_of(cat, d)
     if tok is None:
         raise ConfigError(
@@ -149,6 +156,9 @@ def _explicit_draft(s: HostSettings, cat: Catalog, model: Model, method: str) ->
             raise ConfigError(
                 f"{key}: is a {head.method} head but specdec_method={method!r}", host=s.host
             )
+        if not head.trained:
+            notes.append(f"{key}: random weights (a lab control, never offered): it accepts "
+                         "next to nothing, the gate should disable it")
         return MethodCandidate(method, d, head.weight_gib, one_layer(model), "specdec_draft",
                                head.format)
     if method != "draft_model":

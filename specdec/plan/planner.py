@@ -91,7 +91,10 @@ def _resolve_device(s: HostSettings, identity: Identity | None, cat: Catalog) ->
             "specdec_device is not set and the host was not identified (offline plans need it)",
             host=s.host,
         )
-    return cat.device(device_id)
+    device = cat.device(device_id)
+    if device.host_memory and identity is not None:  # a generic host: its own MemTotal
+        device = dataclasses.replace(device, memtotal_gib=identity.memory_gib)
+    return device
 
 
 def _fit_keys(s: HostSettings, method: str, draft: str | None, util: float, mml: int) -> str:
@@ -175,7 +178,7 @@ def plan_host_settings(
     model = _target_model(s, cat, device)
     cands, cand_notes = candidates(s, cat, device, model)
     notes += cand_notes
-    cands = runnable(s, rel.engine, rel.version, model, cands, notes)
+    cands = runnable(s, rel.engine, rel.version, model, cands, notes, device.platform)
     choice = _memory_fit(s, cat, device, model, cands, notes)
     tuning = _tuning(s, device, choice.cand, cands, rel.engine, notes)
     port = s.port or DEFAULT_PORT
@@ -196,7 +199,9 @@ def _release(s: HostSettings, cat: Catalog, device: Device, identity: Identity |
     name, runtime = _engine_and_runtime(s, device)
     eng = engine(name)
     image, img = _image(s, cat, device, name, runtime, identity, notes)
-    version, origin = engine_version(s, eng, runtime, image, img, installed)
+    native = device.native_releases.get(name)
+    version, origin = engine_version(s, eng, runtime, image, img, installed,
+                                     Version.parse(native) if native else None)
     notes.append(f"{name} {version} ({origin})")
     notes += eng.release_notes(s, version, origin)
     return _Release(eng, runtime, image, version)
@@ -210,7 +215,7 @@ def _engine_and_runtime(s: HostSettings, device: Device) -> tuple[str, str]:
             f"{device.platform}; supported: {', '.join(device.engines)})",
             host=s.host,
         )
-    runtime = s.runtime or "docker"
+    runtime = s.runtime or ("docker" if "docker" in device.runtimes else device.runtimes[0])
     if runtime not in device.runtimes:
         raise PlanError(
             f"specdec_runtime={runtime!r}: not supported on {device.id} "
@@ -322,7 +327,8 @@ def _budget(s: HostSettings, device: Device, model: Model, cand: MethodCandidate
         device.mem_util_speculative if cand.method != "none" else device.mem_util_baseline
     )
     return util, fit(device, model.weight_gib, model.kv_bytes_per_token,
-                     cand.draft_weight_gib, cand.draft_kv_bytes_per_token, util, length)
+                     cand.draft_weight_gib, cand.draft_kv_bytes_per_token, util, length,
+                     s.max_num_seqs or device.max_num_seqs)
 
 
 def _tuning(s: HostSettings, device: Device, cand: MethodCandidate,
@@ -414,8 +420,11 @@ def baseline(plan: Plan, catalog: Catalog | None = None) -> Plan:
         util = plan.gpu_memory_utilization
     else:
         util = device.mem_util_baseline
-    report = fit(device, plan.fit.target_gib, _target_kv(cat, plan), 0.0, 0, util,
-                 plan.max_model_len)
+    if device.host_memory:  # the host's own MemTotal, as planned
+        device = dataclasses.replace(device, memtotal_gib=plan.fit.device_gib)
+    report = fit(device, plan.fit.target_gib / device.dtype_scale,
+                 _target_kv(cat, plan, device.dtype_scale), 0.0, 0, util, plan.max_model_len,
+                 plan.max_num_seqs)
     problem = fit_problem(report, util, plan.max_model_len)
     if problem is not None:
         raise PlanError(
@@ -450,8 +459,9 @@ def speculating(plan: Plan, method: str, draft: str | None, k: int,
                                draft_dir=draft_dir)
 
 
-def _target_kv(cat: Catalog, plan: Plan) -> int:
-    """Recover the target's KV bytes/token from the plan's fit report (needed = len * (t + d))."""
+def _target_kv(cat: Catalog, plan: Plan, scale: float = 1.0) -> int:
+    """Recover the target's KV bytes/token (at 16 bits: the catalog's) from the plan's fit
+    report (needed = len * (t + d) * the device's dtype scale)."""
     draft_kv = 0
     if plan.draft in cat.models:
         draft_kv = cat.models[plan.draft].kv_bytes_per_token
@@ -459,7 +469,7 @@ def _target_kv(cat: Catalog, plan: Plan) -> int:
         draft_kv = one_layer(cat.models[plan.model])
     if plan.model in cat.models and "specdec_model_kv_bytes_per_token" not in plan.pinned:
         return cat.models[plan.model].kv_bytes_per_token
-    total = plan.fit.kv_needed_gib * GIB / max(1, plan.max_model_len)
+    total = plan.fit.kv_needed_gib * GIB / max(1, plan.max_model_len) / scale
     return max(1, int(round(total)) - draft_kv)
 
 

@@ -237,8 +237,7 @@ def _engine_unit(plan: Plan, release_id: str, is_jetson: bool) -> str:
     speculation = describe_speculation(plan)
     engine = _engine(plan)
     env_lines, credentials = _unit_environment(plan, engine, docker)
-    box = sandbox.docker_cli() if docker else sandbox.gpu(
-        is_jetson, [layout.HF_HOME], engine.peers(plan))
+    box = _sandbox(plan, engine, docker, is_jetson)
 
     argv = _docker_argv(plan, release_id, is_jetson) if docker else _native_argv(plan, release_id)
     return template(
@@ -260,6 +259,16 @@ def _engine_unit(plan: Plan, release_id: str, is_jetson: bool) -> str:
         state_dir=layout.STATE_DIR,
         after="".join(" " + u for u in engine.unit_after(plan)),
     )
+
+
+def _sandbox(plan: Plan, engine: Engine, docker: bool, is_jetson: bool) -> list[str]:
+    """The engine unit's hardening: the docker CLI's, a CPU engine's or a GPU engine's."""
+    if docker:
+        return sandbox.docker_cli()
+    device = load_catalog().devices.get(plan.device)
+    if device is not None and device.is_cpu:
+        return sandbox.cpu_engine([layout.HF_HOME], engine.peers(plan))
+    return sandbox.gpu(is_jetson, [layout.HF_HOME], engine.peers(plan))
 
 
 def _unit_environment(plan: Plan, engine: Engine, docker: bool) -> tuple[list[str], list[str]]:

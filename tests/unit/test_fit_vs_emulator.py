@@ -6,16 +6,33 @@ from __future__ import annotations
 import pytest
 
 from specdec.catalog import load_catalog
+from specdec.engines.vllm.engine import VllmEngine
 from specdec.errors import SpecdecError
 from specdec.plan.planner import baseline, make_plan
-from specdec_lab.emulator.memory import EngineFailure, vllm_memory
+from specdec.plan.types import Plan
+from specdec_lab.emulator.memory import EngineFailure, vllm_cpu_memory, vllm_memory
 from specdec_lab.emulator.profiles import device_profile
 from specdec_lab.emulator.setup import setup_for
 
 CAT = load_catalog()
 SMALL = ["Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B", "Qwen/Qwen3-4B", "Qwen/Qwen3-8B",
          "meta-llama/Llama-3.2-1B-Instruct", "meta-llama/Llama-3.2-3B-Instruct",
-         "meta-llama/Llama-3.1-8B-Instruct"]
+         "meta-llama/Llama-3.1-8B-Instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"]
+
+
+def _starts(device: str, p: Plan) -> None:
+    """The emulated engine's startup memory check for the plan (its CPU worker's on a CPU
+    device, with the unit's VLLM_CPU_KVCACHE_SPACE)."""
+    setup = setup_for(device, p.model, p.method if p.speculative else "none",
+                      p.num_speculative_tokens, p.draft if p.method != "eagle3" else None,
+                      max_num_seqs=p.max_num_seqs, max_model_len=p.max_model_len,
+                      weight_scale=CAT.devices[device].dtype_scale)
+    if CAT.devices[device].is_cpu:
+        env = dict(VllmEngine().environment(p))
+        vllm_cpu_memory(setup.memory_inputs(0.0), p.gpu_memory_utilization,
+                        int(env["VLLM_CPU_KVCACHE_SPACE"]))
+    else:
+        vllm_memory(setup.memory_inputs(0.0), p.gpu_memory_utilization)
 
 
 @pytest.mark.parametrize("device", sorted(CAT.devices))
@@ -33,11 +50,8 @@ def test_every_plan_that_fits_starts_in_the_engine(device: str) -> None:
         except SpecdecError:
             continue  # the planner refused it: nothing is deployed
         for p in (plan, baseline(plan)):
-            setup = setup_for(device, p.model, p.method if p.speculative else "none",
-                              p.num_speculative_tokens, p.draft if p.method != "eagle3" else None,
-                              max_num_seqs=p.max_num_seqs, max_model_len=p.max_model_len)
             try:
-                vllm_memory(setup.memory_inputs(0.0), p.gpu_memory_utilization)
+                _starts(device, p)
             except EngineFailure as exc:
                 pytest.fail(f"{device} {p.model} {p.method}: the plan fits "
                             f"({p.fit}) but the engine says: {exc}")

@@ -166,8 +166,47 @@ def test_x86_pc_unsupported() -> None:
     })
     with pytest.raises(IdentifyError) as exc:
         parse_identity(files)
-    assert str(exc.value) == ("unsupported hardware (GPU NVIDIA GeForce RTX 4090, x86_64): "
-                              "not a Jetson Orin or Thor, or a DGX Spark")
+    assert str(exc.value) == (
+        "unsupported hardware (GPU NVIDIA GeForce RTX 4090, x86_64): not a Jetson Orin or Thor, "
+        "a DGX Spark or a GPU-less x86-64 host"
+    )
+
+
+# The lab machine's own files (a 2-core Xeon VM, Debian 12): /proc/meminfo's head as the kernel
+# writes it, `uname -m`, no device tree, no nvidia-smi on PATH, no /etc/dgx-release.
+X86_MEMINFO = ("MemTotal:       24683584 kB\nMemFree:        17455624 kB\n"
+               "MemAvailable:   22523232 kB\nBuffers:          159448 kB\n"
+               "Cached:          4501748 kB\nSwapCached:            0 kB\n")
+X86: dict[str, str | None] = dict.fromkeys(IDENTITY_FILES)
+X86.update({"proc/meminfo": X86_MEMINFO, "uname-m.txt": "x86_64\n"})
+
+
+def test_x86_host_without_gpu_is_x86_cpu_with_its_own_memory() -> None:
+    ident = parse_identity(X86)
+    assert ident == Identity(device="x86-cpu", model_string="x86-64 host (CPU)", module_id=None,
+                             l4t=None, memory_gib=23.5, arch="x86_64", gpu_name=None)
+    # a generic host: any MemTotal from the catalog's least (8 GiB x MEM_LOW) up
+    big = parse_identity(dict(X86, **{"proc/meminfo": meminfo(1_056_000_000)}))
+    assert (big.device, big.memory_gib) == ("x86-cpu", 1007.1)
+
+
+def test_x86_cpu_needs_its_least_memory_and_no_nvidia_hardware() -> None:
+    with pytest.raises(IdentifyError, match=r"x86_64 host with 3.8 GiB MemTotal: x86-cpu needs "
+                                            r"at least 6.4 GiB"):
+        parse_identity(dict(X86, **{"proc/meminfo": meminfo(4_000_000)}))
+    # DGX OS on x86 (a DGX H100 whose nvidia-smi is broken) is not a CPU host
+    with pytest.raises(IdentifyError, match="DGX OS, x86_64"):
+        parse_identity(dict(X86, **{"etc/dgx-release": SPARK["etc/dgx-release"]}))
+    # nor is a device tree's machine (an aarch64 board that is no Jetson)
+    with pytest.raises(IdentifyError, match="unsupported hardware"):
+        parse_identity(dict(X86, **{"uname-m.txt": "aarch64\n"}))
+
+
+def test_jetson_and_spark_identities_are_unchanged_by_the_cpu_rule() -> None:
+    assert parse_identity(AGX64).device == "agx-orin-64gb"
+    assert parse_identity(SPARK).device == "dgx-spark"
+    # a Jetson's files with a lab's x86_64 `uname -m` stay a Jetson (the device tree decides)
+    assert parse_identity(dict(NANO8, **{"uname-m.txt": "x86_64\n"})).device == "orin-nano-8gb"
 
 
 def test_spark_gpu_with_wrong_memory() -> None:
@@ -206,7 +245,7 @@ def test_cli_identify_root(tmp_path: Path) -> None:
 
 
 def test_cli_identify_unsupported(tmp_path: Path) -> None:
-    _write_root(tmp_path, {"proc/meminfo": meminfo(16_000_000), "uname-m.txt": "x86_64\n"})
+    _write_root(tmp_path, {"proc/meminfo": meminfo(16_000_000), "uname-m.txt": "riscv64\n"})
     out = subprocess.run([sys.executable, "-m", "specdec", "identify", "--root", str(tmp_path)],
                          capture_output=True, text=True, check=False)
     assert out.returncode == 1

