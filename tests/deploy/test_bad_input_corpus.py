@@ -28,13 +28,13 @@ from pyinfra.api import State
 from specdec.cli import main
 from specdec.errors import TOKEN_SHAPED
 from specdec.roles.common import DeployError
-from tests.deploy import corpus_env, corpus_host, corpus_network
+from tests.deploy import corpus_env, corpus_host, corpus_network, corpus_network2
 from tests.deploy.corpus_base import HOST, HOST_RULE, NOT_SINGLE, TOK, VLLM, Case
 from tests.deploy.corpus_tune import AUTO, TUNE_CASES, _entry
 from tests.deploy.harness import World, run_deploy
 
 ROOT = Path(__file__).resolve().parents[2]
-PARTS = (corpus_host.CASES, corpus_network.CASES, corpus_env.CASES)
+PARTS = (corpus_host.CASES, corpus_network.CASES, corpus_env.CASES, corpus_network2.CASES)
 CASES: dict[str, Case] = {k: v for part in PARTS for k, v in part.items()}
 assert len(CASES) == sum(map(len, PARTS))  # no name twice
 
@@ -136,7 +136,8 @@ def test_corpus_size_and_coverage() -> None:
     for topic in ("host-", "model-", "draft-", "vllm-", "trt-", "env-", "memlock-", "params-",
                   "token-env-", "token-file-", "image-", "arg", "listen-", "allow-",
                   "engine-port-", "keyfile-", "tls-", "pki-", "trust-", "user-", "ssh-",
-                  "dynaddr-", "dynenv-", "proxy-"):
+                  "dynaddr-", "dynenv-", "proxy-", "hubep-", "hubup-", "regup-", "scope-",
+                  "fwallow-", "sshport-", "hubca-"):
         assert topic in keys
 
 
