@@ -1,8 +1,8 @@
 """Prefetch the target and draft/head weights (and assets) the engine will read offline.
 
 Commands and checks come from `specdec.host.prefetch`; the token reaches the Hugging Face CLI only
-as
-a file (HF_TOKEN_PATH), never on a command line.
+as a file (HF_TOKEN_PATH), never on a command line, and only for a repo that needs it (gated,
+or one the catalog does not know); every file is checked against the Hub's hash before use.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from pyinfra import host
 from pyinfra.api import deploy, operation
 from pyinfra.facts.files import Sha256File
 
+from specdec.catalog import load_catalog
 from specdec.engines.trtllm.facts import TIKTOKEN_FILES
 from specdec.host import layout, prefetch
 from specdec.plan.sites import download_env
@@ -23,7 +24,7 @@ __all__ = ["model_prefetch", "prefetch_repo", "tiktoken_encoding"]
 
 @operation()
 def prefetch_repo(repo: str, image: str | None, owner: str, local_dir: str | None = None,
-                  endpoint: tuple[tuple[str, str], ...] = ()):
+                  endpoint: tuple[tuple[str, str], ...] = (), token: bool = True):
     """Download ``repo`` unless a complete copy is cached, as ``owner`` (the cache is theirs:
     root writes nothing into it, `specdec.host.prefetch`).
 
@@ -32,13 +33,14 @@ def prefetch_repo(repo: str, image: str | None, owner: str, local_dir: str | Non
     + owner: the service user
     + local_dir: also/instead a plain directory copy (engines that need a path)
     + endpoint: HF_ENDPOINT and what goes with it (the site mirror), or () for the Hub
+    + token: the repo needs the HF token (gated, or not in the catalog); else none is sent
     """
     if host.get_fact(HfCached, repo=repo, local_dir=local_dir, user=owner):
         where = local_dir or layout.HF_HOME
         host.noop(f"{repo} is completely downloaded in {where}")
         return
     # a download may take hours: the deploy lock's lease is renewed while it runs
-    yield leased(prefetch.download_command(repo, image, local_dir, owner, endpoint))
+    yield leased(prefetch.download_command(repo, image, local_dir, owner, endpoint, token))
 
 
 @operation()
@@ -63,13 +65,14 @@ def model_prefetch(hp: HostPlan) -> None:
     image = plan.image if plan.runtime == "docker" else None
     endpoint = tuple(download_env(hp.settings))
     via = f" via {hp.settings.hub_endpoint}" if hp.settings.hub_endpoint else ""
+    cat = load_catalog()
     for repo in host.loop([r for r in (plan.model, plan.draft) if r]):
         prefetch_repo(name=f"Download {repo} to {layout.HF_HOME}{via}", repo=repo, image=image,
-                      owner=plan.service_user, endpoint=endpoint)
+                      owner=plan.service_user, endpoint=endpoint, token=cat.needs_token(repo))
     if plan.draft and plan.draft_dir:
         prefetch_repo(name=f"Download {plan.draft} to {plan.draft_dir}{via}", repo=plan.draft,
                       image=image, owner=plan.service_user, local_dir=plan.draft_dir,
-                      endpoint=endpoint)
+                      endpoint=endpoint, token=cat.needs_token(plan.draft))
     if plan.tiktoken_dir:
         for enc in host.loop(sorted(TIKTOKEN_FILES)):
             tiktoken_encoding(name=f"Fetch {enc} to {plan.tiktoken_dir}", encoding=enc,
