@@ -250,15 +250,18 @@ def _allow_from(r: KeyReader) -> tuple[str, ...] | None:
 
 
 def _tls(r: KeyReader) -> dict[str, Any]:
-    """``specdec_tls: {cert: PATH, key: PATH}``: the operator's certificate and key (PEM files
-    on the control node) for the API's HTTPS."""
+    """``specdec_tls``: unset, the API serves HTTPS with a certificate of the fleet's CA;
+    ``{cert: PATH, key: PATH}``, with the operator's (PEM files on the control node);
+    ``false``, plain HTTP (the key then crosses the network in clear)."""
     key = "specdec_tls"
     value = r.get(key)
     if value is None:
         return {}
+    if value is False:
+        return {"tls": False}
     if not isinstance(value, Mapping) or set(value) != {"cert", "key"}:
-        raise r.fail(key, value, "must be a mapping {cert: PATH, key: PATH} (PEM files on the "
-                     "control node)")
+        raise r.fail(key, value, "must be false or a mapping {cert: PATH, key: PATH} (PEM "
+                     "files on the control node)")
     sub = KeyReader(r.host, {f"{key}.{k}": v for k, v in value.items()}, KNOWN_KEYS)
     return {"tls_cert_file": _path(sub, f"{key}.cert"), "tls_key_file": _path(sub, f"{key}.key")}
 
@@ -274,6 +277,8 @@ def _network(r: KeyReader) -> dict[str, Any]:
         "api_key_file": _path(r, "specdec_api_key_file"),
         "pki_dir": _path(r, "specdec_pki_dir"),
         "trust_remote_code": r.bool_("specdec_trust_remote_code", False),
+        "api_key_scope": r.str_("specdec_api_key_scope", API_KEY_SCOPES),
+        "firewall_allow": _firewall_allow(r),
         **_tls(r),
     }
     port = r.get("specdec_port") if isinstance(r.get("specdec_port"), int) else DEFAULT_API_PORT
@@ -281,6 +286,35 @@ def _network(r: KeyReader) -> dict[str, Any]:
         raise r.fail("specdec_engine_port", out["engine_port"], "is specdec_port too: the API "
                      "proxy listens there, the engine behind it on another port")
     return {k: v for k, v in out.items() if v is not None}
+
+
+API_KEY_SCOPES = ("inventory", "host")
+MAX_FIREWALL_ALLOW = 32
+
+
+def _firewall_allow(r: KeyReader) -> tuple[tuple[int, tuple[str, ...]], ...] | None:
+    """``specdec_firewall_allow: {PORT: [CIDR, ...]}``: the host's own TCP services the
+    firewall admits, from those networks (every other new inbound connection is dropped)."""
+    key = "specdec_firewall_allow"
+    value = r.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not value:
+        raise r.fail(key, value, "must be a mapping of TCP port to a list of networks, e.g. "
+                     "{9100: ['10.0.0.0/8']}")
+    hygiene.check_size(r.host, key, value, MAX_FIREWALL_ALLOW)
+    out = []
+    for port, nets in value.items():
+        field = f"{key}.{key_text(port)}"
+        hygiene.check_int(r.host, field, port, 1, 65535)
+        if isinstance(nets, str) or not isinstance(nets, list | tuple) or not nets:
+            raise hygiene.fail(r.host, field, nets, "must be a non-empty list of networks "
+                               "(CIDR)")
+        hygiene.check_size(r.host, field, nets, MAX_ALLOW)
+        cidrs = tuple(dict.fromkeys(hygiene.check_cidr(r.host, f"{field}[{i}]", n)
+                                    for i, n in enumerate(nets)))
+        out.append((port, cidrs))
+    return tuple(sorted(out))
 
 
 def _service_user(r: KeyReader, ssh_user: str | None) -> str:
@@ -311,7 +345,8 @@ def _group(r: KeyReader) -> dict[str, Any]:
 
 _SITE_NAME = _GROUP_NAME
 SITE_KEYS = ("site", "site_mirror", "site_mirror_address", "hub_endpoint", "hub_upstream",
-             "hub_cdn_hosts", "registry_upstreams", "mirror_resolver", "tune_cache")
+             "hub_cdn_hosts", "registry_upstreams", "mirror_resolver", "tune_cache",
+             "hub_ca_file")
 _MIRROR_ONLY = ("site_mirror_address", "hub_upstream", "hub_cdn_hosts", "registry_upstreams",
                 "mirror_resolver")
 
@@ -359,6 +394,8 @@ def _site(r: KeyReader) -> dict[str, Any]:
     out["mirror_resolver"] = None if res is None else hygiene.check_host_port(
         h, "specdec_mirror_resolver", res, port=False)
     out["tune_cache"] = r.str_("specdec_tune_cache", max_len=hygiene.MAX_PATH)
+    # the CA a private Hub endpoint (or the mirror's upstream and its CDN) chains to
+    out["hub_ca_file"] = _path(r, "specdec_hub_ca_file")
     return out
 
 
@@ -419,6 +456,9 @@ def _login_keys(r: KeyReader) -> dict[str, Any]:
     ssh = r.data.get("ssh_hostname")
     if ssh is not None:
         hygiene.check_address(r.host, "ssh_hostname", ssh)
+    ssh_port = r.data.get("ssh_port")
+    if ssh_port is not None:  # pyinfra's key; the firewall keeps it open
+        hygiene.check_int(r.host, "ssh_port", ssh_port, 1, 65535)
     token_file = r.get("specdec_hf_token_file")
     if isinstance(token_file, str) and redact(token_file) != token_file:
         raise ConfigError(
@@ -427,7 +467,7 @@ def _login_keys(r: KeyReader) -> dict[str, Any]:
             host=r.host,
         )
     return {"gpu_memory_utilization": util, "ssh_user": ssh_user, "service_user": service_user,
-            "ssh_hostname": ssh,
+            "ssh_hostname": ssh, "ssh_port": 22 if ssh_port is None else ssh_port,
             "hf_token_file": r.str_("specdec_hf_token_file", max_len=hygiene.MAX_PATH)}
 
 
@@ -490,7 +530,7 @@ KNOWN_KEYS = tuple(
         "model_weight_gib", "model_kv_bytes_per_token", "model_tokenizer", "hf_token_file",
         "reverify", "verify", "bench_mode", "watch", "service_user", *GROUP_KEYS, *SITE_KEYS,
         "listen", "allow_from", "engine_port", "api_key_file", "tls", "pki_dir",
-        "trust_remote_code",
+        "trust_remote_code", "api_key_scope", "firewall_allow",
         *(k for e in ENGINE_IMPLS.values() for k in e.option_keys),
     )
 )

@@ -66,6 +66,8 @@ class VllmEngine(Engine):
     # FlexibleArgumentParser (vllm v0.9.2 vllm/utils/__init__.py parse_args; the same in v0.11)
     # reads --a_b as --a-b and --k.x=v as --k; argparse's allow_abbrev takes a unique prefix
     abbreviated_flags = True
+    # the engine has no key of its own: it is on loopback behind the API proxy, which checks
+    # the fleet's (a key given to vLLM would only add a secret to its environment)
     reserved_env = ("VLLM_API_KEY",)
 
     def check(self, version: Version, method: str, target: Target) -> Support:
@@ -105,12 +107,6 @@ class VllmEngine(Engine):
         # address in every pinned release (0.9.2 cli_args.py:86; 0.31.0 launchers/cli_args.py:280)
         return ["vllm", "serve", plan.model, "--host", LOOPBACK, "--port",
                 str(plan.engine_port), *self.model_flags(plan, plan.engine_version)]
-
-    def secret_env(self, plan: Plan) -> list[tuple[str, str]]:
-        # the fleet's key checked by vLLM too (local clients on the host): VLLM_API_KEY in every
-        # pinned release (0.9.2 api_server.py:1180; 0.31.0 serve/middleware/register.py:32);
-        # the environment, not --api-key, which ps shows
-        return [("VLLM_API_KEY", "api_key")]
 
     def metrics_sources(self, plan: Plan) -> list[MetricsSource]:
         # the engine itself on loopback (argv), not the API proxy: vLLM's API key guards only
