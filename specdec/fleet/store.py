@@ -240,7 +240,12 @@ def open_store(url: str, tls: TLSFiles | None = None) -> FleetStore:
             if http == "https://" and (tls is None or tls.ca is None):
                 raise RolloutError(f"--store={url!r}: TLS needs --store-ca (and a client "
                                    "certificate when etcd asks for one)")
+            if http == "http://" and tls is not None:  # never plaintext when TLS was asked
+                raise RolloutError(f"--store={url!r}: etcd:// is plaintext, but --store-ca/"
+                                   "--store-cert are given: use etcds://")
             return EtcdStore([http + h for h in hosts], tls=tls)
+    if tls is not None:
+        raise RolloutError(f"--store={url!r}: --store-ca/--store-cert are for etcds://")
     if "://" in url:
         raise RolloutError(f"--store={url!r}: expected a directory, etcd://HOST:PORT or "
                            "etcds://HOST:PORT")

@@ -19,7 +19,7 @@ from specdec.errors import RolloutError
 from specdec.fleet import rollout as ro
 from specdec.fleet import shard as sh
 from specdec.fleet.resume import to_resume
-from specdec.fleet.store import LocalStore, open_store, update_json
+from specdec.fleet.store import LocalStore, TLSFiles, open_store, update_json
 from specdec.plan.groups import Group
 from specdec.report.fleet import load_reports, skipped_report, write_host_report
 from specdec.report.merge import merge_runs
@@ -303,6 +303,12 @@ def test_local_store_cas_under_threads(tmp_path):
         open_store("etcd://no port")
     with pytest.raises(RolloutError, match="--store-ca"):
         open_store("etcds://h:2379")
+    # issue 29: TLS files given with a plaintext or a directory store are refused, never ignored
+    tls = TLSFiles(ca=Path("/ca.crt"))
+    with pytest.raises(RolloutError, match="etcd:// is plaintext"):
+        open_store("etcd://h:2379", tls)
+    with pytest.raises(RolloutError, match="are for etcds://"):
+        open_store(str(Path("/tmp/specdec-store")), tls)
 
 
 def _etcd(tmp_path, scheme: str, *tls: str) -> tuple[subprocess.Popen, int]:
