@@ -30,6 +30,8 @@ from specdec.engines.version import Version
 from specdec.errors import REDACTED, ConfigError, GateError, redact
 from specdec.gate.inputs import check_policy
 from specdec.host.layout import SERVICE_USER
+from specdec.plan.hostnet import network_keys
+from specdec.plan.hostnet import path_key as _path
 from specdec.plan.types import GatePolicy
 
 __all__ = [
@@ -223,100 +225,6 @@ _GROUP_ENGINES = tuple(n for n, e in ENGINE_IMPLS.items() if e.serves_groups)
 RESERVED_ENV = tuple(n for e in ENGINE_IMPLS.values() for n in e.reserved_env)
 
 
-MAX_ALLOW = 64  # networks in specdec_allow_from
-DEFAULT_API_PORT = 8000  # specdec_port's default (specdec.plan.planner.DEFAULT_PORT)
-
-
-def _path(r: KeyReader, key: str) -> str | None:
-    """A control-node path (never the secret itself)."""
-    value = r.get(key)
-    if isinstance(value, str) and redact(value) != value:
-        raise ConfigError(f"{key}={REDACTED}: must be a path to a file on the control node, "
-                          "not the secret itself", host=r.host)
-    return r.str_(key, max_len=hygiene.MAX_PATH)
-
-
-def _allow_from(r: KeyReader) -> tuple[str, ...] | None:
-    key = "specdec_allow_from"
-    value = r.get(key)
-    if value is None:
-        return None
-    if isinstance(value, str) or not isinstance(value, list | tuple) or not value:
-        raise r.fail(key, value, "must be a non-empty list of networks (CIDR, e.g. "
-                     "['10.0.0.0/8', '192.168.1.0/24'])")
-    hygiene.check_size(r.host, key, value, MAX_ALLOW)
-    nets = [hygiene.check_cidr(r.host, f"{key}[{i}]", v) for i, v in enumerate(value)]
-    return tuple(dict.fromkeys(nets))
-
-
-def _tls(r: KeyReader) -> dict[str, Any]:
-    """``specdec_tls``: unset, the API serves HTTPS with a certificate of the fleet's CA;
-    ``{cert: PATH, key: PATH}``, with the operator's (PEM files on the control node);
-    ``false``, plain HTTP (the key then crosses the network in clear)."""
-    key = "specdec_tls"
-    value = r.get(key)
-    if value is None:
-        return {}
-    if value is False:
-        return {"tls": False}
-    if not isinstance(value, Mapping) or set(value) != {"cert", "key"}:
-        raise r.fail(key, value, "must be false or a mapping {cert: PATH, key: PATH} (PEM "
-                     "files on the control node)")
-    sub = KeyReader(r.host, {f"{key}.{k}": v for k, v in value.items()}, KNOWN_KEYS)
-    return {"tls_cert_file": _path(sub, f"{key}.cert"), "tls_key_file": _path(sub, f"{key}.key")}
-
-
-def _network(r: KeyReader) -> dict[str, Any]:
-    """Where the API listens, who may reach it, the engine's port behind it, the key and the
-    certificates (`specdec.plan.sockets`, `specdec.config.apikey`, `specdec.config.pki`)."""
-    listen = r.get("specdec_listen")
-    out: dict[str, Any] = {
-        "listen": None if listen is None else hygiene.check_ip(r.host, "specdec_listen", listen),
-        "allow_from": _allow_from(r),
-        "engine_port": r.int_("specdec_engine_port", 1024, 65535),
-        "api_key_file": _path(r, "specdec_api_key_file"),
-        "pki_dir": _path(r, "specdec_pki_dir"),
-        "trust_remote_code": r.bool_("specdec_trust_remote_code", False),
-        "api_key_scope": r.str_("specdec_api_key_scope", API_KEY_SCOPES),
-        "firewall_allow": _firewall_allow(r),
-        **_tls(r),
-    }
-    port = r.get("specdec_port") if isinstance(r.get("specdec_port"), int) else DEFAULT_API_PORT
-    if out["engine_port"] is not None and out["engine_port"] == port:
-        raise r.fail("specdec_engine_port", out["engine_port"], "is specdec_port too: the API "
-                     "proxy listens there, the engine behind it on another port")
-    return {k: v for k, v in out.items() if v is not None}
-
-
-API_KEY_SCOPES = ("inventory", "host")
-MAX_FIREWALL_ALLOW = 32
-
-
-def _firewall_allow(r: KeyReader) -> tuple[tuple[int, tuple[str, ...]], ...] | None:
-    """``specdec_firewall_allow: {PORT: [CIDR, ...]}``: the host's own TCP services the
-    firewall admits, from those networks (every other new inbound connection is dropped)."""
-    key = "specdec_firewall_allow"
-    value = r.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, Mapping) or not value:
-        raise r.fail(key, value, "must be a mapping of TCP port to a list of networks, e.g. "
-                     "{9100: ['10.0.0.0/8']}")
-    hygiene.check_size(r.host, key, value, MAX_FIREWALL_ALLOW)
-    out = []
-    for port, nets in value.items():
-        field = f"{key}.{key_text(port)}"
-        hygiene.check_int(r.host, field, port, 1, 65535)
-        if isinstance(nets, str) or not isinstance(nets, list | tuple) or not nets:
-            raise hygiene.fail(r.host, field, nets, "must be a non-empty list of networks "
-                               "(CIDR)")
-        hygiene.check_size(r.host, field, nets, MAX_ALLOW)
-        cidrs = tuple(dict.fromkeys(hygiene.check_cidr(r.host, f"{field}[{i}]", n)
-                                    for i, n in enumerate(nets)))
-        out.append((port, cidrs))
-    return tuple(sorted(out))
-
-
 def _service_user(r: KeyReader, ssh_user: str | None) -> str:
     """A dedicated system account: never root, never the account the deploy logs in as (the
     service user is made a nologin system user with specdec's home)."""
@@ -436,7 +344,7 @@ def parse_host_settings(host: str, data: Any) -> HostSettings:
         **_model_keys(r),
         **_engine_keys(r, engine),
         **_site(r),
-        **_network(r),
+        **network_keys(r, KNOWN_KEYS),
         keys=frozenset(
             k for k, v in mapping.items() if isinstance(k, str) and k.startswith(PREFIX)
             and v is not None
