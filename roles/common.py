@@ -28,6 +28,7 @@ from specdec.plan import packages as hostpkgs
 from specdec.plan.groups import check_limit, check_plans, groups_of
 from specdec.plan.hostdata import parse_host_collect, parse_host_settings
 from specdec.plan.planner import baseline, missing_token, plan_host_settings
+from specdec.plan.sites import SiteMirror, site_mirrors
 from specdec.plan.sites import resolve as resolve_sites
 from specdec.plan.types import Group, Plan
 from specdec.render.files import Rendered, render
@@ -80,12 +81,19 @@ def one_line(exc: BaseException) -> str:
 
 @dataclass(frozen=True)
 class HostSecrets:
-    """What a host gets that must never be shown: each a `HiddenValue` (masked in any repr)."""
+    """What a host gets that must never be shown: each a `HiddenValue` (masked in any repr);
+    and the public certificates it trusts (CA PEM text, not secret)."""
 
     api_key: HiddenValue
     api_key_file: str  # where the control node keeps it (not secret)
     group: tuple[HiddenValue, HiddenValue, HiddenValue] | None = None  # CA, cert, key (PEM)
-    tls: tuple[HiddenValue, HiddenValue] | None = None  # the operator's certificate, key
+    tls: tuple[HiddenValue, HiddenValue] | None = None  # the API's certificate, key
+    api_key_old: HiddenValue | None = None  # the key being retired (`apikey.rotate`)
+    api_ca: str | None = None  # the fleet CA that signed ``tls`` (None: the operator's cert)
+    api_ca_file: str | None = None  # its file on the control node (the verifier trusts it)
+    site_ca: str | None = None  # a site with a mirror: the site's CA
+    hub_ca: str | None = None  # specdec_hub_ca_file: a private Hub's CA
+    mirror_tls: tuple[HiddenValue, HiddenValue] | None = None  # the site mirror's cert, key
 
 
 def _one_line_deploy(exc: SpecdecError, host: str) -> DeployError:
@@ -93,22 +101,64 @@ def _one_line_deploy(exc: SpecdecError, host: str) -> DeployError:
     return DeployError(msg if exc.host else f"{host}: {msg}")
 
 
-def read_host_secrets(settings: HostSettings) -> HostSecrets:
+def _api_tls(settings: HostSettings, inv_dir: Path
+             ) -> tuple[tuple[HiddenValue, HiddenValue] | None, pki.Authority | None]:
+    """The API's certificate and key: the operator's (``specdec_tls``), else issued by the
+    inventory's CA for the names clients use (none with ``specdec_tls: false``)."""
+    name = settings.host
+    if settings.tls_cert_file and settings.tls_key_file:
+        return (HiddenValue(pki.read_pem(settings.tls_cert_file, "specdec_tls.cert", name)),
+                HiddenValue(pki.read_pem(settings.tls_key_file, "specdec_tls.key", name))), None
+    if not settings.tls:
+        return None, None
+    ca = pki.api_authority(settings.pki_dir, inv_dir)
+    short = name.rsplit("/", 1)[-1]
+    listen = [settings.listen] if settings.listen not in (None, "0.0.0.0", "::") else []
+    names = dict.fromkeys([settings.ssh_hostname or short, *listen, "127.0.0.1", "localhost"])
+    got = pki.issue(ca, short, list(names))
+    return (HiddenValue(got.cert_pem.decode()), HiddenValue(got.key_pem.decode())), ca
+
+
+def read_host_secrets(settings: HostSettings, inv_dir: Path) -> HostSecrets:
     """What the control node gives every host (checked before any fact is gathered): the API
-    key (the fleet's: given, or generated once on this control node) and the API's TLS."""
+    key (given, or generated once per inventory or host on this control node) and the one
+    being retired, and the API's TLS."""
     name = settings.host
     try:
-        key_file = Path(settings.api_key_file).expanduser() if settings.api_key_file \
-            else apikey.default_key_file()
-        key = apikey.ensure_key(settings.api_key_file, host=name)
-        tls = None
-        if settings.tls_cert_file and settings.tls_key_file:
-            cert, key_pem = pki.read_tls_pair(settings.tls_cert_file, settings.tls_key_file,
-                                              host=name)
-            tls = (HiddenValue(cert), HiddenValue(key_pem))
+        key_file, make = apikey.host_key_file(settings.api_key_file, settings.api_key_scope,
+                                              name, inv_dir)
+        key = apikey.ensure_key(key_file, host=name, create=make)
+        old = apikey.old_key(key_file, host=name)
+        tls, ca = _api_tls(settings, inv_dir)
+        hub_ca = pki.read_ca(settings.hub_ca_file, "specdec_hub_ca_file", name) \
+            if settings.hub_ca_file else None
     except SpecdecError as exc:
         raise _one_line_deploy(exc, name) from None
-    return HostSecrets(HiddenValue(key), str(key_file), None, tls)
+    return HostSecrets(HiddenValue(key), str(key_file), None, tls,
+                       api_key_old=HiddenValue(old) if old else None,
+                       api_ca=ca.cert_pem.decode() if ca else None,
+                       api_ca_file=str(ca.directory / "ca.crt") if ca else None,
+                       hub_ca=hub_ca)
+
+
+def with_site_secrets(secrets: HostSecrets, s: HostSettings,
+                      mirror: tuple[SiteMirror, HostSettings] | None, inv_dir: Path
+                      ) -> HostSecrets:
+    """A host of a site with a mirror (``mirror``: it and its host's settings): the site's CA
+    (in the mirror host's CA directory) and, on the mirror, its certificate for the names the
+    site reaches it by."""
+    if mirror is None:
+        return secrets
+    m, ms = mirror
+    try:
+        ca = pki.site_authority(ms.pki_dir, inv_dir, m.site)
+        tls = None
+        if s.host == m.host:
+            got = pki.issue(ca, "mirror", list(m.names()))
+            tls = (HiddenValue(got.cert_pem.decode()), HiddenValue(got.key_pem.decode()))
+    except SpecdecError as exc:
+        raise _one_line_deploy(exc, s.host) from None
+    return dataclasses.replace(secrets, site_ca=ca.cert_pem.decode(), mirror_tls=tls)
 
 
 def with_group_secrets(secrets: HostSecrets, settings: HostSettings,
@@ -312,12 +362,13 @@ def _prepare_all(state: Any) -> _Prepared:
     settings: dict[str, HostSettings] = {}
     tokens: dict[str, HiddenValue | None] = {}
     secrets: dict[str, HostSecrets] = {}
+    inv_dir = apikey.inventory_dir(inventory_file(), [h.name for h in state.inventory])
     bad: list[str] = []
     for h in targeted:  # every host's problems (data, token, key), all of them stop the run
         try:
             settings[h.name] = _settings(h)
             tokens[h.name] = read_hf_token(settings[h.name])
-            secrets[h.name] = read_host_secrets(settings[h.name])
+            secrets[h.name] = read_host_secrets(settings[h.name], inv_dir)
         except DeployError as exc:
             bad.append(str(exc))
     if bad:
@@ -329,11 +380,16 @@ def _prepare_all(state: Any) -> _Prepared:
                 settings[h.name] = parse_host_settings(h.name, h.data)
         groups = groups_of(settings[h.name] for h in state.inventory)
         check_limit(groups, [h.name for h in targeted])
-        # a site's hosts download and pull through its mirror (specdec.plan.sites)
-        settings.update({s.host: s for s in resolve_sites([settings[h.name]
-                                                           for h in state.inventory])})
-    except SpecdecError as exc:
-        err = DeployError(one_line(exc))
+        # a site's hosts download and pull through its mirror (specdec.plan.sites), over TLS
+        every = [settings[h.name] for h in state.inventory]
+        mirrors = {site: (m, settings[m.host]) for site, m in site_mirrors(every).items()}
+        settings.update({s.host: s for s in resolve_sites(every)})
+        for h in targeted:
+            site = settings[h.name].site
+            secrets[h.name] = with_site_secrets(secrets[h.name], settings[h.name],
+                                                mirrors.get(site) if site else None, inv_dir)
+    except (SpecdecError, DeployError) as exc:
+        err = exc if isinstance(exc, DeployError) else DeployError(one_line(exc))
         return {x.name: err for x in state.inventory}
     active = set(state.inventory.get_active_hosts())
     results: _Prepared = {}

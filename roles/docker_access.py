@@ -1,5 +1,7 @@
-"""Service user, docker group, and the nvidia runtime + ulimits in /etc/docker/daemon.json (and a
-site's registry mirror among its insecure registries: it serves plain HTTP on the site's LAN)."""
+"""Service user, docker group, and the nvidia runtime + ulimits in /etc/docker/daemon.json. A
+site's registry caches serve HTTPS with the site's certificate (Docker trusts its CA through
+``/etc/docker/certs.d``, `specdec.roles.site_mirror`): never an insecure registry; one an older
+specdec listed there is taken out."""
 
 from __future__ import annotations
 
@@ -23,15 +25,19 @@ NVIDIA_RUNTIME = {"path": "nvidia-container-runtime", "runtimeArgs": []}
 
 
 def merged_daemon_json(
-    current: dict[str, Any] | None, memlock: str, jetson: bool, insecure: tuple[str, ...] = ()
+    current: dict[str, Any] | None, memlock: str, jetson: bool, secure: tuple[str, ...] = ()
 ) -> dict[str, Any]:
     """``current`` with specdec's keys merged in; every other key (and runtime/ulimit) kept.
-    ``insecure``: registries (``host:port``) to add to ``insecure-registries``."""
+    ``secure``: the site's registry caches (``host:port``, HTTPS), taken out of
+    ``insecure-registries`` (an older specdec put them there)."""
     doc: dict[str, Any] = json.loads(json.dumps(current or {}))  # deep copy
-    if insecure:
-        have = doc.get("insecure-registries")
-        have = [r for r in have if isinstance(r, str)] if isinstance(have, list) else []
-        doc["insecure-registries"] = have + [r for r in insecure if r not in have]
+    have = doc.get("insecure-registries")
+    if secure and isinstance(have, list) and any(r in secure for r in have):
+        kept = [r for r in have if r not in secure]
+        if kept:
+            doc["insecure-registries"] = kept
+        else:
+            doc.pop("insecure-registries")
     if jetson:
         runtimes = doc.get("runtimes")
         runtimes = dict(runtimes) if isinstance(runtimes, dict) else {}
@@ -51,15 +57,15 @@ def merged_daemon_json(
 
 
 @operation()
-def daemon_config(memlock: str, jetson: bool, insecure: tuple[str, ...] = ()):
+def daemon_config(memlock: str, jetson: bool, secure: tuple[str, ...] = ()):
     """Merge specdec's keys into /etc/docker/daemon.json; upload only when the result differs.
 
     + memlock: "unlimited" or bytes (the plan's ``memlock``)
     + jetson: also register the nvidia container runtime
-    + insecure: the site's registry mirrors (plain HTTP)
+    + secure: the site's registry caches (HTTPS): never insecure registries
     """
     current = host.get_fact(DockerDaemonConfig)
-    desired = merged_daemon_json(current, memlock, jetson, insecure)
+    desired = merged_daemon_json(current, memlock, jetson, secure)
     if current is not None and desired == current:
         host.noop(f"{DAEMON_JSON} already has specdec's runtime and ulimits")
         return
@@ -146,7 +152,7 @@ def docker_access(hp: HostPlan) -> OperationMeta | None:
         name=f"Merge runtime and ulimits into {DAEMON_JSON}",
         memlock=plan.memlock,
         jetson=hp.is_jetson,
-        insecure=tuple(addr for _, addr in hp.settings.registry_mirror),
+        secure=tuple(addr for _, addr in hp.settings.registry_mirror),
     )
     systemd.service(
         name="Restart docker (daemon.json changed)",

@@ -21,12 +21,14 @@ from specdec.host.identify import (
     split_identity_output,
 )
 from specdec.host.power import PowerState
+from specdec.render import firewall
 
 __all__ = [
     "BootId",
     "DeviceIdentity",
     "DockerDaemonConfig",
     "EngineVersions",
+    "FirewallLive",
     "HfCached",
     "ImageDigest",
     "JetsonPower",
@@ -128,6 +130,20 @@ class SpecdecReleases(FactBase[release.ReleaseState]):
     @override
     def process(self, output: list[str]) -> release.ReleaseState:
         return release.parse_state(output)
+
+
+class FirewallLive(FactBase[str]):
+    """``ok`` (the live table is the one the running release loaded), ``gone`` (flushed,
+    deleted or changed since) or ``none`` (no release firewall): `specdec.render.firewall`."""
+
+    @override
+    def command(self) -> str:
+        return firewall.live_check()
+
+    @override
+    def process(self, output: list[str]) -> str:
+        word = output[-1].strip() if output else ""
+        return word if word in ("ok", "gone", "none") else "gone"
 
 
 class _Pairs(FactBase[dict[str, str]]):

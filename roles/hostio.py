@@ -43,7 +43,7 @@ class PyinfraIO:
         return apikey.read_key(path) if path else None
 
     def http_get(self, url: str, timeout: float) -> tuple[int, str]:
-        return sv.http_get(url, timeout, self._key())
+        return sv.http_get(url, timeout, self._key(), self.spec.ca_file)
 
     def host_get(self, url: str, timeout: float) -> tuple[int, str]:
         ok, lines = self.run(sv.host_get_command(url, timeout), timeout + 30)
@@ -54,11 +54,14 @@ class PyinfraIO:
         if mode == "control":  # the target's tokenizer counts tokens if there is no usage
             res = sv.bench_subprocess(url, model, out, run, timeout,
                                       tokenizer=self.spec.plan.model,
-                                      key_file=self.spec.api_key_file)
+                                      key_file=self.spec.api_key_file,
+                                      ca_file=self.spec.ca_file)
             res["runner"] = {"where": "control"}
         else:  # beside the engine, against loopback: no link in the figures
             res = remote.run_on_host(self.run, remote.bundle(), self.spec.plan.port, model,
-                                     run.argv(), timeout, mode, self.spec.plan.image)
+                                     run.argv(), timeout, mode, self.spec.plan.image,
+                                     tls=remote.tls_mode(self.spec.plan.tls,
+                                                         self.spec.ca_file is not None))
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(res, indent=1) + "\n")
         return res

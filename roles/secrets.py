@@ -1,5 +1,6 @@
-"""Secret files on a host (root:root 0600), never shown anywhere: the API key, a serving
-group's CA and member certificate and key, the operator's certificate for the API.
+"""Secret files on a host (root:root 0600), never shown anywhere: the API keys, a serving
+group's CA and member certificate and key, the API's certificate; and the public CA
+certificates beside them.
 
 Each value is read (or made) on the control node and travels only as a
 `pyinfra.api.HiddenValue`. As for the HF token (`specdec.roles.hf_token`): uploaded from an
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
+from dataclasses import dataclass
+from io import StringIO
 from typing import Any
 
 from pyinfra import host
@@ -24,7 +27,8 @@ from pyinfra.operations import files
 from specdec.host import layout
 from specdec.roles.common import HostPlan, HostSecrets, SecretIO
 
-__all__ = ["converge_secret", "host_secrets", "secret_file", "upload_secret"]
+__all__ = ["SecretOps", "converge_secret", "host_secrets", "public_file", "secret_file",
+           "upload_secret"]
 
 _ESCALATION = ("_sudo", "_doas", "_dzdo", "_su_user")
 
@@ -77,32 +81,72 @@ def secret_file(path: str, secret: HiddenValue):
     yield from converge_secret(path, (text if text.endswith("\n") else text + "\n").encode())
 
 
+@operation()
+def empty_secret(path: str):
+    """``path`` root:root 0600 and empty (a credential a unit loads when there is none).
+
+    + path: where on the host
+    """
+    yield from converge_secret(path, b"")
+
+
 def _dir(path: str) -> None:
     files.directory(name=f"Ensure {path} (root only)", path=path, user="root", group="root",
                     mode="0700")
 
 
-@deploy("Host secrets")
-def host_secrets(hp: HostPlan) -> list[OperationMeta]:
-    """The API key (every host), the group's CA, member certificate and key (a serving group's
-    members), the operator's certificate and key for the API (``specdec_tls``). Returns the
-    operations whose change means units reading them must restart."""
-    s: HostSecrets = hp.secrets
+def public_file(path: str, text: str) -> OperationMeta:
+    """A CA certificate anyone on the host may read (0644 in a 0755 directory)."""
+    files.directory(name=f"Ensure {posixpath.dirname(path)}", path=posixpath.dirname(path),
+                    user="root", group="root", mode="0755")
+    return files.put(name=f"Upload {path}", src=StringIO(text), dest=path, user="root",
+                     group="root", mode="0644")
+
+
+@dataclass(frozen=True)
+class SecretOps:
+    """The secret files' operations, by who reads them at start: the engine's units (a
+    serving group's certificates) and the API proxy (its keys and certificate)."""
+
+    engine: tuple[OperationMeta, ...]
+    proxy: tuple[OperationMeta, ...]
+
+
+def _api_secrets(s: HostSecrets) -> list[OperationMeta]:
+    """The API key and the one being retired (empty without), the API's certificate, key and
+    (public) CA."""
     ops = [secret_file(name=f"Upload the API key to {layout.API_KEY_FILE}",
                        path=layout.API_KEY_FILE, secret=s.api_key)]
-    if s.group is not None or s.tls is not None:
-        _dir(posixpath.dirname(layout.GROUP_TLS_DIR))
-    if s.group is not None:
-        _dir(layout.GROUP_TLS_DIR)
-        for cred, value in zip(("group-ca.crt", "group-member.crt", "group-member.key"),
-                               s.group, strict=True):
-            path = layout.CREDENTIALS[cred]
-            ops.append(secret_file(name=f"Upload the group's {cred} to {path}", path=path,
-                                   secret=value))
+    old = layout.API_KEY_OLD_FILE
+    ops.append(secret_file(name=f"Upload the rotated-out API key to {old}", path=old,
+                           secret=s.api_key_old) if s.api_key_old is not None else
+               empty_secret(name=f"Ensure {old} (no rotated-out API key)", path=old))
     if s.tls is not None:
         _dir(layout.PROXY_TLS_DIR)
         for name, value in zip(("api.crt", "api.key"), s.tls, strict=True):
             path = f"{layout.PROXY_TLS_DIR}/{name}"
             ops.append(secret_file(name=f"Upload the API's {name} to {path}", path=path,
                                    secret=value))
+    if s.api_ca is not None:
+        public_file(layout.API_CA_FILE, s.api_ca)
     return ops
+
+
+@deploy("Host secrets")
+def host_secrets(hp: HostPlan) -> SecretOps:
+    """The API's keys and certificate (every host), the group's CA, member certificate and
+    key (a serving group's members). Returns the operations whose change means units reading
+    them must restart."""
+    s: HostSecrets = hp.secrets
+    if s.group is not None or s.tls is not None:
+        _dir(posixpath.dirname(layout.GROUP_TLS_DIR))
+    proxy = _api_secrets(s)
+    engine = []
+    if s.group is not None:
+        _dir(layout.GROUP_TLS_DIR)
+        for cred, value in zip(("group-ca.crt", "group-member.crt", "group-member.key"),
+                               s.group, strict=True):
+            path = layout.CREDENTIALS[cred]
+            engine.append(secret_file(name=f"Upload the group's {cred} to {path}", path=path,
+                                      secret=value))
+    return SecretOps(tuple(engine), tuple(proxy))

@@ -23,11 +23,13 @@ from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
 
 from specdec.host import guard, layout, release
+from specdec.render import firewall
 from specdec.render.files import Rendered
 from specdec.roles.common import HostPlan
-from specdec.roles.facts import SpecdecReleases
+from specdec.roles.facts import FirewallLive, SpecdecReleases
+from specdec.roles.secrets import SecretOps
 
-__all__ = ["ServeResult", "activate", "prune_releases", "serve"]
+__all__ = ["ServeResult", "activate", "firewall_restored", "prune_releases", "serve"]
 
 UNIT_FILE = f"{layout.SERVICE_NAME}.service"
 UNIT_TARGET = f"{layout.CURRENT}/{UNIT_FILE}"
@@ -55,6 +57,19 @@ def activate(release_id: str, guard_seconds: int):
     if state.last_good is not None and state.last_good != release_id:
         yield guard.arm_command(release_id, guard_seconds)
     yield release.activate(release_id)
+
+
+@operation()
+def firewall_restored():
+    """The running release's table, live: reloaded when something flushed, deleted or changed
+    it since it was loaded (``nft flush ruleset``, another tool's ruleset), checked on every
+    run (`specdec.render.firewall.live_check`)."""
+    state = host.get_fact(FirewallLive)
+    if state != "gone":
+        host.noop("table inet specdec is the one the release loaded" if state == "ok"
+                  else "no release firewall on this host yet")
+        return
+    yield f"systemctl reload-or-restart {layout.FIREWALL_SERVICE}.service"
 
 
 @operation(is_idempotent=False)
@@ -123,15 +138,16 @@ def _upload_release(r: Rendered) -> OperationMeta | None:
 @deploy("Serve")
 def serve(hp: HostPlan, restart_on: Sequence[OperationMeta | None] = (),
           recorded: release.ReleaseState | None = None,
-          secrets_changed: Sequence[OperationMeta | None] = ()) -> ServeResult:
+          secrets_changed: SecretOps | None = None) -> ServeResult:
     """Install and run the desired release.
 
     + hp: the host's plan and renderings
     + restart_on: earlier ops (e.g. the image digest) whose change also restarts the engine
     + recorded: the release state to plan from (`deploy_lock`'s, re-checked under the lock);
       read here when not given
-    + secrets_changed: the secret files' ops (API key, group certificates): a change restarts
-      every unit that loads them (they are read at start)
+    + secrets_changed: the secret files' ops (`SecretOps`): a change restarts the units that
+      load them (they are read at start): the group's certificates the engine's, the API's
+      keys and certificate the proxy
     """
     candidate = hp.rendered.release_id
     if recorded is None:
@@ -143,17 +159,20 @@ def serve(hp: HostPlan, restart_on: Sequence[OperationMeta | None] = (),
     )
     unit_op = _upload_release(to_upload) if to_upload is not None else None
     link, aux_links = _link_units(hp)
+    dropin = _nftables_dropin()
     install_guard()
     switch = activate(name=f"Activate release {desired} ({layout.CURRENT})", release_id=desired,
                       guard_seconds=guard.deadline_for(hp.plan.health_timeout_s))
 
     unit_changes = [op for op in (unit_op, link, switch, *aux_links) if op is not None]
     systemd.daemon_reload(
-        name="Reload systemd (unit changed)", _if=any_changed(*unit_changes),
+        name="Reload systemd (unit changed)", _if=any_changed(*unit_changes, dropin),
     )
+    secrets = secrets_changed or SecretOps((), ())
     if hp.rendered.other_units:
-        _run_aux(hp, recorded, desired, [switch, *aux_links], secrets_changed)
-    restart_ops = unit_changes + [op for op in (*restart_on, *secrets_changed) if op is not None]
+        _run_aux(hp, recorded, desired, [switch, *aux_links], secrets)
+    firewall_restored(name=f"Assert the live firewall (table inet {firewall.TABLE})")
+    restart_ops = unit_changes + [op for op in (*restart_on, *secrets.engine) if op is not None]
     _run_engine(restart_ops)
     prune_releases(
         name=f"Prune {layout.RELEASES_DIR} to {layout.KEEP_RELEASES} releases",
@@ -194,9 +213,16 @@ def _link_units(hp: HostPlan) -> tuple[OperationMeta, list[OperationMeta]]:
     return link, aux_links
 
 
+def _nftables_dropin() -> OperationMeta:
+    """nftables.service's drop-in: its start, restart and reload reload our table after it."""
+    files.directory(name="Ensure /etc/systemd/system/nftables.service.d",
+                    path="/etc/systemd/system/nftables.service.d", present=True)
+    return files.put(name=f"Upload {firewall.NFTABLES_DROPIN}", src=StringIO(firewall.dropin()),
+                     dest=firewall.NFTABLES_DROPIN, user="root", group="root", mode="0644")
+
+
 def _run_aux(hp: HostPlan, recorded: release.ReleaseState, desired: str,
-             changed: Sequence[OperationMeta], secrets_changed: Sequence[OperationMeta | None]
-             ) -> None:
+             changed: Sequence[OperationMeta], secrets: SecretOps) -> None:
     """The other units: restarted where the release changed them (``changed``: the switch and
     their links) or a secret they load changed, and running."""
     aux = list(hp.rendered.other_units)
@@ -204,9 +230,10 @@ def _run_aux(hp: HostPlan, recorded: release.ReleaseState, desired: str,
     restart_aux(name=f"Restart {', '.join(aux)} where the release changed them",
                 old=before, new=layout.release_dir(desired),
                 _if=any_changed(*changed))
-    secret_ops = [op for op in secrets_changed if op is not None]
     for u in host.loop(aux):
-        if secret_ops and u != f"{layout.FIREWALL_SERVICE}.service":
+        secret_ops = list(secrets.proxy if u == f"{layout.PROXY_SERVICE}.service" else
+                          () if u == f"{layout.FIREWALL_SERVICE}.service" else secrets.engine)
+        if secret_ops:
             systemd.service(name=f"Restart {u} (a secret it loads changed)", service=u,
                             running=True, restarted=True, _if=any_changed(*secret_ops))
         systemd.service(name=f"Ensure {u} is running and enabled", service=u, running=True,

@@ -179,7 +179,8 @@ def verify_release(spec: VerifySpec, changed: tuple[OperationMeta, ...],
     why = sv.needs_verification(state, spec.desired, restarted, spec.reverify)
     if why is None:
         key = apikey.read_key(spec.api_key_file) if spec.api_key_file else None
-        health = sv.http_get(http_url(spec.address, spec.plan.port) + "/health", 5.0, key)
+        health = sv.http_get(http_url(spec.address, spec.plan.port, spec.plan.tls) + "/health",
+                             5.0, key, spec.ca_file)
         if health[0] == 200:
             write_report(sv.unchanged_report(spec, state, health, previous_report(spec)), secret)
             host.noop(f"release {state.current} verified before; not re-benchmarked")
@@ -234,6 +235,7 @@ def verify_spec(hp: HostPlan, served: ServeResult, token: HiddenValue | None,
         tune_cache=tune_store(settings),
         bench_mode=settings.bench_mode,
         api_key_file=hp.secrets.api_key_file if hp.secrets is not None else None,
+        ca_file=hp.secrets.api_ca_file if hp.secrets is not None else None,
     )
 
 

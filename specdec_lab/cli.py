@@ -228,7 +228,7 @@ def traffic_url(inventory: str, host: str, inst: Instance) -> tuple[str, str | N
     group = groups_of(list(settings.values())).get(host)
     h = hosts[group.frontend] if group is not None else hosts[host]
     key = ensure_key(settings[h.name].api_key_file, h.name)
-    return f"http://{h.address}:{h.port}", key
+    return f"https://{h.address}:{h.port}", key
 
 
 def cmd_traffic(args: argparse.Namespace) -> int:
@@ -236,7 +236,7 @@ def cmd_traffic(args: argparse.Namespace) -> int:
     inst = _instance(args)
     url, key = traffic_url(args.inventory, args.host, inst)
     t = Traffic(url, mix, args.rate, args.duration, args.requests, args.max_tokens,
-                args.max_inflight, args.seed, api_key=key)
+                args.max_inflight, args.seed, api_key=key, ca_file=str(inst.api_ca_file))
     t.check()
     res = run_traffic(t)
     if args.json:

@@ -14,6 +14,7 @@ import secrets
 import shlex
 import shutil
 import socket
+import ssl
 import string
 import subprocess
 import threading
@@ -386,11 +387,13 @@ def down(inventory: str | None = None, *, log: Log = _noop,
                        f"kept: {'; '.join(problems)}")
 
 
-def _http_ok(url: str, key: str | None, timeout: float = 3.0) -> bool:
-    """GET ``url`` from here with the instance's API key (every lab host's API needs it)."""
+def _http_ok(url: str, key: str | None, ca: Path | None = None, timeout: float = 3.0) -> bool:
+    """GET ``url`` from here with the instance's API key (every lab host's API needs it),
+    trusting ``ca`` (the instance's API CA)."""
     req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - lab address
+        ctx = ssl.create_default_context(cafile=str(ca)) if ca and ca.is_file() else None
+        with urllib.request.urlopen(req, timeout=timeout, context=ctx) as resp:  # noqa: S310
             return 200 <= resp.status < 300
     except OSError:
         return False
@@ -424,7 +427,8 @@ def host_status(h: LabHost, up_: bool, probe: str | None = None,
     rec["reachable"] = proc.returncode == 0
     rec["service_active"] = rec["reachable"] and bool(words) and words[0] == "active"
     rec["serving"] = (rec["reachable"] and words[-1:] == ["200"]) if probe else \
-        _http_ok(f"http://{h.address}:{h.port}/v1/models", key)
+        _http_ok(f"https://{h.address}:{h.port}/v1/models", key,
+                 Instance(h.instance).api_ca_file)
     return rec
 
 

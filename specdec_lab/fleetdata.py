@@ -42,6 +42,7 @@ from typing import Any
 
 from specdec.catalog import load_catalog
 from specdec.errors import ConfigError
+from specdec_lab.hubsvc import ca_file as hub_ca_file
 from specdec_lab.images import pinned_ref
 from specdec_lab.instance import Instance
 from specdec_lab.sites import mirror_host, site_keys
@@ -186,7 +187,7 @@ def fleet(table: Sequence[tuple[str, dict[str, Any]]],
             data.setdefault("specdec_image", pinned_ref(catalog_ref, inst))
         # The lab's Hub, through the site's mirror (or straight, without a site).
         gateway = str(ipaddress.ip_address(inst.host_address(n)) - 1)
-        for key, value in site_keys(name, gateway, mirror).items():
+        for key, value in site_keys(name, gateway, mirror, str(hub_ca_file(inst))).items():
             data.setdefault(key, value)
         if not env.get("HF_TOKEN", "").strip():
             # The emulated Hub wants *a* token for gated repos; `lab up` writes a stand-in.

@@ -24,8 +24,12 @@ Bytes of bodies are counted per kind (api, resolve, cdn), per repo revision and 
 only. The request log names method, path (no query), status, bytes and whether a token came;
 never the token.
 
+It serves HTTPS (``--cert``/``--key``: a certificate of the lab instance's own CA, which the
+lab's hosts are given as ``specdec_hub_ca_file``), as the Hub and its CDN do; its CDN redirects
+then name https too.
+
 Run: ``python3 -m specdec_lab.hub --bind ADDR [--bind ADDR ...] --port P --cdn-port C
---tokens FILE [--scale X] [--log FILE]``.
+--tokens FILE [--scale X] [--log FILE] [--cert FILE --key FILE]``.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import hashlib
 import hmac
 import json
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -380,7 +385,8 @@ class Handler(BaseHTTPRequestHandler):
             cdn_path = f"/repos/{f.sha256[:2]}/{f.sha256[2:4]}/{f.sha256}"
             expires = int(time.time()) + URL_TTL
             here = self.connection.getsockname()[0]
-            location = (f"http://{here}:{self.cdn_port}{cdn_path}?Expires={expires}"
+            scheme = "https" if isinstance(self.connection, ssl.SSLSocket) else "http"
+            location = (f"{scheme}://{here}:{self.cdn_port}{cdn_path}?Expires={expires}"
                         f"&Signature={self.hub.sign(cdn_path, expires)}&Key-Pair-Id=lab")
             self._send(302, {**commit, "Location": location, "ETag": f'"{f.oid}"',
                              "X-Linked-Etag": f'"{f.sha256}"', "X-Linked-Size": str(f.size)},
@@ -415,15 +421,25 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 128
+    tls: ssl.SSLContext | None = None  # HTTPS, as the Hub and its CDN serve
+
+    def get_request(self) -> tuple[Any, Any]:
+        sock, addr = super().get_request()
+        if self.tls is None:
+            return sock, addr
+        # the handshake in the request's own thread (its first read), not in accept's
+        return self.tls.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), addr
 
 
-def serve(hub: Hub, binds: list[str], port: int, cdn_port: int) -> list[_Server]:
-    """Start both ports on every address (threads); returns the servers."""
+def serve(hub: Hub, binds: list[str], port: int, cdn_port: int,
+          tls: ssl.SSLContext | None = None) -> list[_Server]:
+    """Start both ports on every address (threads), HTTPS with ``tls``; returns the servers."""
     servers = []
     for addr in binds:
         hub.control.add(addr)
         for role, p in (("hub", port), ("cdn", cdn_port)):
             srv = _Server((addr, p), _handler(hub, role, cdn_port))
+            srv.tls = tls
             threading.Thread(target=srv.serve_forever, daemon=True,
                              name=f"hub-{role}-{addr}").start()
             servers.append(srv)
@@ -444,9 +460,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scale", type=float, default=DEFAULT_SCALE)
     p.add_argument("--log", type=Path)
     p.add_argument("--state-dir", type=Path, help="where the lab keeps this Hub's files")
+    p.add_argument("--cert", type=Path, help="HTTPS: the certificate (PEM; with --key)")
+    p.add_argument("--key", type=Path)
     args = p.parse_args(argv)
     hub = Hub(_token_hashes(args.tokens), args.scale, args.log)
-    serve(hub, args.bind, args.port, args.cdn_port)
+    tls = None
+    if args.cert:
+        tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        tls.load_cert_chain(args.cert, args.key)
+    serve(hub, args.bind, args.port, args.cdn_port, tls)
     print(f"specdec lab hub: {', '.join(args.bind)} ports {args.port}/{args.cdn_port}",
           flush=True)
     threading.Event().wait()

@@ -3,19 +3,25 @@ control side, stopped by ``lab down``, asked for its counters by ``specdec lab h
 
 It listens on every lab host's gateway (the control node's end of the host's link, ``10.X.n.1``),
 port `HUB_PORT` for the Hub and `CDN_PORT` for its CDN: each host reaches it at its own
-gateway, and nothing outside the lab does. It accepts the tokens the lab's hosts are given
-(``$HF_TOKEN`` at ``lab up``, else the instance's stand-in token), stored as sha256 digests
-only. Its files are under ``<instance>/hub/``: ``tokens``, ``requests.jsonl`` (method, path,
-status, bytes; no query, no header) and ``hub.log``.
+gateway, and nothing outside the lab does. Over HTTPS, as the Hub: its certificate (for every
+gateway) comes from the instance's own CA (`ca_file`, ``<instance>/hub/ca/``), which the lab's
+inventory gives every host as ``specdec_hub_ca_file`` (as an operator gives a private Hub's).
+It accepts the tokens the lab's hosts are given (``$HF_TOKEN`` at ``lab up``, else the
+instance's stand-in token), stored as sha256 digests only. Its files are under
+``<instance>/hub/``: ``tokens``, ``requests.jsonl`` (method, path, status, bytes; no query, no
+header) and ``hub.log``.
 
 ``SPECDEC_LAB_HUB_SCALE`` (default 1e-3) sizes the served weights against the real ones.
 """
 
 from __future__ import annotations
 
+import datetime
 import hashlib
+import ipaddress
 import json
 import os
+import ssl
 import subprocess
 import sys
 import time
@@ -24,14 +30,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from specdec.config import pki
 from specdec_lab.errors import LabError
 from specdec_lab.hub import DEFAULT_SCALE
 from specdec_lab.instance import Instance
 from specdec_lab.spec import LabHost
 from specdec_lab.system import Proc, cmdline, proc_alive, start_time, stop_process
 
-__all__ = ["CDN_PORT", "HUB_PORT", "SCALE_ENV", "check_record", "counters", "control",
-           "endpoint", "start", "stop", "summary"]
+__all__ = ["CDN_PORT", "HUB_PORT", "SCALE_ENV", "ca_file", "check_record", "counters",
+           "control", "endpoint", "start", "stop", "summary"]
 
 HUB_PORT = 8090
 CDN_PORT = 8091
@@ -43,9 +55,44 @@ def hub_dir(inst: Instance) -> Path:
     return inst.dir / "hub"
 
 
+def ca_file(inst: Instance) -> Path:
+    """The CA of the instance's Hub certificate (made by `start`)."""
+    return hub_dir(inst) / "ca" / "ca.crt"
+
+
 def endpoint(gateway: str) -> str:
     """A lab host's Hub: ``HF_ENDPOINT`` for downloads straight from it."""
-    return f"http://{gateway}:{HUB_PORT}"
+    return f"https://{gateway}:{HUB_PORT}"
+
+
+def _certificate(inst: Instance, binds: list[str]) -> tuple[Path, Path]:
+    """The Hub's certificate and key for every gateway, from the instance's CA (made anew at
+    each start). Each address is also a dNSName: Debian's nginx 1.22 checks an upstream's
+    name with ``X509_check_host`` even when it is an IP address (ngx_event_openssl.c
+    ``ngx_ssl_check_host``; "upstream SSL certificate does not match" otherwise), and the
+    site mirror's upstream here is the Hub at its gateway address."""
+    ca = pki.authority(hub_dir(inst) / "ca", f"lab {inst.name} hub")
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    names: list[x509.GeneralName] = [n for b in binds for n in (
+        x509.IPAddress(ipaddress.ip_address(b)), x509.DNSName(b))]
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "lab hub")]))
+            .issuer_name(ca.cert.subject).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=30))
+            .add_extension(x509.SubjectAlternativeName(names), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]),
+                           critical=False)
+            .sign(ca.key, hashes.SHA256()))
+    crt, key_path = ca.directory / "hub.crt", ca.directory / "hub.key"
+    fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                   serialization.NoEncryption()))
+    crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return crt, key_path
 
 
 def scale(env: Mapping[str, str] | None = None) -> float:
@@ -63,10 +110,11 @@ def scale(env: Mapping[str, str] | None = None) -> float:
 
 def _argv(inst: Instance, binds: list[str], factor: float) -> list[str]:
     d = hub_dir(inst)
+    cert, key = _certificate(inst, binds)
     return [sys.executable, "-m", "specdec_lab.hub", "--state-dir", str(d),
             *[a for b in binds for a in ("--bind", b)], "--port", str(HUB_PORT),
             "--cdn-port", str(CDN_PORT), "--tokens", str(d / "tokens"), "--scale", repr(factor),
-            "--log", str(d / "requests.jsonl")]
+            "--log", str(d / "requests.jsonl"), "--cert", str(cert), "--key", str(key)]
 
 
 def start(inst: Instance, hosts: list[LabHost], tokens: list[str]) -> dict[str, Any]:
@@ -85,7 +133,7 @@ def start(inst: Instance, hosts: list[LabHost], tokens: list[str]) -> dict[str, 
                                  stdout=log, stderr=subprocess.STDOUT, env=env,
                                  start_new_session=True)
     rec = {"proc": Proc(popen.pid).to_dict(), "binds": binds, "port": HUB_PORT,
-           "cdn_port": CDN_PORT, "scale": factor}
+           "cdn_port": CDN_PORT, "scale": factor, "ca": str(ca_file(inst))}
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if popen.poll() is not None:
@@ -131,12 +179,13 @@ def control(rec: dict[str, Any], path: str, doc: dict[str, Any] | None = None) -
     binds = rec.get("binds") or []
     if not binds:
         raise LabError("the lab's Hub is not running (no address recorded)")
-    url = f"http://{binds[0]}:{rec.get('port', HUB_PORT)}{path}"
+    url = f"https://{binds[0]}:{rec.get('port', HUB_PORT)}{path}"
     data = json.dumps(doc).encode() if doc is not None else None
     req = urllib.request.Request(url, data=data, method="POST" if doc is not None else "GET",
                                  headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=5) as resp:  # noqa: S310 - lab address
+        ctx = ssl.create_default_context(cafile=rec.get("ca"))
+        with urllib.request.urlopen(req, timeout=5, context=ctx) as resp:  # noqa: S310
             return json.loads(resp.read())
     except (OSError, ValueError) as exc:
         raise LabError(f"the lab's Hub at {url}: {exc}") from None

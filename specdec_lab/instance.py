@@ -85,8 +85,13 @@ class Instance:
 
     @property
     def pki_dir(self) -> Path:
-        """The instance's serving groups' CAs and member certificates."""
+        """The instance's CAs (serving groups', the API's, the site's) and certificates."""
         return self.dir / "pki"
+
+    @property
+    def api_ca_file(self) -> Path:
+        """The CA of every lab host's API certificate (`specdec.config.pki.api_authority`)."""
+        return self.pki_dir / "_api" / "ca.crt"
 
     def host_dir(self, host: str) -> Path:
         return self.hosts_dir / host

@@ -19,7 +19,7 @@ from specdec.config.inventory import load_inventory
 from specdec.host.layout import HF_TOKEN_FILE
 from specdec.host.prefetch import CONTAINER_HF_TOKEN
 from specdec.plan.hostdata import parse_hosts
-from specdec.plan.sites import site_mirrors
+from specdec.plan.sites import CA_VARIABLES, site_mirrors
 from specdec_lab.errors import LabError
 from specdec_lab.hubsvc import CDN_PORT, endpoint
 from specdec_lab.images import REGISTRY
@@ -47,17 +47,19 @@ def mirror_host(env: Mapping[str, str], names: Sequence[str]) -> str | None:
     return text
 
 
-def site_keys(name: str, gateway: str, mirror: str | None) -> dict[str, Any]:
-    """A lab host's site keys: at the lab site (the mirror host: what its mirror fronts), or
-    without a site, straight from the Hub."""
+def site_keys(name: str, gateway: str, mirror: str | None, hub_ca: str) -> dict[str, Any]:
+    """A lab host's site keys: at the lab site (the mirror host: what its mirror fronts, the
+    Hub's CA ``hub_ca``), or without a site, straight from the Hub (and its CA)."""
     if mirror is None:
-        return {"specdec_hub_endpoint": endpoint(gateway)}
+        return {"specdec_hub_endpoint": endpoint(gateway), "specdec_hub_ca_file": hub_ca}
     keys: dict[str, Any] = {"specdec_site": SITE}
     if name == mirror:
         keys.update({
             "specdec_site_mirror": True,
             "specdec_hub_upstream": endpoint(gateway),
             "specdec_hub_cdn_hosts": [f"{gateway}:{CDN_PORT}"],
+            "specdec_hub_ca_file": hub_ca,
+            # the lab's registry, in the mirror's own namespace: its loopback
             "specdec_registry_upstreams": {REGISTRY: f"http://127.0.0.1:{_REGISTRY_PORT}"},
         })
     return keys
@@ -98,23 +100,27 @@ def routes(hosts: list[LabHost], inventory: str, limit: str | None = None) -> No
 
 
 def host_download(plan: Mapping[str, Any], repo: str, endpoint: str, scratch: str,
-                  token: bool) -> str:
+                  token: bool, ca: str) -> str:
     """A shell command for a lab host: ``repo`` into the scratch cache ``scratch`` with the
-    host's own Hub CLI (its image's, or its native install's), from ``endpoint``; with the
-    host's token file as ``HF_TOKEN_PATH`` when ``token`` (never the token itself)."""
+    host's own Hub CLI (its image's, or its native install's), from ``endpoint`` (HTTPS,
+    trusting the CA file ``ca`` on the host only, as specdec runs it); with the host's token
+    file as ``HF_TOKEN_PATH`` when ``token`` (never the token itself), else none."""
     q = shlex.quote
     env = {"HF_HOME": scratch, "HF_ENDPOINT": endpoint, "HF_HUB_DISABLE_XET": "1",
-           "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_UPDATE_CHECK": "1", "NO_COLOR": "1"}
+           "HF_HUB_DISABLE_TELEMETRY": "1", "HF_HUB_DISABLE_UPDATE_CHECK": "1", "NO_COLOR": "1",
+           **{v: ca for v in CA_VARIABLES}}
     pick = (f'if command -v hf >/dev/null; then c=hf; else c=huggingface-cli; fi; '
             f'"$c" download {q(repo)}')
     if plan.get("runtime") == "docker":
         token_args = (f"-v {HF_TOKEN_FILE}:{CONTAINER_HF_TOKEN}:ro "
-                      f"-e HF_TOKEN_PATH={CONTAINER_HF_TOKEN} ") if token else ""
+                      f"-e HF_TOKEN_PATH={CONTAINER_HF_TOKEN} ") if token else \
+            "-e HF_TOKEN_PATH=/dev/null "
         envs = " ".join(f"-e {k}={q(v)}" for k, v in env.items())
-        run = (f"docker run --rm --network host -v {q(scratch)}:{q(scratch)} {envs} "
+        run = (f"docker run --rm --network host -v {q(scratch)}:{q(scratch)} "
+               f"-v {q(ca)}:{q(ca)}:ro {envs} "
                f"{token_args}--entrypoint sh {q(str(plan['image']))} -c {q(pick)}")
     else:
         envs = " ".join(f"{k}={q(v)}" for k, v in env.items())
-        token_env = f" HF_TOKEN_PATH={HF_TOKEN_FILE}" if token else ""
+        token_env = f" HF_TOKEN_PATH={HF_TOKEN_FILE}" if token else " HF_TOKEN_PATH=/dev/null"
         run = f"env {envs}{token_env} sh -c {q(pick)}"
     return f"mkdir -p {q(scratch)} && {run}"

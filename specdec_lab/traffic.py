@@ -22,6 +22,7 @@ from typing import Any
 
 import httpx
 
+from specdec.bench.device_time import tls_verify
 from specdec.bench.prompts import builtin_prompts
 from specdec.errors import ConfigError
 from specdec_lab.errors import LabError
@@ -73,6 +74,7 @@ class Traffic:
     seed: int = 0
     tag: str = "t"
     api_key: str | None = field(default=None, repr=False)  # the fleet's key (the API proxy)
+    ca_file: str | None = None  # the CA of the API's certificate (https)
 
     def check(self) -> None:
         if not math.isfinite(self.rate) or not 0 < self.rate <= 1000:
@@ -141,7 +143,8 @@ async def _run(t: Traffic) -> TrafficResult:
     limits = httpx.Limits(max_connections=t.max_inflight, max_keepalive_connections=16)
     headers = {"Authorization": f"Bearer {t.api_key}"} if t.api_key else None
     async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0),
-                                 limits=limits, headers=headers) as client:
+                                 limits=limits, headers=headers,
+                                 verify=tls_verify(t.ca_file)) as client:
         model, scale = await _server(client, t.url)
         res.time_scale = scale
         inflight: set[asyncio.Task[None]] = set()

@@ -44,6 +44,7 @@ from typing import Any, TextIO
 import httpx
 
 from specdec.bench.config import SCHEMA, BenchConfig, ServerInfo
+from specdec.bench.device_time import tls_verify
 from specdec.bench.metrics import Counters, add_counters, spec_delta
 from specdec.bench.onhost import errors as core_errors
 from specdec.bench.onhost.levels import check_level, choose, level_result, run_requests
@@ -177,7 +178,7 @@ def _http_client(cfg: BenchConfig) -> httpx.AsyncClient:
     limits = httpx.Limits(max_connections=max(cfg.concurrency) + 4,
                           max_keepalive_connections=max(cfg.concurrency) + 4)
     headers = {"Authorization": f"Bearer {cfg.api_key}"} if cfg.api_key else None
-    return httpx.AsyncClient(limits=limits, headers=headers,
+    return httpx.AsyncClient(limits=limits, headers=headers, verify=tls_verify(cfg.ca_file),
                              timeout=httpx.Timeout(None, connect=cfg.connect_timeout_s))
 
 

@@ -46,6 +46,7 @@ class BenchConfig:
     prompt_ids: tuple[tuple[int, tuple[str, ...]], ...] = ()  # (level, measured prompt ids):
     # exactly these prompts at that level, instead of --requests/--prompt-offset
     api_key: str | None = field(default=None, repr=False)  # sent as a Bearer token; never shown
+    ca_file: str | None = None  # https: the CA the server's certificate chains to (else system)
 
     def validate(self) -> BenchConfig:
         parts = urlsplit(self.url)

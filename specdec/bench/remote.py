@@ -18,9 +18,11 @@ both files are there with their sha256, and a changed client goes to a new direc
 else is written or deleted on the host. The directories and files are root's and writable by
 root only, which the run checks again, with both files' sha256, right before it runs them
 (`verified`). The client runs as ``nobody`` (``setpriv``, no new privileges), against the API
-proxy on loopback, with the API key on its standard input (opened by root from the root-only
-key file: never an argument); it prints its JSON on stdout (`specdec.bench.onhost.cli.MARKER`);
-the HF token is never involved.
+proxy on loopback (HTTPS, verified against the fleet's CA, ``/etc/specdec/ca/api.crt``; with
+the operator's own certificate, whose names need not include 127.0.0.1, unverified on
+loopback only: `tls_mode`), with the API key on its standard input (opened by root from the
+root-only key file: never an argument); it prints its JSON on stdout
+(`specdec.bench.onhost.cli.MARKER`); the HF token is never involved.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from specdec.config.readback import check_tree, parse_json
 from specdec.config.settings import BENCH_MODES, DEFAULT_BENCH_MODE
 from specdec.errors import BenchError, GateError
 from specdec.gate.inputs import check_result
+from specdec.host.layout import API_CA_FILE
 
 __all__ = [
     "BENCH_DIR",
@@ -55,6 +58,7 @@ __all__ = [
     "pyz",
     "run_command",
     "run_on_host",
+    "tls_mode",
     "upload_commands",
 ]
 
@@ -170,25 +174,41 @@ def verified(b: Bundle) -> str:
             "not match what was uploaded: not running it'; exit 3; }")
 
 
+def tls_mode(tls: bool, fleet_ca: bool) -> str | None:
+    """How the on-host client speaks to the API: None (plain HTTP), ``ca`` (HTTPS verified
+    against the fleet's CA on the host), ``loopback`` (the operator's certificate: HTTPS
+    unverified, to 127.0.0.1 only)."""
+    return None if not tls else "ca" if fleet_ca else "loopback"
+
+
+def _tls_args(tls: str | None) -> tuple[str, list[str]]:
+    if tls is None:
+        return "http", []
+    return "https", (["--ca-file", API_CA_FILE] if tls == "ca" else ["--insecure-loopback"])
+
+
 def run_command(b: Bundle, port: int, model: str, args: Sequence[str], timeout_s: float,
                 mode: str = DEFAULT_MODE, image: str | None = None,
-                key_file: str | None = KEY_FILE) -> str:
+                key_file: str | None = KEY_FILE, tls: str | None = None) -> str:
     """Run the client beside the engine (``mode`` host or image) as nobody, against the API on
-    loopback, the key on its stdin; stdout carries its result."""
+    loopback (``tls``: `tls_mode`), the key on its stdin; stdout carries its result."""
     q = shlex.quote
     deadline = max(1, int(timeout_s))
-    client = [b.script_path, f"http://127.0.0.1:{port}", "--model", model, "--prompts",
-              b.prompts_path, *args, "--deadline", str(deadline), "--json", "-"]
+    scheme, tls_args = _tls_args(tls)
+    client = [b.script_path, f"{scheme}://127.0.0.1:{port}", "--model", model, "--prompts",
+              b.prompts_path, *args, *tls_args, "--deadline", str(deadline), "--json", "-"]
     key = ["--api-key-file", "-"] if key_file else []
     stdin = f" < {q(key_file)}" if key_file else " < /dev/null"
     if mode == "image":
         if not image:
             raise BenchError("specdec_bench_mode=image: the host runs no engine image")
-        vol = f"{b.dir}:{b.dir}:ro"
+        vols = ["-v", f"{b.dir}:{b.dir}:ro"]
+        if tls == "ca":
+            vols += ["-v", f"{API_CA_FILE}:{API_CA_FILE}:ro"]
         return verified(b) + "; " + " ".join(q(x) for x in [
             "docker", "run", "--rm", "-i", "--network", "host", "--user", f"{NOBODY}:{NOBODY}",
             "--security-opt", "no-new-privileges", "--cap-drop", "ALL", "--entrypoint",
-            "python3", "-v", vol, image, "-I", *client, *key]) + stdin + " 2>&1"
+            "python3", *vols, image, "-I", *client, *key]) + stdin + " 2>&1"
     if mode != "host":
         raise BenchError(f"bench mode {mode!r} does not run on the host")
     return ("command -v python3 >/dev/null || { echo 'specdec-bench: error: no python3 on the "
@@ -223,7 +243,8 @@ def parse_output(ok: bool, lines: Sequence[str]) -> dict[str, Any]:
 
 def run_on_host(run: Run, b: Bundle, port: int, model: str, args: Sequence[str],
                 timeout_s: float, mode: str = DEFAULT_MODE,
-                image: str | None = None, key_file: str | None = KEY_FILE) -> dict[str, Any]:
+                image: str | None = None, key_file: str | None = KEY_FILE,
+                tls: str | None = None) -> dict[str, Any]:
     """Upload (when needed), run, collect. ``run(command, timeout)`` runs a shell command on
     the host as root and returns (success, stdout lines)."""
     uploaded = True
@@ -233,7 +254,7 @@ def run_on_host(run: Run, b: Bundle, port: int, model: str, args: Sequence[str],
             uploaded = False
         if not ok:
             raise BenchError(f"could not upload the benchmark client to {b.dir}")
-    ok, lines = run(run_command(b, port, model, args, timeout_s, mode, image, key_file),
+    ok, lines = run(run_command(b, port, model, args, timeout_s, mode, image, key_file, tls),
                     timeout_s + 60)
     doc = parse_output(ok, lines)
     doc["runner"] = {"where": mode, "client": b.script_path, "uploaded": uploaded}

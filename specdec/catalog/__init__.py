@@ -274,6 +274,12 @@ class Catalog:
         entry = self.models.get(repo) or self.heads.get(repo)
         return bool(entry and entry.gated)
 
+    def needs_token(self, repo: str) -> bool:
+        """Whether a download of ``repo`` needs the HF token: gated, or unknown here (it may be
+        gated or private); an ungated catalog repo is downloaded without it."""
+        entry = self.models.get(repo) or self.heads.get(repo)
+        return entry is None or bool(entry.gated)
+
     def heads_for(self, model: Model, method: str) -> list[Head]:
         """The catalog's trained ``method`` heads ``model`` takes: the one the model names
         first, then any other made for it or for its base model (e.g. another checkpoint

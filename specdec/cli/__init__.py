@@ -1,5 +1,5 @@
 """The `specdec` command line: one module per command group (`plan`, `identify`, `bench`,
-`rollout`, `watch`), and the commands other packages register (the lab's `specdec lab`).
+`rollout`, `watch`, `keys`), and the commands other packages register (the lab's `specdec lab`).
 
 May import every other package of specdec (it is the top layer); nothing imports it but
 ``specdec.__main__`` and the ``specdec`` script."""
@@ -32,6 +32,7 @@ COMMANDS = {
     "report": ("specdec.cli.rollout", "print a rollout's fleet summary (Markdown)"),
     "watch": ("specdec.cli.watch", "live acceptance and estimated speed-up per host, against "
                                    "what the gate measured"),
+    "keys": ("specdec.cli.keys", "an inventory's API keys (show, rotate, retire) and its CA"),
 }
 EXIT_STATUS = """exit status:
   0  done (gate: keep speculation)

@@ -113,11 +113,11 @@ def _bench(args: argparse.Namespace) -> int:
         request_timeout_s=args.timeout, max_failed_fraction=args.max_failed,
         progress=False if args.no_progress else None, tokenizer=args.tokenizer,
         fill=not args.no_fill, ramp_tokens=args.ramp_tokens,
-        prompt_ids=_prompt_ids(args.prompt_ids), api_key=key,
+        prompt_ids=_prompt_ids(args.prompt_ids), api_key=key, ca_file=args.ca_file,
     ).validate()
     res: dict[str, Any] = run_bench(cfg)
     if not args.wall_time:  # the lab's engine emulator: what the device would show
-        res = device_time.apply(cfg.url, res, key)
+        res = device_time.apply(cfg.url, res, key, args.ca_file)
     text = to_json(res)
     if args.json:
         write_json_atomic(args.json, text)
@@ -180,4 +180,7 @@ def register(sub: Any) -> None:
     b.add_argument("--json", help="write the result here (default: print it)")
     b.add_argument("--api-key-file", default=None,
                    help="a file holding the API key to send (specdec's hosts require one)")
+    b.add_argument("--ca-file", default=None,
+                   help="https: the CA the server's certificate must chain to (specdec's "
+                        "hosts: `specdec keys ca INVENTORY`); default: the system's")
     b.set_defaults(func=_bench)

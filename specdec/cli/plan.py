@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from specdec.config import state
+from specdec.config import apikey, state
 from specdec.config.inventory import excluding
 from specdec.config.rawinput import check_options_given
+from specdec.config.settings import HostSettings
 from specdec.engines.registry import engine_of
 from specdec.errors import ConfigError
 from specdec.fleet.plans import Fleet, plan_fleet
@@ -70,14 +71,21 @@ def register(subparsers: Any) -> None:
 
 
 
-def _print_effects(fleet: Fleet) -> None:
+def _key_file(inventory: str, s: HostSettings) -> Path:
+    """Where the deploy makes (or reads) this host's API key (`specdec.config.apikey`)."""
+    return apikey.host_key_file(s.api_key_file, s.api_key_scope, s.host,
+                                apikey.inventory_dir(inventory))[0]
+
+
+def _print_effects(fleet: Fleet, inventory: str) -> None:
     """Each host's first-deploy effects and duration estimate (`specdec.plan.effects`)."""
     by_host = {s.host: s for s in fleet.settings}
     mirrors = site_mirror_hosts(fleet.settings)
     print("\nfirst deploy (what changes beyond the release, how long):")
     keys = set()
     for p in fleet.plans:
-        lines = effects(p, by_host[p.host], p.host in mirrors)
+        s = by_host[p.host]
+        lines = effects(p, s, p.host in mirrors, _key_file(inventory, s))
         keys |= {line for line in lines if line.startswith("api key:")}
         for line in (*(x for x in lines if x not in keys), first_deploy(p).text()):
             print(f"  {p.host}: {line}")
@@ -134,7 +142,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     fleet = plan_fleet(args.inventory, limit, args.data or (), args.tune_cache)
     plans = fleet.plans
     if args.json:
-        print(json.dumps([_json_record(fleet, p) for p in plans], indent=2, sort_keys=True))
+        print(json.dumps([_json_record(fleet, p, args.inventory) for p in plans], indent=2,
+                         sort_keys=True))
         return 0
     rows = [["HOST", "DEVICE", "ENGINE", "RUNTIME", "MODEL", "METHOD", "DRAFT", "K", "MEM",
              "LEN", "SEQS", "KV GiB", "RELEASE"]]
@@ -151,18 +160,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(f"  {p.host}: {note}")
     _print_groups(plans)
     _print_sockets(plans)
-    _print_effects(fleet)
+    _print_effects(fleet, args.inventory)
     return 0
 
 
-def _json_record(fleet: Fleet, p: Plan) -> dict[str, Any]:
+def _json_record(fleet: Fleet, p: Plan, inventory: str) -> dict[str, Any]:
     """`plan_record` with the first deploy's effects and estimate."""
     s = next(s for s in fleet.settings if s.host == p.host)
     est = first_deploy(p)
-    return {**plan_record(p), "effects": effects(p, s, p.host in site_mirror_hosts(
-        fleet.settings)), "first_deploy": {"low_s": round(est.low_s), "high_s": round(
-            est.high_s), "engine_starts": list(est.restarts), "download_gib": round(
-                est.download_gib, 2)}}
+    mirror = p.host in site_mirror_hosts(fleet.settings)
+    return {**plan_record(p), "effects": effects(p, s, mirror, _key_file(inventory, s)),
+            "first_deploy": {"low_s": round(est.low_s), "high_s": round(est.high_s),
+                             "engine_starts": list(est.restarts),
+                             "download_gib": round(est.download_gib, 2)}}
 
 
 def _print_sockets(plans: list[Plan]) -> None:

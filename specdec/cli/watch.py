@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from specdec.config import state
-from specdec.config.hygiene import show
+from specdec.config.apikey import read_private
+from specdec.config.hygiene import is_loopback, show
 from specdec.config.inventory import load_inventory
 from specdec.config.rawinput import ascii_int, check_options_given
 from specdec.errors import ConfigError
@@ -40,9 +42,10 @@ def register(subparsers: Any) -> None:
                    help="draft tokens in the window before any verdict (default 2000)")
     w.add_argument("--json", action="store_true", help="JSON (one document per look)")
     w.add_argument("--serve", metavar="ADDR",
-                   help="serve the Prometheus exposition at ADDR (host:port) on this node; "
-                   "':PORT' is loopback (the exposition has no authentication: name 0.0.0.0 "
-                   "to serve every interface)")
+                   help="serve the Prometheus exposition at ADDR (host:port; :port is "
+                        "127.0.0.1) on this node; another address needs --serve-token-file")
+    w.add_argument("--serve-token-file", metavar="FILE",
+                   help="a bearer token (a 0600 file) every scrape of --serve must send")
     w.add_argument("--textfile", metavar="FILE",
                    help="write the exposition to FILE (a node_exporter textfile collector's "
                         "*.prom) at every look")
@@ -64,12 +67,31 @@ def _number(flag: str, text: str, lo: float, hi: float) -> float:
 
 
 def parse_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT``; no host is loopback (the exposition names the fleet's hosts)."""
     host, sep, port_text = text.rpartition(":")
     port = ascii_int(port_text, 5)
     if not sep or port is None or not 0 <= port <= 65535:
         raise ConfigError(f"--serve={show(text)}: expected HOST:PORT (e.g. 127.0.0.1:9464)")
-    # no host: loopback, not every interface (the exposition asks for no credentials)
     return host.strip("[]") or "127.0.0.1", port
+
+
+_TOKEN = re.compile(r"[A-Za-z0-9._~+/-]{16,512}=*")  # RFC 6750 b64token, 16 and more
+
+
+def serve_token(address: tuple[str, int], path: str | None) -> str | None:
+    """The exposition's bearer token (``--serve-token-file``: a 0600 regular file holding one
+    RFC 6750 token); required for any address but loopback."""
+    if path is None:
+        if not is_loopback(address[0]):
+            raise ConfigError(f"--serve={address[0]}:{address[1]}: not loopback, so anyone "
+                              "on that network could read the fleet's figures; give "
+                              "--serve-token-file (every scrape must send the token)")
+        return None
+    text = read_private(path, "--serve-token-file").strip()
+    if not _TOKEN.fullmatch(text):
+        raise ConfigError("--serve-token-file: does not hold one bearer token (16-512 of "
+                          "letters, digits and -._~+/)")
+    return text
 
 
 def targets(inventory: str, limit: str | None) -> list[Any]:
@@ -95,6 +117,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     min_drafted = _number("--min-drafted", args.min_drafted, 1, 1e9)
     duration = _number("--duration", args.duration, 1, 1e7) if args.duration else None
     address = parse_address(args.serve) if args.serve else None
+    token = serve_token(address, args.serve_token_file) if address is not None else None
     textfile = Path(args.textfile) if args.textfile else None
     if textfile is not None and not textfile.parent.is_dir():
         raise ConfigError(f"--textfile={args.textfile!r}: no such directory "
@@ -108,7 +131,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     server = None
     if address is not None:
         try:
-            server = expose.Exposition(address)
+            server = expose.Exposition(address, token)
         except OSError as exc:
             raise ConfigError(f"--serve={args.serve!r}: cannot listen "
                               f"({exc.strerror or exc})") from None

@@ -45,6 +45,7 @@ __all__ = [
     "fail",
     "flag_values",
     "hide_userinfo",
+    "is_loopback",
     "managed_flag",
     "show",
     "unsafe_flag",
@@ -291,6 +292,23 @@ _NET_HOST = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
                        r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]+\])")
 _HOST_PORT = re.compile(rf"(?P<host>{_NET_HOST.pattern})(?::(?P<port>[0-9]{{1,5}}))?")
 _URL = re.compile(r"(?P<scheme>https?)://(?P<hostport>[^/?#@]+)(?P<path>/[^?#]*)?")
+# RFC 3986 section 3.3: a path is segments of pchar = unreserved / pct-encoded / sub-delims /
+# ":" / "@"; of the sub-delims, ";", "$" and "'" are left out (nginx reads ";" as the end of a
+# directive, "$" as a variable, quotes as quoting), and nothing else (whitespace, '"', braces,
+# backslash) is a pchar anyway: a path can never become nginx directives or a YAML token.
+URL_PATH = re.compile(r"(?:/(?:[A-Za-z0-9._~!&()*+,=:@-]|%[0-9A-Fa-f]{2})*)+", re.ASCII)
+URL_PATH_RULE = ("the URL's path may hold only letters, digits, '/', '-._~!&()*+,=:@' and "
+                 "%XX escapes (RFC 3986 without ';', '$' or quotes)")
+
+
+def is_loopback(name: str) -> bool:
+    """``localhost``, 127.0.0.0/8 or ``[::1]``: this host itself."""
+    if name.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def check_host_port(host: str | None, key: str, value: Any, *, port: bool = True) -> str:
@@ -304,21 +322,29 @@ def check_host_port(host: str | None, key: str, value: Any, *, port: bool = True
 
 
 def check_url(host: str | None, key: str, value: Any) -> str:
-    """An ``http://`` or ``https://`` URL of a server: no credentials (``user:pass@``), query
-    or fragment; the path, if any, without a trailing slash."""
+    """An ``https://`` URL of a server (``http://`` only to this host's own loopback): no
+    credentials (``user:pass@``), query or fragment; the path, if any, in `URL_PATH` (no
+    trailing slash)."""
     check_text(host, key, value, MAX_URL)
     m = _URL.fullmatch(value)
     if "@" in value.split("//", 1)[-1].split("/", 1)[0]:
         raise fail(host, key, "<redacted>", "credentials do not belong in a URL in host data")
     hp = _HOST_PORT.fullmatch(m.group("hostport")) if m is not None else None
     if m is None or hp is None or not check_net_host(hp.group("host")):
-        raise fail(host, key, value, "not an http:// or https:// URL (scheme://host[:port]"
-                   "[/path], no query)")
+        raise fail(host, key, value, "not an https:// URL (https://host[:port][/path], no "
+                   "query)")
     port = hp.group("port")
     if port and not 0 < int(port) < 65536:
         raise fail(host, key, value, f"port {port} is not in 1..65535")
-    if (m.group("path") or "").endswith("/"):
+    path = m.group("path") or ""
+    if path and not URL_PATH.fullmatch(path):
+        raise fail(host, key, value, URL_PATH_RULE)
+    if path.endswith("/"):
         raise fail(host, key, value, "drop the trailing '/'")
+    if m.group("scheme") == "http" and not is_loopback(hp.group("host")):
+        raise fail(host, key, value, "plain http:// only to this host's own loopback "
+                   "(127.0.0.1, [::1], localhost): on a network anyone can read and change "
+                   "what it carries (the token, the files); use https://")
     return value
 
 

@@ -37,8 +37,9 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from specdec.config.rawinput import read_file_head
 from specdec.errors import ConfigError
 
-__all__ = ["CA_DAYS", "CERT_DAYS", "RENEW_BEFORE_DAYS", "Authority", "Issued", "authority",
-           "group_ca_dir", "issue", "read_pem", "read_tls_pair"]
+__all__ = ["API_CA", "CA_DAYS", "CERT_DAYS", "RENEW_BEFORE_DAYS", "SITE_CA", "Authority",
+           "Issued", "api_authority", "authority", "fleet_root", "group_ca_dir", "issue",
+           "read_ca", "read_pem", "read_tls_pair", "site_authority"]
 
 PEM_MAX = 65536
 CA_DAYS = 3650
@@ -279,3 +280,45 @@ def group_ca_dir(root: Path, group: str, inventory: str | None, members: Sequenc
                           "inventory needs its own specdec_pki_dir; if the inventory moved, "
                           f"remove {mark})")
     return d
+
+
+# -- the network's CAs (issue 29) -------------------------------------------------------------
+# Directories under a fleet's CA root (``specdec_pki_dir``, else the inventory's own), named so
+# no serving group (lowercase letters, digits, '-') can take them.
+API_CA = "_api"  # the CA of every host's API certificate (its ca.crt is what clients trust)
+SITE_CA = "_sites"  # <site>/: a site's CA, its mirror's certificate
+
+
+def fleet_root(pki_dir: str | None, inv_dir: Path) -> Path:
+    """Where an inventory's CAs live: ``specdec_pki_dir``, else the inventory's own state
+    directory (`specdec.config.apikey.inventory_dir`)."""
+    return Path(pki_dir).expanduser() if pki_dir else inv_dir / "pki"
+
+
+def read_ca(path: str, key: str, host: str | None = None) -> str:
+    """The CA certificates in the operator's PEM file ``path`` (``key`` names it in an error):
+    every block a certificate, at least one a CA's; as PEM text."""
+    text = read_pem(path, key, host)
+    try:
+        certs = x509.load_pem_x509_certificates(text.encode())
+    except ValueError:
+        raise ConfigError(f"{key}={path!r}: holds something else than certificates",
+                          host=host) from None
+    def is_ca(c: x509.Certificate) -> bool:
+        try:
+            return bool(c.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
+        except x509.ExtensionNotFound:
+            return False
+    if not any(is_ca(c) for c in certs) or "PRIVATE KEY" in text:
+        raise ConfigError(f"{key}={path!r}: holds no CA certificate", host=host)
+    return "".join(c.public_bytes(serialization.Encoding.PEM).decode() for c in certs)
+
+
+def api_authority(pki_dir: str | None, inv_dir: Path) -> Authority:
+    """The inventory's CA for its hosts' API certificates (made on first use)."""
+    return authority(fleet_root(pki_dir, inv_dir) / API_CA, f"API {inv_dir.name}")
+
+
+def site_authority(pki_dir: str | None, inv_dir: Path, site: str) -> Authority:
+    """Site ``site``'s CA (its mirror's certificate; its hosts trust it for the mirror)."""
+    return authority(fleet_root(pki_dir, inv_dir) / SITE_CA / site, f"site {site}")

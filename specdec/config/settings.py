@@ -69,8 +69,13 @@ class HostSettings:
     allow_from: tuple[str, ...] | None = None  # networks that may reach the API (CIDRs)
     engine_port: int | None = None  # the engine's own HTTP port, on loopback behind the proxy
     api_key_file: str | None = None  # control node: the fleet's API key (else generated)
+    tls: bool = True  # the API over HTTPS (specdec_tls: false turns it off)
     tls_cert_file: str | None = None  # control node: the operator's certificate for the API
-    tls_key_file: str | None = None
+    tls_key_file: str | None = None  # (else one from the fleet's CA, `specdec.config.pki`)
+    api_key_scope: str = "inventory"  # one key per inventory, or per "host"
+    ssh_port: int = 22  # the inventory's ssh_port: the firewall keeps it open
+    # the host's own services the firewall admits (specdec_firewall_allow): (port, CIDRs)
+    firewall_allow: tuple[tuple[int, tuple[str, ...]], ...] = ()
     pki_dir: str | None = None  # control node: serving groups' CAs and member certificates
     trust_remote_code: bool = False  # the engine may run the model repo's own Python code
     keys: frozenset[str] = frozenset()  # the specdec_* keys the data actually set ("pinned")
@@ -85,12 +90,14 @@ class HostSettings:
     hub_cdn_hosts: tuple[str, ...] = ()
     registry_upstreams: tuple[tuple[str, str], ...] = ()  # registry -> upstream URL
     mirror_resolver: str | None = None
+    hub_ca_file: str | None = None  # control node: the CA of a private Hub endpoint/upstream
     tune_cache: str | None = None  # the tune cache location (`specdec.tune.store`)
     # Resolved over the inventory by `specdec.plan.sites.resolve` (not keys): the Hub endpoint is
     # the
     # site's mirror; registry -> "address:port" of its pull-through cache at the site's mirror.
     hub_mirrored: bool = False
     registry_mirror: tuple[tuple[str, str], ...] = ()
+    site_clients: tuple[str, ...] = ()  # a mirror host: its site's hosts, as networks
 
     def pinned(self, field_name: str) -> bool:
         """Whether ``specdec_<field_name>`` was set in the host's data."""

@@ -249,6 +249,8 @@ def open_store(url: str, tls: TLSFiles | None = None) -> FleetStore:
                 raise RolloutError(f"--store={show(url)}: TLS needs --store-ca (and a client "
                                    "certificate when etcd asks for one)")
             return EtcdStore([http + h for h in hosts], tls=tls)
+    if tls is not None:
+        raise RolloutError(f"--store={show(url)}: --store-ca/--store-cert are for etcds://")
     if "://" in url:
         raise RolloutError(f"--store={show(url)}: expected a directory, etcd://HOST:PORT or "
                            "etcds://HOST:PORT")

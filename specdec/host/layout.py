@@ -5,7 +5,13 @@ from __future__ import annotations
 __all__ = [
     "hub_env",
     "ACCOUNT_MARK",
+    "API_CA_FILE",
     "API_KEY_FILE",
+    "API_KEY_OLD_FILE",
+    "DOCKER_CERTS_DIR",
+    "MIRROR_TLS_DIR",
+    "PUBLIC_CA_DIR",
+    "SITE_CA_FILE",
     "AUX_SERVICES",
     "FIREWALL_SERVICE",
     "GROUP_TLS_DIR",
@@ -22,6 +28,7 @@ __all__ = [
     "LOCAL_MODELS",
     "TIKTOKEN_DIR",
     "HF_TOKEN_FILE",
+    "HUB_CA_FILE",
     "IMAGE_DIGEST_FILE",
     "KEEP_RELEASES",
     "LAST_GOOD",
@@ -54,13 +61,26 @@ CONFIG_DIR = "/etc/specdec"
 HF_TOKEN_FILE = "/etc/specdec/hf_token"  # root:root 0600; read via LoadCredential / ro bind mount
 IMAGE_DIGEST_FILE = "/etc/specdec/image.digest"
 API_KEY_FILE = "/etc/specdec/api_key"  # root:root 0600; LoadCredential / ro bind mount
-PROXY_TLS_DIR = "/etc/specdec/tls/api"  # the operator's certificate and key (root 0600)
+# the key being retired after `specdec keys rotate` (empty when none): the proxy accepts both
+API_KEY_OLD_FILE = "/etc/specdec/api_key.old"
+PROXY_TLS_DIR = "/etc/specdec/tls/api"  # the API's certificate and key (root 0600)
+MIRROR_TLS_DIR = "/etc/specdec/tls/mirror"  # a site mirror's certificate and key (root 0600)
+# CA certificates, public (0644 in a 0755 directory: /etc/specdec/tls is root's only)
+PUBLIC_CA_DIR = "/etc/specdec/ca"
+API_CA_FILE = f"{PUBLIC_CA_DIR}/api.crt"  # signed the API's certificate: the on-host bench's
+# The site's CA, on every host of a site with a mirror: the one CA its downloads through the
+# mirror trust (SSL_CERT_FILE / REQUESTS_CA_BUNDLE), and Docker its registry caches
+SITE_CA_FILE = f"{PUBLIC_CA_DIR}/site.crt"
+# specdec_hub_ca_file: the CA a Hub endpoint or a mirror's upstream chains to, when not public
+HUB_CA_FILE = f"{PUBLIC_CA_DIR}/hub.crt"
+DOCKER_CERTS_DIR = "/etc/docker/certs.d"  # <host:port>/ca.crt: the CA Docker trusts there
 GROUP_TLS_DIR = "/etc/specdec/tls/group"  # the serving group's CA, member cert and key
 # Secrets a unit may load (LoadCredential= natively, a read-only mount under docker), by the
 # credential name the unit sees. Each file is root:root 0600 on the host.
 CREDENTIALS = {
     "hf_token": HF_TOKEN_FILE,
     "api_key": API_KEY_FILE,
+    "api_key.old": API_KEY_OLD_FILE,
     "group-ca.crt": f"{GROUP_TLS_DIR}/ca.crt",
     "group-member.crt": f"{GROUP_TLS_DIR}/member.crt",
     "group-member.key": f"{GROUP_TLS_DIR}/member.key",

@@ -7,7 +7,13 @@
   record* (``$HF_HOME/.specdec/complete/<key>``: the revision, then every file of the snapshot);
   a snapshot counts as cached only when the record exists, the revision is still the one
   ``refs/main`` names, and every file it lists resolves. A half-finished download has no record
-  and is fetched again (``hf download`` resumes).
+  and is fetched again (``hf download`` resumes). Before the record is written every file is
+  checked against the hash the Hub gave for it (`VERIFY`): huggingface_hub names a cached blob
+  by the file's ETag (``X-Linked-Etag`` else ``ETag``: the LFS sha256 of a large file, the git
+  blob id of a small one; fleet.md §1) and 0.33-2.4 never check the bytes against it (2.4 only
+  on ``hf cache verify``), so a mirror's poisoned cache or a changed byte on the way would
+  otherwise be served to the engine. A file that does not match is deleted (the next run
+  fetches it again) and the download fails.
 * **Local directories** (``--local-dir``) for engines that need the draft as a path
   (TensorRT-LLM before PR #10099); same record, keyed ``<key>.local``.
 * **tiktoken encodings** for gpt-oss on trtllm-serve: fetched from openaipublic and checked
@@ -19,7 +25,10 @@ engine writes to it). Root never writes into it: each command runs as that user 
 capabilities), so a link the user planted (say the completion record's temporary name pointing
 at root's ``authorized_keys``) redirects nothing but the user's own writes. The HF token file is
 root's (0600): root copies it, for the one command, to a file the user owns in a fresh
-directory of root's under /run (``mktemp -d``: no name anyone could plant), removed on exit.
+directory of root's under /run (``mktemp -d``: no name anyone could plant), removed on exit;
+only for a repo that needs it (``token``: a gated or unknown one), else the CLI reads no token
+at all (``HF_TOKEN_PATH=/dev/null``). The CA files a download trusts (``SSL_CERT_FILE``,
+`specdec.plan.sites.CA_VARIABLES`) are mounted read-only into the image.
 """
 
 from __future__ import annotations
@@ -42,6 +51,22 @@ __all__ = [
 ]
 
 CONTAINER_HF_TOKEN = "/run/secrets/hf_token"
+_CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")  # specdec.plan.sites.CA_VARIABLES
+# Every file listed (``$rec``, from its second line) against the Hub's hash of it, in "$snap":
+# the ETag the cache's blob is named by (``$1`` = cache) or a --local-dir's metadata gives
+# (huggingface_hub ``_local_folder.py``: commit, etag, time); 64 hex: the LFS sha256, 40: the
+# git blob id (sha1 of "blob <size>\0" + the bytes). A mismatch is deleted and fails.
+VERIFY = (
+    'cd "$snap" && tail -n +2 "$rec" | while IFS= read -r f; do '
+    'if [ "$1" = cache ]; then e=$(basename "$(readlink "$f")"); '
+    'else e=$(sed -n 2p ".cache/huggingface/download/$f.metadata" 2>/dev/null); fi; '
+    'case "$e" in *[!0-9a-f]*|"") h=none ;; *) '
+    'if [ ${#e} -eq 64 ]; then h=$(sha256sum < "$f"); '
+    'elif [ ${#e} -eq 40 ]; then h=$({ printf "blob %s\\000" "$(wc -c < "$f" | tr -d " ")"; '
+    'cat "$f"; } | sha1sum); else h=none; fi ;; esac; '
+    'if [ "${h%% *}" != "$e" ]; then echo "specdec: $f does not match the Hub\'s hash '
+    '(${e:-none}): deleted, not used" >&2; rm -f "$(readlink -f "$f")" "$f"; exit 1; fi; done'
+)
 # The CLI the image has: `hf` from huggingface_hub 0.34 (and only it from 1.0), else the older
 # `huggingface-cli`; both take `download REPO [--local-dir DIR]` and print the path last.
 _DOWNLOAD = ('if command -v hf >/dev/null 2>&1; then cli=hf; else cli=huggingface-cli; fi; '
@@ -83,34 +108,44 @@ def as_user(user: str | None, script: str, token: bool = False) -> str:
     )
 
 
-def download_command(repo: str, image: str | None, local_dir: str | None = None,
-                     user: str | None = None, endpoint: Sequence[tuple[str, str]] = (),
-                     cli_dir: str | None = None) -> str:
-    """Download ``repo`` (into ``local_dir`` when given), then write its completion record, as
-    ``user`` (see the module doc). ``endpoint``: where from (``HF_ENDPOINT`` and what goes with
-    it, `specdec.plan.sites`); ``cli_dir``: natively, a directory searched for the CLI before
-    PATH (the engine's own venv, `specdec.engines.base.Engine.hub_cli_dir`).
-
-    The token reaches the CLI only as a file (``HF_TOKEN_PATH``), never on a command line."""
+def _fetch(args: Sequence[str], image: str | None, user: str | None,
+           endpoint: Sequence[tuple[str, str]], token: bool, cli_dir: str | None = None) -> str:
+    """The CLI's download, in the image or on the host (``cli_dir``: natively, a directory
+    searched for the CLI before PATH); the token as a file, or none."""
     q = shlex.quote
-    args = [q(repo)] + ([q(local_dir)] if local_dir else [])
+    cas = sorted({v for k, v in endpoint if k in _CA_VARIABLES})
     if image:
         env_args = [w for kv in _hub_env_words(endpoint) for w in ("-e", q(kv))]
         who = "$(id -u):$(id -g)" if user is not None else "0:0"
-        fetch = " ".join([
+        secret = ["-v", f"\"$tok\":{CONTAINER_HF_TOKEN}:ro",
+                  "-e", f"HF_TOKEN_PATH={CONTAINER_HF_TOKEN}"] if token else \
+            ["-e", "HF_TOKEN_PATH=/dev/null"]
+        return " ".join([
             "docker", "run", "--rm", "--network", "host", "--user", f"\"{who}\"",
             "--security-opt", "no-new-privileges", "--cap-drop", "ALL", "-e", "HOME=/tmp",
             "-v", f"{layout.HF_HOME}:{layout.HF_HOME}", *env_args,
-            "-v", f"\"$tok\":{CONTAINER_HF_TOKEN}:ro",
-            "-e", f"HF_TOKEN_PATH={CONTAINER_HF_TOKEN}",
+            *(w for ca in cas for w in ("-v", q(f"{ca}:{ca}:ro"))), *secret,
             # The engine images' entrypoint is the server; run a shell that picks the CLI.
             "--entrypoint", "sh", q(image), "-c", q(_DOWNLOAD), "sh", *args,
         ])
-    else:
-        env = " ".join(q(kv) for kv in _hub_env_words(endpoint))
-        path = f"PATH={q(cli_dir)}:\"$PATH\" " if cli_dir else ""
-        fetch = (f"env {env} {path}HF_TOKEN_PATH=\"$tok\" sh -c {q(_DOWNLOAD)} sh "
-                 + " ".join(args))
+    env = " ".join(q(kv) for kv in _hub_env_words(endpoint))
+    path = f"PATH={q(cli_dir)}:\"$PATH\" " if cli_dir else ""
+    token_path = "HF_TOKEN_PATH=\"$tok\"" if token else "HF_TOKEN_PATH=/dev/null"
+    return f"env {env} {path}{token_path} sh -c {q(_DOWNLOAD)} sh " + " ".join(args)
+
+
+def download_command(repo: str, image: str | None, local_dir: str | None = None,
+                     user: str | None = None, endpoint: Sequence[tuple[str, str]] = (),
+                     cli_dir: str | None = None, token: bool = True) -> str:
+    """Download ``repo`` (into ``local_dir`` when given), check every file against the Hub's
+    hash of it, then write its completion record, as ``user`` (see the module doc).
+    ``endpoint``: where from (``HF_ENDPOINT`` and what goes with it, `specdec.plan.sites`);
+    ``cli_dir``: natively, a directory searched for the CLI before PATH (the engine's own venv,
+    `specdec.engines.base.Engine.hub_cli_dir`); ``token``: the repo needs the HF token (it
+    reaches the CLI only as a file, ``HF_TOKEN_PATH``, never on a command line)."""
+    q = shlex.quote
+    args = [q(repo)] + ([q(local_dir)] if local_dir else [])
+    fetch = _fetch(args, image, user, endpoint, token, cli_dir)
     if local_dir:
         root = q(local_dir)
         snapshot = f"rev=local; snap={root}"
@@ -118,8 +153,9 @@ def download_command(repo: str, image: str | None, local_dir: str | None = None,
         root = q(repo_dir(repo))
         snapshot = f"rev=$(cat {root}/refs/main) && snap={root}/snapshots/$rev"
     record = q(record_path(repo, local_dir))
+    where = "local" if local_dir else "cache"
     # List the snapshot (not the Hub's .cache metadata of a --local-dir), refuse dangling
-    # links, then publish the record atomically.
+    # links, check every file's hash, then publish the record atomically.
     return as_user(user, (
         f"{fetch} >/dev/null && {snapshot} && [ -d \"$snap\" ] && "
         f"mkdir -p {q(_complete_dir())} && "
@@ -127,8 +163,9 @@ def download_command(repo: str, image: str | None, local_dir: str | None = None,
         f"\\( -type f -o -type l \\) -print | sed 's|^\\./||' | sort); }} > {record}.tmp && "
         f"(cd \"$snap\" && tail -n +2 {record}.tmp | while IFS= read -r f; do "
         f"[ -e \"$f\" ] || exit 1; done) && [ \"$(wc -l < {record}.tmp)\" -gt 1 ] && "
+        f"rec=$(readlink -f {record}.tmp) && (set -- {where}; {VERIFY}) && "
         f"mv -f {record}.tmp {record}"
-    ), token=True)
+    ), token=token)
 
 
 def cached_check(repo: str, local_dir: str | None = None, user: str | None = None) -> str:

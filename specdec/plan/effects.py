@@ -10,6 +10,7 @@ the key is made)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from specdec.config.apikey import default_key_file
 from specdec.config.settings import HostSettings
@@ -73,8 +74,10 @@ def first_deploy(plan: Plan) -> Estimate:
     return Estimate(low, high, (lo_starts, hi_starts), weights / GIB)
 
 
-def effects(plan: Plan, settings: HostSettings, site_mirror: bool = False) -> list[str]:
-    """The first deploy's effects on the host and on this machine, one line each."""
+def effects(plan: Plan, settings: HostSettings, site_mirror: bool = False,
+            key_file: Path | None = None) -> list[str]:
+    """The first deploy's effects on the host and on this machine, one line each
+    (``key_file``: where the host's API key is made, default `default_key_file`)."""
     out = []
     if plan.jetson_tuning:
         out.append("power: sets the fastest nvpmodel mode by name and runs jetson_clocks; a mode "
@@ -91,7 +94,8 @@ def effects(plan: Plan, settings: HostSettings, site_mirror: bool = False) -> li
                      for p in pkgs if p.unit_off)
     out.append(f"packages: {', '.join(p.package for p in pkgs)} installed if missing{masked}")
     if not settings.api_key_file and engine_of(plan).serves_api(plan):
-        out.append(f"api key: made on this machine at {default_key_file()} if not there "
+        out.append(f"api key: made on this machine at {key_file or default_key_file()} if not "
+                   "there "
                    "(0600; clients send it as a Bearer token); specdec_api_key_file to "
                    "give your own")
     return out

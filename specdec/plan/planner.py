@@ -29,8 +29,8 @@ from specdec.plan.hostdata import parse_host_settings
 from specdec.plan.image import engine_details, engine_version, image_for_host, runnable
 from specdec.plan.memory import fit, fit_problem, max_model_len_for
 from specdec.plan.method import MethodCandidate, candidates, one_layer, spec_tokens
-from specdec.plan.sites import mirror_image
-from specdec.plan.sockets import DEFAULT_LISTEN, plan_sockets
+from specdec.plan.sites import mirror_image, mirror_sockets
+from specdec.plan.sockets import DEFAULT_LISTEN, operator_sockets, plan_sockets
 from specdec.plan.suggest import instead, unknown_model
 from specdec.plan.types import ANY_NETWORK, K_MAX, DynamoPlan, FitReport, Group, Plan
 
@@ -406,10 +406,12 @@ def _assemble(s: HostSettings, device: Device, model: Model, rel: _Release, choi
         listen=s.listen or DEFAULT_LISTEN,
         allow_from=s.allow_from or ANY_NETWORK,
         engine_port=s.engine_port or (port + 1 if port < 65535 else port - 1),
-        tls=s.tls_cert_file is not None,
+        tls=s.tls,
         trust_remote_code=s.trust_remote_code,
+        ssh_port=s.ssh_port,
     )
-    return dataclasses.replace(plan, sockets=plan_sockets(plan, rel.engine))
+    extra = [*mirror_sockets(s), *operator_sockets(s.firewall_allow)]
+    return dataclasses.replace(plan, sockets=plan_sockets(plan, rel.engine, extra))
 
 
 def baseline(plan: Plan, catalog: Catalog | None = None) -> Plan:

@@ -6,16 +6,20 @@ caching proxy of the Hugging Face Hub (`specdec.render.mirror`) and Debian's doc
 as a pull-through cache per upstream registry. `resolve` gives every host of a site with a
 mirror:
 
-* its Hub endpoint (``HF_ENDPOINT`` for the image's own Hub CLI): the mirror, unless the host
-  pins ``specdec_hub_endpoint``; downloads from any endpoint but the Hub run with
-  ``HF_HUB_DISABLE_XET=1`` (`download_env`). The token still goes with every request, as
-  ``Authorization``, and the mirror passes it to the Hub for every gated file (it is never
+* its Hub endpoint (``HF_ENDPOINT`` for the image's own Hub CLI): the mirror over HTTPS, with
+  the site's CA the only one the download trusts, unless the host pins
+  ``specdec_hub_endpoint``; downloads from any endpoint but the Hub run with
+  ``HF_HUB_DISABLE_XET=1`` (`download_env`). The token goes (only for a repo that needs it)
+  inside TLS to the mirror, which passes it to the Hub for every gated file (it is never
   stored there);
 * its images by the mirror's name at the pinned digest (`mirror_image`): Docker's
   ``registry-mirrors`` applies only to Docker Hub (moby ``daemon/hosts.go``,
   ``mergeLegacyConfig``), so a pull through the mirror names the mirror, and only a digest
   makes that the same image as upstream (a mirror caches a tag for 7 days, docker/distribution
   2.8 ``registry/proxy/proxyregistry.go`` ``repositoryTTL``).
+
+The mirror's sockets are planned (`mirror_sockets`): its firewall admits the site's hosts, by
+address, and no one else.
 """
 
 from __future__ import annotations
@@ -27,13 +31,17 @@ from dataclasses import dataclass
 
 from specdec.catalog.images import parse_image_ref
 from specdec.config.settings import HostSettings
+from specdec.engines.base import member_reach
 from specdec.errors import ConfigError
+from specdec.host.layout import HUB_CA_FILE, SITE_CA_FILE
+from specdec.plan.types import Socket
 
-__all__ = ["DEFAULT_CDN_HOSTS", "DEFAULT_HUB", "DEFAULT_REGISTRIES", "HUB_PORT", "LFS_PORT",
-           "REGISTRY_PORT0", "SiteMirror", "download_env", "mirror_image", "mirror_of",
-           "registry_name", "registry_of", "resolve", "site_mirror_hosts", "site_mirrors"]
+__all__ = ["CA_VARIABLES", "DEFAULT_CDN_HOSTS", "DEFAULT_HUB", "DEFAULT_REGISTRIES", "HUB_PORT",
+           "LFS_PORT", "MIRROR_UNIT", "REGISTRY_PORT0", "SiteMirror", "download_env",
+           "mirror_image", "mirror_of", "mirror_sockets", "registry_name", "registry_of", "resolve",
+           "site_mirror_hosts", "site_mirrors"]
 
-HUB_PORT = 8180  # HF_ENDPOINT=http://<mirror>:8180 (/api passed through, small files cached)
+HUB_PORT = 8180  # HF_ENDPOINT=https://<mirror>:8180 (/api passed through, small files cached)
 LFS_PORT = 8181  # the CDN's content-addressed bytes, cached by path (no token, no signature)
 REGISTRY_PORT0 = 5001  # the first upstream registry's pull-through cache; then 5002, ...
 DEFAULT_HUB = "https://huggingface.co"
@@ -44,6 +52,12 @@ DEFAULT_CDN_HOSTS = ("cdn-lfs.hf.co", "cdn-lfs-us-1.hf.co", "cdn-lfs-eu-1.hf.co"
 DEFAULT_REGISTRIES = (("docker.io", "https://registry-1.docker.io"),
                       ("ghcr.io", "https://ghcr.io"), ("nvcr.io", "https://nvcr.io"))
 _DOCKER_HUB = ("docker.io", "index.docker.io", "registry-1.docker.io")
+MIRROR_UNIT = "nginx"  # Debian's nginx.service serves the Hub cache
+# The trust store of a download through the mirror: the site's CA and nothing else.
+# requests 2.34 (huggingface_hub 0.33-0.36): ``REQUESTS_CA_BUNDLE`` (sessions.py
+# ``merge_environment_settings``); httpx2 2.16 (huggingface_hub 2.x): ``SSL_CERT_FILE``
+# (httpcore2 ``_ssl.py`` ``default_ssl_context``), as httpx 0.28 (1.x) reads it too.
+CA_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE")
 
 
 def registry_name(registry: str) -> str:
@@ -63,10 +77,16 @@ class SiteMirror:
     cdn_hosts: tuple[str, ...] = DEFAULT_CDN_HOSTS
     registries: tuple[tuple[str, str], ...] = DEFAULT_REGISTRIES  # registry -> upstream URL
     resolver: str | None = None
+    upstream_ca: str | None = None  # on the mirror host: the CA its Hub and CDN chain to
 
     @property
     def hub_url(self) -> str:
-        return f"http://{self.address}:{HUB_PORT}"
+        host = f"[{self.address}]" if ":" in self.address else self.address
+        return f"https://{host}:{HUB_PORT}"
+
+    def names(self) -> tuple[str, ...]:
+        """What the mirror's certificate names: where the site reaches it, and this host."""
+        return tuple(dict.fromkeys((self.address, "127.0.0.1", "localhost")))
 
     def registry_ports(self) -> tuple[tuple[str, str, int], ...]:
         """(registry, upstream URL, port) per upstream, ports in registry-name order."""
@@ -86,6 +106,7 @@ def mirror_of(s: HostSettings) -> SiteMirror:
         cdn_hosts=s.hub_cdn_hosts or DEFAULT_CDN_HOSTS,
         registries=s.registry_upstreams or DEFAULT_REGISTRIES,
         resolver=s.mirror_resolver,
+        upstream_ca=HUB_CA_FILE if s.hub_ca_file else None,
     )
 
 
@@ -120,10 +141,36 @@ def resolve(settings: Sequence[HostSettings]) -> list[HostSettings]:
             out.append(s)
             continue
         endpoint = s.hub_endpoint or m.hub_url
+        clients = _site_clients(settings, s.site) if s.site_mirror else ()
         out.append(dataclasses.replace(s, hub_endpoint=endpoint,
                                        hub_mirrored=endpoint == m.hub_url,
-                                       registry_mirror=m.registry_mirror()))
+                                       registry_mirror=m.registry_mirror(),
+                                       site_clients=clients))
     return out
+
+
+def _site_clients(settings: Sequence[HostSettings], site: str | None) -> tuple[str, ...]:
+    """The site's hosts as networks: who the mirror's firewall admits (by address)."""
+    members = [(s.host, s.ssh_hostname or s.host) for s in settings if s.site == site]
+    return tuple(dict.fromkeys(member_reach(members, "ssh_hostname")))
+
+
+def mirror_sockets(s: HostSettings) -> list[Socket]:
+    """The mirror's sockets (on its mirror host): the Hub cache and the CDN's bytes on nginx,
+    a registry cache per upstream, each reached by the site's hosts only."""
+    if not s.site_mirror:
+        return []
+    m = mirror_of(s)
+    who = f"site {m.site}'s hosts"
+    out = [Socket(MIRROR_UNIT, "site mirror: the Hub (HTTPS)", "0.0.0.0", HUB_PORT,
+                  s.site_clients, who),
+           Socket(MIRROR_UNIT, "site mirror: the CDN's files (HTTPS)", "0.0.0.0", LFS_PORT,
+                  s.site_clients, who)]
+    out += [Socket(f"specdec-registry-{registry_name(r)}", f"site mirror: {r} images (HTTPS)",
+                   "0.0.0.0", p, s.site_clients, who) for r, _, p in m.registry_ports()]
+    return out
+
+
 
 
 def site_mirror_hosts(settings: Iterable[HostSettings]) -> set[str]:
@@ -184,4 +231,8 @@ def download_env(s: HostSettings) -> list[tuple[str, str]]:
     env = [("HF_ENDPOINT", s.hub_endpoint)]
     if s.hub_endpoint != DEFAULT_HUB:  # a mirror (the site's, or one the host names)
         env.append(("HF_HUB_DISABLE_XET", "1"))
+    if s.hub_mirrored:  # every URL of the download is the mirror's (the CDN's rewritten to it)
+        env += [(v, SITE_CA_FILE) for v in CA_VARIABLES]
+    elif s.hub_ca_file:  # a private endpoint, and its CA (specdec_hub_ca_file)
+        env += [(v, HUB_CA_FILE) for v in CA_VARIABLES]
     return env + [("HF_HUB_DISABLE_UPDATE_CHECK", "1"), ("HF_HUB_DISABLE_TELEMETRY", "1")]

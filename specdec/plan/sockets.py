@@ -22,13 +22,11 @@ from specdec.errors import ConfigError
 from specdec.host import layout
 from specdec.plan.types import ANY_NETWORK, Plan, Socket
 
-__all__ = ["DEFAULT_LISTEN", "LOOPBACK", "describe",
-           "plan_sockets", "table"]
+__all__ = ["DEFAULT_LISTEN", "LOOPBACK", "describe", "operator_sockets", "plan_sockets",
+           "table"]
 
 DEFAULT_LISTEN = "0.0.0.0"
 _WILDCARD = ("0.0.0.0", "::")
-
-
 
 
 def _who(reach: tuple[str, ...]) -> str:
@@ -51,9 +49,12 @@ def _api(plan: Plan) -> list[Socket]:
 
 
 def _check(plan: Plan, sockets: Iterable[Socket]) -> None:
-    """Two sockets on one port collide when their addresses overlap (a wildcard overlaps all)."""
+    """Two sockets on one port collide when their addresses overlap (a wildcard overlaps all);
+    a range of ephemeral ports is no bind of its own."""
     seen: dict[int, list[Socket]] = {}
     for s in sockets:
+        if s.port_end is not None:
+            continue
         for other in seen.get(s.port, []):
             if s.address == other.address or s.address in _WILDCARD or \
                     other.address in _WILDCARD:
@@ -64,20 +65,32 @@ def _check(plan: Plan, sockets: Iterable[Socket]) -> None:
         seen.setdefault(s.port, []).append(s)
 
 
-def plan_sockets(plan: Plan, engine: Engine) -> tuple[Socket, ...]:
-    """The host's sockets: the API proxy's (where the engine serves the API) and the engine's."""
-    out = (_api(plan) if engine.serves_api(plan) else []) + engine.sockets(plan)
+def plan_sockets(plan: Plan, engine: Engine, extra: Sequence[Socket] = ()
+                 ) -> tuple[Socket, ...]:
+    """The host's sockets: the API proxy's (where the engine serves the API), the engine's and
+    ``extra`` (a site mirror's, the operator's own services')."""
+    out = (_api(plan) if engine.serves_api(plan) else []) + engine.sockets(plan) + list(extra)
     _check(plan, out)
     return tuple(out)
+
+
+def operator_sockets(opened: Sequence[tuple[int, tuple[str, ...]]]) -> list[Socket]:
+    """The host's own services the operator opens (``specdec_firewall_allow``)."""
+    return [Socket("(the host's own)", "a service of the host's (specdec_firewall_allow)",
+                   "0.0.0.0", port, nets, _who(nets)) for port, nets in opened]
+
+
+def _port(s: Socket) -> str:
+    return f"{s.port}-{s.port_end}" if s.port_end else str(s.port)
 
 
 def describe(s: Socket) -> str:
     """One line: ``specdec-proxy 0.0.0.0:8000 OpenAI API, key required <- API clients: …``."""
     addr = f"[{s.address}]" if ":" in s.address else s.address
-    return f"{s.unit} {addr}:{s.port} {s.what} <- {s.who}"
+    return f"{s.unit} {addr}:{_port(s)} {s.what} <- {s.who}"
 
 
 def table(plans: Sequence[Plan]) -> list[tuple[str, str, str, str, str]]:
     """(host, unit, address:port, what, who) per socket of every plan."""
-    return [(p.host, s.unit, f"{s.address}:{s.port}", s.what, s.who)
+    return [(p.host, s.unit, f"{s.address}:{_port(s)}", s.what, s.who)
             for p in plans for s in p.sockets]

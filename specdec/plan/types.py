@@ -97,6 +97,7 @@ class Socket:
     port: int
     reach: tuple[str, ...]  # CIDRs the host's firewall lets connect
     who: str  # who must reach it, in words
+    port_end: int | None = None  # a range port..port_end (a listener on an ephemeral port)
 
 
 @dataclass(frozen=True)
@@ -139,9 +140,9 @@ def _url_host(address: str) -> str:
     return f"[{address}]" if ":" in address and not address.startswith("[") else address
 
 
-def http_url(address: str, port: int) -> str:
-    """``http://address:port`` (an IPv6 address in brackets)."""
-    return f"http://{_url_host(address)}:{port}"
+def http_url(address: str, port: int, tls: bool = False) -> str:
+    """``http://address:port`` (``https://`` with ``tls``; an IPv6 address in brackets)."""
+    return f"{'https' if tls else 'http'}://{_url_host(address)}:{port}"
 
 
 @dataclass(frozen=True)
@@ -184,9 +185,10 @@ class Plan:
     listen: str = "0.0.0.0"
     allow_from: tuple[str, ...] = ANY_NETWORK
     engine_port: int = 8001
-    tls: bool = False  # the API proxy serves HTTPS with the operator's certificate
+    tls: bool = True  # the API proxy serves HTTPS (the fleet CA's certificate, or the operator's)
     trust_remote_code: bool = False
     sockets: tuple[Socket, ...] = ()
+    ssh_port: int = 22  # the firewall keeps SSH open (the deploy's own way in)
 
     @property
     def speculative(self) -> bool:

@@ -2,8 +2,9 @@
 
 Release files go to ``/var/lib/specdec/releases/<release_id>/``: the systemd unit, ``plan.json``
 and, for trtllm, ``engine.yaml`` (``--extra_llm_api_options``). Host files: the limits.d entry
-for the service user. The HF token is never rendered; the unit only points at
-``/etc/specdec/hf_token`` (``LoadCredential=`` natively, a read-only bind mount under docker).
+for the service user. The engine gets neither the HF token (it runs with ``HF_HUB_OFFLINE=1``:
+the weights are downloaded before, `specdec.host.prefetch`) nor an API key (it listens on
+loopback behind the API proxy, which checks the key).
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from specdec.render.unitfile import (
 
 __all__ = [
     "CONTAINER_ENGINE_YAML",
-    "CONTAINER_HF_TOKEN",
     "LIMITS_PATH",
     "STACK_BYTES",
     "Rendered",
@@ -44,7 +44,6 @@ __all__ = [
 STACK_BYTES = 67108864
 LIMITS_PATH = "/etc/security/limits.d/90-specdec.conf"
 CONTAINER_SECRETS = "/run/secrets"  # a container's read-only secret files, by credential name
-CONTAINER_HF_TOKEN = f"{CONTAINER_SECRETS}/hf_token"
 CONTAINER_ENGINE_YAML = "/etc/specdec/engine.yaml"
 UNIT_FILE = f"{layout.SERVICE_NAME}.service"
 # Cold loads of big models on Jetson take minutes; systemd waits at least this long.
@@ -149,8 +148,6 @@ def _docker_argv(plan: Plan, release_id: str, device_is_jetson: bool) -> list[st
         "-v", f"{layout.HF_HOME}:{layout.HF_HOME}",
         *[a for k, v in hub_env() for a in ("-e", f"{k}={v}")],
         "-e", "HF_HUB_OFFLINE=1",
-        "-v", f"{layout.HF_TOKEN_FILE}:{CONTAINER_HF_TOKEN}:ro",
-        "-e", f"HF_TOKEN_PATH={CONTAINER_HF_TOKEN}",
     ]
     if device_is_jetson:
         argv += ["-v", "/etc/nv_tegra_release:/etc/nv_tegra_release:ro"]
@@ -278,11 +275,10 @@ def _unit_environment(plan: Plan, engine: Engine, docker: bool) -> tuple[list[st
     env_lines.append(env_assignment("HF_HUB_OFFLINE", "1"))
     credentials: list[str] = []
     if not docker:
-        env_lines.append("HF_TOKEN_PATH=%d/hf_token")  # %d: systemd's credentials directory
         cache = f"/var/cache/{ENGINE_CACHE}"
         env_lines += [env_assignment("HOME", cache), env_assignment("XDG_CACHE_HOME", cache)]
         env_lines += [env_assignment(k, v) for k, v in engine.environment(plan)]
         credentials = [f"{c}:{layout.CREDENTIALS[c]}" for c in
-                       dict.fromkeys(["hf_token", *(c for _, c in engine.secret_env(plan))])]
+                       dict.fromkeys(c for _, c in engine.secret_env(plan))]
     env_lines += [env_assignment(k, v) for k, v in plan.env]
     return env_lines, credentials

@@ -1,7 +1,10 @@
 """A site mirror's configuration files, rendered (pure): nginx as a caching proxy of the Hugging
 Face Hub, and Debian's docker-registry as a pull-through cache per upstream registry.
 
-**Hub (nginx, Debian's 1.22 / Ubuntu's 1.18; the design tested in fleet.md §2).** Two ports:
+**Hub (nginx, Debian's 1.22 / Ubuntu's 1.18; the design tested in fleet.md §2).** Two ports,
+both HTTPS with the site's certificate (`MIRROR_CERT`, issued by the site's CA on the control
+node, `specdec.config.pki`; the site's hosts trust that CA for their downloads only, and nothing
+on the site's LAN sees a token or can change a byte on the way):
 
 * ``HUB_PORT`` is the clients' ``HF_ENDPOINT``. ``/api/`` goes to the Hub as is, token and all,
   uncached. ``/<org>/<name>/resolve/<40-hex commit>/<file>`` (what ``hf download`` fetches by
@@ -11,7 +14,7 @@ Face Hub, and Debian's docker-registry as a pull-through cache per upstream regi
   callers without access, cached or not. (Not the repo's ``/api`` metadata: the Hub shows a
   gated repo's metadata and file list to anyone, huggingface.co/docs/hub/models-gated, "You can
   list files but not access them".) The Hub's 302 to its CDN comes back rewritten to the
-  second port, on the name the client used to reach the mirror. Xet headers are hidden (the
+  second port (https), on the name the client used to reach the mirror. Xet headers are hidden (the
   client then downloads over HTTP; with ``HF_HUB_DISABLE_XET=1`` it does not ask anyway).
 * ``LFS_PORT`` serves the CDN's content-addressed bytes, cached by CDN host and path (without
   the signed query and without any token, which a client never sends to another host:
@@ -22,13 +25,18 @@ Face Hub, and Debian's docker-registry as a pull-through cache per upstream regi
 
 Nothing from a request's headers is logged (the log format names method, path without query,
 status and bytes) and cache keys hold no header: the token never reaches the mirror's disk.
+Every value written into the configuration is quoted (`specdec.render.nginx.quote`).
 
 **Registries (docker-registry 2.8).** One instance per upstream (a proxy has one
 ``remoteurl``: Debian's ``configuration.md``, section ``proxy``), pulls only (pushes are
 refused). A 2.8 proxy that cannot reach its upstream when it starts panics
 (``registry/handlers/app.go``, fleet.md §3): the unit restarts it every 10 s without limit, so
 it comes up once the WAN does; while the WAN is down a *restarted* mirror serves nothing,
-though a running one keeps serving what it cached.
+though a running one keeps serving what it cached. Each serves HTTPS with the site's
+certificate (2.8 ``configuration.md``, ``http.tls.certificate`` / ``key``), loaded as systemd
+credentials (the key is root's; the registry user reads its copy); Docker on the site's hosts
+trusts the site's CA for exactly these ``host:port`` (``/etc/docker/certs.d/<host:port>/ca.crt``,
+Docker's "Verify repository client with certificates").
 """
 
 from __future__ import annotations
@@ -37,10 +45,12 @@ import json
 import re
 from dataclasses import dataclass
 
+from specdec.host import layout
 from specdec.plan.sites import HUB_PORT, LFS_PORT, SiteMirror, registry_name
+from specdec.render.nginx import quote
 
-__all__ = ["CACHE_DIR", "CA_FILE", "LOG_DIR", "NGINX_CONF", "REGISTRY_DIR", "MirrorFiles",
-           "RegistryCache",
+__all__ = ["CACHE_DIR", "CA_FILE", "LOG_DIR", "MIRROR_CERT", "MIRROR_KEY", "NGINX_CONF",
+           "REGISTRY_DIR", "MirrorFiles", "RegistryCache",
            "nginx_conf", "registry_name", "registry_unit", "registry_yaml", "render_mirror"]
 
 NGINX_CONF = "/etc/nginx/conf.d/specdec-site-mirror.conf"
@@ -48,6 +58,9 @@ CACHE_DIR = "/var/cache/specdec-mirror"  # hub/ and lfs/, owned by the nginx wor
 LOG_DIR = "/var/log/nginx"
 REGISTRY_DIR = "/var/lib/specdec-mirror/registry"  # <name>/ per upstream
 REGISTRY_CONF_DIR = "/etc/specdec/mirror"
+MIRROR_CERT = f"{layout.MIRROR_TLS_DIR}/mirror.crt"  # root 0600; nginx's master reads them
+MIRROR_KEY = f"{layout.MIRROR_TLS_DIR}/mirror.key"
+_TLS_CREDS = (("mirror.crt", MIRROR_CERT), ("mirror.key", MIRROR_KEY))
 CA_FILE = "/etc/ssl/certs/ca-certificates.crt"  # Debian's and Ubuntu's ca-certificates bundle
 SLICE = "8m"
 _IPV4 = re.compile(r"[0-9]{1,3}(?:\.[0-9]{1,3}){3}(?::[0-9]+)?")
@@ -65,7 +78,8 @@ def _needs_resolver(url: str) -> bool:
 
 def nginx_conf(m: SiteMirror, *, cache_dir: str = CACHE_DIR, log_dir: str = LOG_DIR,
                hub_port: int = HUB_PORT, lfs_port: int = LFS_PORT,
-               small_max: str = "2g", lfs_max: str = "400g") -> str:
+               small_max: str = "2g", lfs_max: str = "400g",
+               cert: tuple[str, str] = (MIRROR_CERT, MIRROR_KEY)) -> str:
     """The nginx ``http{}``-level configuration of the site's Hub cache."""
     up = m.hub_upstream
     scheme = up.split("://", 1)[0]
@@ -76,8 +90,11 @@ def nginx_conf(m: SiteMirror, *, cache_dir: str = CACHE_DIR, log_dir: str = LOG_
                          "/etc/resolv.conf)")
     tls = ("    proxy_ssl_server_name on;\n    proxy_ssl_verify on;\n"
            "    proxy_ssl_verify_depth 4;\n"
-           f"    proxy_ssl_trusted_certificate {CA_FILE};\n") if scheme == "https" else ""
-    resolver = f"    resolver {m.resolver} valid=300s ipv6=off;\n" if m.resolver else ""
+           f"    proxy_ssl_trusted_certificate {quote(m.upstream_ca or CA_FILE)};\n"
+           ) if scheme == "https" else ""
+    tls += (f"    ssl_certificate {quote(cert[0])};\n    ssl_certificate_key {quote(cert[1])};\n"
+            "    ssl_protocols TLSv1.2 TLSv1.3;\n")
+    resolver = f"    resolver {quote(m.resolver)} valid=300s ipv6=off;\n" if m.resolver else ""
     return (_http_level(m, cache_dir, small_max, lfs_max)
             + _hub_server(m, log_dir, hub_port, lfs_port, resolver, tls)
             + _lfs_server(scheme, log_dir, lfs_port, resolver, tls))
@@ -85,14 +102,14 @@ def nginx_conf(m: SiteMirror, *, cache_dir: str = CACHE_DIR, log_dir: str = LOG_
 
 def _http_level(m: SiteMirror, cache_dir: str, small_max: str, lfs_max: str) -> str:
     """The two caches, the maps the servers read and the log format."""
-    cdn_map = "".join(f'    "{h}" 1;\n' for h in m.cdn_hosts)
+    cdn_map = "".join(f'    {quote(h)} 1;\n' for h in m.cdn_hosts)
     return f"""\
-# specdec site mirror of site {m.site} on {m.host}: the Hugging Face Hub ({m.hub_upstream}), cached.
-# Rendered by specdec (specdec/mirror_config.py); changes here are overwritten.
-proxy_cache_path {cache_dir}/hub levels=1:2 keys_zone=specdec_hub:10m max_size={small_max}
-                 inactive=30d use_temp_path=off;
-proxy_cache_path {cache_dir}/lfs levels=1:2 keys_zone=specdec_lfs:50m max_size={lfs_max}
-                 inactive=90d use_temp_path=off;
+# specdec site mirror of site {quote(m.site)} on {quote(m.host)}: the Hugging Face Hub, cached.
+# Rendered by specdec (specdec/render/mirror.py); changes here are overwritten.
+proxy_cache_path {quote(cache_dir + "/hub")} levels=1:2 keys_zone=specdec_hub:10m
+                 max_size={small_max} inactive=30d use_temp_path=off;
+proxy_cache_path {quote(cache_dir + "/lfs")} levels=1:2 keys_zone=specdec_lfs:50m
+                 max_size={lfs_max} inactive=90d use_temp_path=off;
 map $request_method $specdec_is_head {{
     default 0;
     HEAD 1;
@@ -117,9 +134,9 @@ def _hub_responses(up: str, hub_port: int, lfs_port: int) -> str:
     hide = "".join(f"        proxy_hide_header {h};\n" for h in
                    ("X-Xet-Hash", "X-Xet-Refresh-Route", "X-Xet-Cas-Url",
                     "X-Xet-Access-Token", "X-Xet-Token-Expiration", "Link"))
-    return (f"        proxy_redirect {up}/ http://$host:{hub_port}/;\n"
-            f"        proxy_redirect ~^https?://([^/]+)/(.*)$ "
-            f"http://$host:{lfs_port}/$1/$2;\n{hide}")
+    return (f"        proxy_redirect {quote(up + '/')} \"https://$host:{hub_port}/\";\n"
+            f"        proxy_redirect \"~^https?://([^/]+)/(.*)$\" "
+            f"\"https://$host:{lfs_port}/$1/$2\";\n{hide}")
 
 
 def _hub_server(m: SiteMirror, log_dir: str, hub_port: int, lfs_port: int, resolver: str,
@@ -128,21 +145,23 @@ def _hub_server(m: SiteMirror, log_dir: str, hub_port: int, lfs_port: int, resol
     resolve = _hub_responses(m.hub_upstream, hub_port, lfs_port)
     return f"""\
 server {{
-    listen {hub_port};
-    access_log {log_dir}/specdec-mirror.access.log specdec_mirror;
-    error_log {log_dir}/specdec-mirror.error.log warn;
-{resolver}    set $specdec_hub "{m.hub_upstream}";
+    listen {hub_port} ssl;
+    access_log {quote(log_dir + "/specdec-mirror.access.log")} specdec_mirror;
+    error_log {quote(log_dir + "/specdec-mirror.error.log")} warn;
+{resolver}    # the upstream, path and all: with a variable, proxy_pass sends the URI it is given
+    # (ngx_http_proxy_module), so each request's own follows it
+    set $specdec_hub {quote(m.hub_upstream)};
     proxy_http_version 1.1;
     proxy_set_header Connection "";
 {tls}
     # Metadata, revisions, file lists, tokens: the Hub's, every time.
     location /api/ {{
-        proxy_pass $specdec_hub;
+        proxy_pass $specdec_hub$request_uri;
     }}
 {_commit_file_location(resolve)}{_GATE_LOCATIONS}\
     # A branch or tag name moves: never cached.
     location / {{
-        proxy_pass $specdec_hub;
+        proxy_pass $specdec_hub$request_uri;
 {resolve}    }}
 }}
 
@@ -157,7 +176,7 @@ def _commit_file_location(resolve: str) -> str:
         auth_request /_specdec_gate;
         auth_request_set $specdec_gate_error $upstream_http_x_error_code;
         add_header X-Error-Code $specdec_gate_error always;
-        proxy_pass $specdec_hub;
+        proxy_pass $specdec_hub$request_uri;
         proxy_cache specdec_hub;
         proxy_cache_key $uri;
         proxy_cache_valid 200 30d;
@@ -197,9 +216,9 @@ def _lfs_server(scheme: str, log_dir: str, lfs_port: int, resolver: str, tls: st
     cached in slices."""
     return f"""\
 server {{
-    listen {lfs_port};
-    access_log {log_dir}/specdec-mirror-lfs.access.log specdec_mirror;
-    error_log {log_dir}/specdec-mirror.error.log warn;
+    listen {lfs_port} ssl;
+    access_log {quote(log_dir + "/specdec-mirror-lfs.access.log")} specdec_mirror;
+    error_log {quote(log_dir + "/specdec-mirror.error.log")} warn;
 {resolver}    proxy_http_version 1.1;
     proxy_set_header Connection "";
 {tls}
@@ -226,25 +245,31 @@ server {{
 """
 
 
-def registry_yaml(registry: str, upstream: str, port: int, root: str = REGISTRY_DIR) -> str:
-    """docker-registry 2.8's configuration of a pull-through cache of ``upstream`` (quoted: a
-    JSON string is a YAML scalar, so no ``:`` or ``#`` in the URL can end it)."""
+def registry_yaml(registry: str, upstream: str, port: int, root: str = REGISTRY_DIR,
+                  creds: str | None = None) -> str:
+    """docker-registry 2.8's configuration of a pull-through cache of ``upstream``, serving
+    HTTPS with the site's certificate from ``creds`` (the unit's credentials directory). Each
+    value a JSON string (a YAML flow scalar: no ':' or '#' in it can start a mapping or a
+    comment)."""
     name = registry_name(registry)
+    tls = "" if creds is None else (
+        f"  tls:\n    certificate: {json.dumps(creds + '/mirror.crt')}\n"
+        f"    key: {json.dumps(creds + '/mirror.key')}\n")
     return f"""\
-# specdec site mirror: pull-through cache of {registry} ({upstream}). Rendered by specdec.
+# specdec site mirror: pull-through cache of {json.dumps(registry)}. Rendered by specdec.
 version: 0.1
 log:
   level: warn
 storage:
   filesystem:
-    rootdirectory: {root}/{name}
+    rootdirectory: {json.dumps(f"{root}/{name}")}
   delete:
     enabled: true
   cache:
     blobdescriptor: inmemory
 http:
-  addr: :{port}
-  headers:
+  addr: {json.dumps(f":{port}")}
+{tls}  headers:
     X-Content-Type-Options: [nosniff]
 proxy:
   remoteurl: {json.dumps(upstream)}
@@ -252,7 +277,9 @@ proxy:
 
 
 def registry_unit(registry: str, config: str) -> str:
-    """The systemd unit of one pull-through cache (Debian's docker-registry user and binary)."""
+    """The systemd unit of one pull-through cache (Debian's docker-registry user and binary),
+    the site's certificate and key as its credentials."""
+    creds = "".join(f"LoadCredential={n}:{p}\n" for n, p in _TLS_CREDS)
     return f"""\
 # specdec site mirror: pull-through cache of {registry}. Rendered by specdec.
 [Unit]
@@ -265,7 +292,7 @@ StartLimitIntervalSec=0
 [Service]
 User=docker-registry
 Group=docker-registry
-ExecStart=/usr/bin/docker-registry serve {config}
+{creds}ExecStart=/usr/bin/docker-registry serve {config}
 Restart=always
 RestartSec=10
 
@@ -301,7 +328,8 @@ def render_mirror(m: SiteMirror) -> MirrorFiles:
         unit = f"specdec-registry-{name}.service"
         c = RegistryCache(registry, unit, f"{REGISTRY_CONF_DIR}/registry-{name}.yml",
                           f"/etc/systemd/system/{unit}", f"{REGISTRY_DIR}/{name}")
-        files.append((c.config, registry_yaml(registry, upstream, port)))
+        files.append((c.config, registry_yaml(registry, upstream, port,
+                                              creds=f"/run/credentials/{unit}")))
         files.append((c.unit_path, registry_unit(registry, c.config)))
         caches.append(c)
     return MirrorFiles(tuple(files), tuple(caches))

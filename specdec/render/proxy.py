@@ -11,10 +11,14 @@ rely on --api-key alone"; docs/usage/security.md); trtllm-serve has no key or TL
 authentication ("that is the gateway's responsibility", Dynamo secure-deployment guidelines).
 So the engine listens on 127.0.0.1 only and nginx (Debian/Ubuntu package ``nginx``) answers
 every route on the host's API port: ``401`` without ``Authorization: Bearer <key>``, else the
-request proxied unbuffered (server-sent events stream through as they come). The key is in a
-systemd credential; ``ExecStartPre`` writes the ``map`` nginx compares with into the unit's
-runtime directory (0700, the service user's), so it is in no file of the release, no argv
-and no log. With ``specdec_tls`` the proxy serves HTTPS with the operator's certificate.
+request proxied unbuffered (server-sent events stream through as they come). The keys are
+systemd credentials (the fleet's, and after ``specdec keys rotate`` the one being retired,
+accepted too until ``specdec keys retire``); ``ExecStartPre`` writes the ``map`` nginx compares
+with into the unit's runtime directory (0700, the service user's), so no key is in a file of
+the release, an argv or a log. It serves HTTPS (TLS 1.2/1.3) with a certificate of the
+inventory's CA (`specdec.config.pki`; ``specdec keys ca`` prints it for clients), or the
+operator's (``specdec_tls: {cert, key}``); plain HTTP only with ``specdec_tls: false``.
+Every value written into the configuration is quoted (`specdec.render.nginx.quote`).
 """
 
 from __future__ import annotations
@@ -25,14 +29,16 @@ from specdec.engines.base import LOOPBACK
 from specdec.host import layout
 from specdec.plan.types import ANY_NETWORK, Plan
 from specdec.render import sandbox
+from specdec.render.nginx import quote
 from specdec.render.unitfile import exec_line, template
 
-__all__ = ["KEY_CREDENTIAL", "NGINX", "RUN_DIR", "TLS_CERT", "TLS_KEY", "config", "config_name",
-           "unit"]
+__all__ = ["KEY_CREDENTIAL", "NGINX", "OLD_KEY_CREDENTIAL", "RUN_DIR", "TLS_CERT", "TLS_KEY",
+           "config", "config_name", "unit"]
 
 NGINX = "/usr/sbin/nginx"
 RUN_DIR = f"/run/{layout.PROXY_SERVICE}"
 KEY_CREDENTIAL = "api_key"
+OLD_KEY_CREDENTIAL = "api_key.old"  # empty when no key is being retired
 TLS_CERT, TLS_KEY = "api.crt", "api.key"  # credential names (files under PROXY_TLS_DIR)
 _CREDS = f"/run/credentials/{layout.PROXY_SERVICE}.service"  # $CREDENTIALS_DIRECTORY
 
@@ -40,9 +46,9 @@ _CREDS = f"/run/credentials/{layout.PROXY_SERVICE}.service"  # $CREDENTIALS_DIRE
 def _listen(address: str, port: int, tls: bool) -> str:
     ssl = " ssl" if tls else ""
     if address == "::":
-        return f"listen [::]:{port}{ssl} ipv6only=off;"
+        return f"listen {quote(f'[::]:{port}')}{ssl} ipv6only=off;"
     host = f"[{address}]" if ":" in address else address
-    return f"listen {host}:{port}{ssl};"
+    return f"listen {quote(f'{host}:{port}')}{ssl};"
 
 
 def config(plan: Plan) -> str:
@@ -51,16 +57,16 @@ def config(plan: Plan) -> str:
     listens = [_listen(plan.listen, plan.port, plan.tls)]
     if plan.listen not in ("0.0.0.0", "::", LOOPBACK):
         listens.append(_listen(LOOPBACK, plan.port, plan.tls))
-    tls = (f"\t\tssl_certificate {_CREDS}/{TLS_CERT};\n"
-           f"\t\tssl_certificate_key {_CREDS}/{TLS_KEY};\n"
+    tls = (f"\t\tssl_certificate {quote(f'{_CREDS}/{TLS_CERT}')};\n"
+           f"\t\tssl_certificate_key {quote(f'{_CREDS}/{TLS_KEY}')};\n"
            "\t\tssl_protocols TLSv1.2 TLSv1.3;\n") if plan.tls else ""
-    temp = "".join(f"\t{k}_temp_path {RUN_DIR}/{k};\n"
+    temp = "".join(f"\t{k}_temp_path {quote(f'{RUN_DIR}/{k}')};\n"
                    for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
     return (
         f"# Managed by specdec: the API proxy of {plan.host} (release file; no secret in it).\n"
         "worker_processes 1;\n"
         "daemon off;\n"
-        f"pid {RUN_DIR}/nginx.pid;\n"
+        f"pid {quote(RUN_DIR + '/nginx.pid')};\n"
         "error_log stderr warn;\n"
         "events { worker_connections 1024; }\n"
         "http {\n"
@@ -68,9 +74,9 @@ def config(plan: Plan) -> str:
         "\tserver_tokens off;\n"
         "\tdefault_type application/json;\n"
         f"{temp}"
-        f"\tinclude {RUN_DIR}/key.conf;\n"
+        f"\tinclude {quote(RUN_DIR + '/key.conf')};\n"
         "\tupstream engine {\n"
-        f"\t\tserver {LOOPBACK}:{plan.engine_port};\n"
+        f"\t\tserver {quote(f'{LOOPBACK}:{plan.engine_port}')};\n"
         "\t\tkeepalive 16;\n"
         "\t}\n"
         "\tserver {\n"
@@ -100,27 +106,32 @@ def config_name(text: str) -> str:
 
 
 def _key_map_script() -> str:
-    """ExecStartPre: the credential's key, checked against the grammar, as the nginx ``map``
-    the config includes (in the runtime directory, 0600)."""
+    """ExecStartPre: the credentials' keys (the fleet's; the one being retired, if any: its
+    credential is empty otherwise), each checked against the grammar before anything is
+    written, as the nginx ``map`` the config includes (in the runtime directory, 0600)."""
     # the key's grammar (`specdec.config.apikey`: sdk_ and 20-200 letters and digits), so nothing in
-    # it means anything to nginx or sh
-    bad = "{ echo 'specdec-proxy: the API key credential is empty or malformed' >&2; exit 1; }"
+    # it means anything to nginx or sh (and word splitting below cannot split one)
+    bad = "{ echo 'specdec-proxy: an API key credential is empty or malformed' >&2; exit 1; }"
     return (
-        "set -e; umask 077; k=$(cat \"$CREDENTIALS_DIRECTORY/" + KEY_CREDENTIAL + "\"); "
+        "set -e; umask 077; d=\"$CREDENTIALS_DIRECTORY\"; "
+        f"new=$(cat \"$d/{KEY_CREDENTIAL}\"); old=$(cat \"$d/{OLD_KEY_CREDENTIAL}\"); "
+        f"[ -n \"$new\" ] || {bad}; "
+        "for k in \"$new\" ${old:+\"$old\"}; do "
         f"case \"$k\" in sdk_*) ;; *) {bad} ;; esac; "
         f"case \"$k\" in *[!A-Za-z0-9_]*) {bad} ;; esac; "
-        f"[ ${{#k}} -ge 24 ] && [ ${{#k}} -le 204 ] || {bad}; "
+        f"[ ${{#k}} -ge 24 ] && [ ${{#k}} -le 204 ] || {bad}; done; "
         # a map's plain strings match any case (nginx ngx_http_map_module): a case-sensitive
         # regex, anchored (the key has no character special to it)
-        "printf 'map $http_authorization $specdec_key_ok {\\n\\tdefault 0;\\n"
-        "\\t\"~^Bearer %s$\" 1;\\n}\\n' \"$k\" > \"$RUNTIME_DIRECTORY/key.conf\""
+        "{ printf 'map $http_authorization $specdec_key_ok {\\n\\tdefault 0;\\n'; "
+        "for k in $new $old; do printf '\\t\"~^Bearer %s$\" 1;\\n' \"$k\"; done; "
+        "printf '}\\n'; } > \"$RUNTIME_DIRECTORY/key.conf\""
     )
 
 
 def unit(plan: Plan, name: str) -> str:
     conf = f"{layout.CURRENT}/{name}"
     nginx = [NGINX, "-p", RUN_DIR, "-c", conf]
-    creds = [(KEY_CREDENTIAL, layout.API_KEY_FILE)]
+    creds = [(KEY_CREDENTIAL, layout.API_KEY_FILE), (OLD_KEY_CREDENTIAL, layout.API_KEY_OLD_FILE)]
     if plan.tls:
         creds += [(TLS_CERT, f"{layout.PROXY_TLS_DIR}/{TLS_CERT}"),
                   (TLS_KEY, f"{layout.PROXY_TLS_DIR}/{TLS_KEY}")]

@@ -76,6 +76,7 @@ class VerifySpec:
     tune_cache: TuneStore | None = None  # where tuned entries go (specdec.tune.store)
     bench_mode: str = "host"  # where the bench client runs (specdec.bench.remote.MODES)
     api_key_file: str | None = None  # control node: the fleet's API key (the path, not the key)
+    ca_file: str | None = None  # control node: the CA of the API's certificate (None: system's)
 
     @property
     def tunes(self) -> bool:

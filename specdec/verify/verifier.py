@@ -113,7 +113,8 @@ class Verifier:
             "roofline": None,
             "power": spec.roofline.power if spec.roofline is not None else None,
         }
-        self.ctx = Ctx(spec, io, report, http_url(spec.address, plan.port), progress=progress)
+        self.ctx = Ctx(spec, io, report, http_url(spec.address, plan.port, plan.tls),
+                       progress=progress)
         self.report = report
         self.bench = Bench(self.ctx)
 
@@ -259,16 +260,20 @@ class _NoIO:
 # -- real IO pieces (no pyinfra) -------------------------------------------------------------------
 
 
-def http_get(url: str, timeout: float, key: str | None = None) -> tuple[int, str]:
+def http_get(url: str, timeout: float, key: str | None = None,
+             ca_file: str | None = None) -> tuple[int, str]:
     """GET with the standard library (works under pyinfra's gevent monkey-patching, which
-    breaks httpx's sync transport); ``key``: sent as the Bearer token."""
+    breaks httpx's sync transport); ``key``: sent as the Bearer token; ``ca_file``: the CA an
+    https server's certificate must chain to (else the system's)."""
     import http.client
+    import ssl
     import urllib.error
     import urllib.request
 
     req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
+    ctx = ssl.create_default_context(cafile=ca_file) if url.startswith("https:") else None
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 - http only
+        with urllib.request.urlopen(req, timeout=timeout, context=ctx) as resp:  # noqa: S310
             return int(resp.status), resp.read(65536).decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
         return int(exc.code), ""
@@ -297,8 +302,8 @@ def parse_host_get(lines: list[str]) -> tuple[int, str]:
 
 
 def bench_subprocess(url: str, model: str, out: Path, run: RoundBench, timeout_s: float,
-                     tokenizer: str | None = None, key_file: str | None = None
-                     ) -> dict[str, Any]:
+                     tokenizer: str | None = None, key_file: str | None = None,
+                     ca_file: str | None = None) -> dict[str, Any]:
     """``python -m specdec.cli bench`` in a child (no asyncio inside pyinfra's gevent)."""
     import os
 
@@ -308,6 +313,8 @@ def bench_subprocess(url: str, model: str, out: Path, run: RoundBench, timeout_s
         cmd += ["--tokenizer", tokenizer]
     if key_file:
         cmd += ["--api-key-file", key_file]
+    if ca_file:
+        cmd += ["--ca-file", ca_file]
     env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")}
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,

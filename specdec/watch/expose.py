@@ -1,10 +1,13 @@
 """The watch's verdicts and estimates in Prometheus' text exposition format (0.0.4), served by
 ``specdec watch --serve ADDR`` on the control node and/or written to ``--textfile FILE`` for a
 node_exporter textfile collector. Every figure is device time (``specdec_watch_time_scale`` says
-when a host is the lab's emulator)."""
+when a host is the lab's emulator). The exposition names the fleet's hosts and what they run:
+it listens on loopback unless given a bearer token (``--serve-token-file``), which every request
+must then carry (Prometheus' ``authorization`` / ``bearer_token_file``)."""
 
 from __future__ import annotations
 
+import hmac
 import http.server
 import math
 import os
@@ -116,14 +119,23 @@ def write_textfile(path: Path, text: str) -> None:
 
 
 class Exposition:
-    """``GET /metrics`` on the control node (the latest `render`)."""
+    """``GET /metrics`` on the control node (the latest `render`); with ``token``, only for
+    ``Authorization: Bearer <token>`` (else 401)."""
 
-    def __init__(self, address: tuple[str, int]) -> None:
+    def __init__(self, address: tuple[str, int], token: str | None = None) -> None:
         self.text = render([])
         exposition = self
+        want = f"Bearer {token}".encode() if token else None
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                got = (self.headers.get("Authorization") or "").encode()
+                if want is not None and not hmac.compare_digest(got, want):
+                    self.send_response(401)
+                    self.send_header("WWW-Authenticate", "Bearer")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if self.path.split("?", 1)[0] not in ("/metrics", "/"):
                     self.send_error(404)
                     return

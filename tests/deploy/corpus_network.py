@@ -200,18 +200,18 @@ CASES: dict[str, Case] = {
         {'specdec_api_key_file': ''}),
     'tls-str': Case(
         H +
-        "specdec_tls='/etc/cert.pem': must be a mapping {cert: PATH, "
+        "specdec_tls='/etc/cert.pem': must be false or a mapping {cert: PATH, "
         'key: PATH} (PEM files on the control node)',
         {'specdec_tls': '/etc/cert.pem'}),
     'tls-no-key': Case(
         H +
-        "specdec_tls={'cert': '/c'}: must be a mapping {cert: PATH, "
+        "specdec_tls={'cert': '/c'}: must be false or a mapping {cert: PATH, "
         'key: PATH} (PEM files on the control node)',
         {'specdec_tls': {'cert': '/c'}}),
     'tls-extra': Case(
         H +
         "specdec_tls={'cert': '/c', 'key': '/k', 'ca': '/a'}: must be "
-        'a mapping {cert: PATH, key: PATH} (PEM files on the control node)',
+        'false or a mapping {cert: PATH, key: PATH} (PEM files on the control node)',
         {'specdec_tls': {'cert': '/c', 'key': '/k', 'ca': '/a'}}),
     'tls-newline': Case(
         H +
@@ -225,7 +225,7 @@ CASES: dict[str, Case] = {
         {'specdec_tls': {'cert': 'hf_Abc123Abc123Abc123Abc123Abc123', 'key': '/k'}}),
     'tls-list': Case(
         H +
-        "specdec_tls=['/c', '/k']: must be a mapping {cert: PATH, key: "
+        "specdec_tls=['/c', '/k']: must be false or a mapping {cert: PATH, key: "
         'PATH} (PEM files on the control node)',
         {'specdec_tls': ['/c', '/k']}),
     'pki-newline': Case(

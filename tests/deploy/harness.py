@@ -38,8 +38,9 @@ from specdec.catalog import load_catalog
 from specdec.config import apikey
 from specdec.engines.trtllm.facts import TIKTOKEN_FILES
 from specdec.host import guard, layout, power, release
+from specdec.render import firewall
 from specdec.roles import facts as rfacts
-from specdec.roles.common import HostPlan
+from specdec.roles.common import HostPlan, read_host_secrets
 from specdec.roles.docker_access import merged_daemon_json
 from specdec.roles.factcache import FactBatch
 from specdec.roles.facts import DAEMON_JSON
@@ -77,6 +78,7 @@ class World:
     jetson: str | None = None  # root of the host's Jetson files (`with_jetson`); None: none
     boot_id: str = "boot-1"
     daemon_json_raw: bool = False  # keep daemon.json as given (not derived from files)
+    firewall: str = "none"  # FirewallLive: ok / gone / none (no release firewall yet)
     facts_seen: list[str] = field(default_factory=list)
     fact_reads: list[tuple[str, bool]] = field(default_factory=list)  # (fact, while executing)
     in_batch: bool = False
@@ -180,6 +182,8 @@ class World:
             return self.images.get(kwargs["image"])
         if cls is rfacts.SpecdecReleases:
             return self.releases
+        if cls is rfacts.FirewallLive:
+            return self.firewall
         if cls is rfacts.JetsonPower:
             return self.power_state()
         if cls is rfacts.BootId:
@@ -359,12 +363,27 @@ def converged(world: World, hp: HostPlan, token: str | None) -> World:
     w.running[f"{layout.SERVICE_NAME}.service"] = True
     w.enabled[f"{layout.SERVICE_NAME}.service"] = True
     w.put(layout.HF_TOKEN_FILE, (token + "\n") if token else "", "0600")
-    # the fleet's API key (generated in this test's control state) and the release's other
-    # units (firewall, API proxy), linked, running and enabled
-    w.put(layout.API_KEY_FILE, apikey.ensure_key() + "\n", "0600")
+    # the API's keys (the inventory's, generated in this test's control state; none being
+    # retired) and certificate, and the release's other units (firewall, API proxy), linked,
+    # running and enabled, the live table the one they loaded
+    secrets = read_host_secrets(hp.settings, apikey.inventory_dir(None, [hp.settings.host]))
+    w.put(layout.API_KEY_FILE, secrets.api_key.unmask() + "\n", "0600")
+    w.put(layout.API_KEY_OLD_FILE, "", "0600")
+    if secrets.tls is not None:
+        for name, value in zip(("api.crt", "api.key"), secrets.tls, strict=True):
+            text = value.unmask()
+            w.put(f"{layout.PROXY_TLS_DIR}/{name}", text if text.endswith("\n") else text + "\n",
+                  "0600")
+        w.dirs[layout.PROXY_TLS_DIR] = {"user": "root", "group": "root", "mode": 700}
+        w.dirs[layout.PROXY_TLS_DIR.rsplit("/", 1)[0]] = {"user": "root", "group": "root",
+                                                          "mode": 700}
+    if secrets.api_ca is not None:
+        w.put(layout.API_CA_FILE, secrets.api_ca)
+    w.put(firewall.NFTABLES_DROPIN, firewall.dropin())
     for u in hp.rendered.other_units:
         w.links[f"/etc/systemd/system/{u}"] = f"{layout.CURRENT}/{u}"
         w.running[u] = w.enabled[u] = True
+    w.firewall = "ok"
     if plan.runtime == "docker":
         cur = json.loads(w.files[DAEMON_JSON]["content"]) if DAEMON_JSON in w.files else None
         w.put(DAEMON_JSON, json.dumps(merged_daemon_json(cur, plan.memlock, hp.is_jetson)))

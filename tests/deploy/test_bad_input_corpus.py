@@ -29,14 +29,21 @@ from specdec.cli import main
 from specdec.errors import TOKEN_SHAPED
 from specdec.plan.hostdata import KNOWN_KEYS
 from specdec.roles.common import DeployError
-from tests.deploy import corpus_env, corpus_flags, corpus_host, corpus_network, corpus_sec
+from tests.deploy import (
+    corpus_env,
+    corpus_flags,
+    corpus_host,
+    corpus_network,
+    corpus_network2,
+    corpus_sec,
+)
 from tests.deploy.corpus_base import HOST, HOST_RULE, NOT_SINGLE, TOK, VLLM, Case
 from tests.deploy.corpus_tune import AUTO, TUNE_CASES, _entry
 from tests.deploy.harness import World, run_deploy
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTS = (corpus_host.CASES, corpus_network.CASES, corpus_env.CASES, corpus_sec.CASES,
-         corpus_flags.CASES)
+         corpus_flags.CASES, corpus_network2.CASES)
 CASES: dict[str, Case] = {k: v for part in PARTS for k, v in part.items()}
 assert len(CASES) == sum(map(len, PARTS))  # no name twice
 
@@ -140,7 +147,8 @@ def test_corpus_size_and_coverage() -> None:
                   "token-env-", "token-file-", "image-", "arg", "listen-", "allow-",
                   "engine-port-", "keyfile-", "tls-", "pki-", "trust-", "user-", "ssh-",
                   "dynaddr-", "dynenv-", "proxy-", "cdn-", "reg-", "site-", "group-",
-                  "dynport-", "router-", "migr-", "tune-", "resolver-", "mirroraddr-"):
+                  "dynport-", "router-", "migr-", "tune-", "resolver-", "mirroraddr-",
+                  "hubep-", "hubup-", "regup-", "scope-", "fwallow-", "sshport-", "hubca-"):
         assert topic in keys
 
 

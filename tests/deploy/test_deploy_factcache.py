@@ -24,7 +24,7 @@ from specdec.roles.factcache import FactBatch
 from tests.deploy.conftest import TOKEN
 from tests.deploy.harness import SPARK, World, converged
 from tests.deploy.harness import host_plan as _hp
-from tests.deploy.test_deploy_verify import AGX, LiveWorld, deploy, live, report
+from tests.deploy.test_deploy_verify import AGX, LiveWorld, _api_get, deploy, live, report
 
 OTHER = "0" * 40
 
@@ -47,7 +47,7 @@ def _converged(agx_world: World, monkeypatch: pytest.MonkeyPatch) -> World:
     w = converged(agx_world, hp, TOKEN)
     w.releases = release.ReleaseState(current=c, last_good=c, releases=(c,))
     monkeypatch.setattr("specdec.verify.verifier.http_get",
-                        lambda url, timeout, key=None: (200, "") if key else (401, ""))
+                        _api_get)
     return w
 
 
@@ -165,7 +165,7 @@ def test_a_converged_spark_costs_one_read_too(spark_world, monkeypatch, on):
     w = converged(spark_world, hp, TOKEN)
     w.releases = release.ReleaseState(current=c, last_good=c, releases=(c,))
     monkeypatch.setattr("specdec.verify.verifier.http_get",
-                        lambda url, timeout, key=None: (200, "") if key else (401, ""))
+                        _api_get)
     world = live(w)
     r = deploy(monkeypatch, world, SPARK)
     assert not r.failed, r.output

@@ -10,6 +10,7 @@ import shlex
 
 import pytest
 
+from specdec.catalog import load_catalog
 from specdec.host import guard, layout, release
 from specdec.host.identify import parse_identity
 from specdec.render.files import LIMITS_PATH
@@ -62,14 +63,21 @@ def test_first_run_agx_docker(agx_world, monkeypatch):
     downloads = [c for c in cmds if "docker run --rm --network host" in c]
     assert len(downloads) == 2  # target + EAGLE-3 head
     # as the service user (and its uid in the image), never root: root copies the token to a
-    # file the user may read, in a fresh directory of its own
-    assert all(c.startswith("d=$(mktemp -d /run/specdec-prefetch.XXXXXX) && ") and
-               "install -m 0400 -o specdec -g root /etc/specdec/hf_token" in c and
-               "runuser -u specdec -- sh -c " in c and '--user "$(id -u):$(id -g)"' in c and
-               "--security-opt no-new-privileges --cap-drop ALL" in c and
-               "--entrypoint sh" in c and "HF_TOKEN_PATH=/run/secrets/hf_token" in c
-               and "command -v hf" in c and f"complete/{repo.replace('/', '--')}" in c
+    # file the user may read, in a fresh directory of its own; only for the gated target (the
+    # EAGLE-3 head is not: it is downloaded without any token)
+    cat = load_catalog()
+    assert cat.needs_token(hp.plan.model) and hp.plan.draft and \
+        not cat.needs_token(hp.plan.draft)
+    assert all(("runuser -u specdec -- sh -c " in c and '--user "$(id -u):$(id -g)"' in c and
+                "--security-opt no-new-privileges --cap-drop ALL" in c and
+                "--entrypoint sh" in c and "command -v hf" in c
+                and f"complete/{repo.replace('/', '--')}" in c and "does not match the Hub" in c)
                for c, repo in zip(downloads, (hp.plan.model, hp.plan.draft), strict=True))
+    target, head = downloads
+    assert target.startswith("d=$(mktemp -d /run/specdec-prefetch.XXXXXX) && ") and \
+        "install -m 0400 -o specdec -g root /etc/specdec/hf_token" in target and \
+        "HF_TOKEN_PATH=/run/secrets/hf_token" in target
+    assert "hf_token" not in head and "HF_TOKEN_PATH=/dev/null" in head
     assert not any(c.startswith("chown -R") for c in cmds)
     assert release.activate(rid) in cmds
     assert "systemctl daemon-reload" in cmds
@@ -92,9 +100,9 @@ def test_native_runtime_has_no_docker(agx_world, monkeypatch):
     r = run_deploy(monkeypatch, agx_world, AGX_NATIVE)
     assert not any("docker" in c for c in r.commands)
     assert DAEMON_JSON not in dict(r.uploads)
-    downloads = [c for c in r.commands if "command -v hf" in c]
-    assert downloads and all('HF_TOKEN_PATH="$tok"' in c and "runuser -u specdec" in c
-                             for c in downloads)
+    target, head = [c for c in r.commands if "command -v hf" in c]  # gated, and not
+    assert 'HF_TOKEN_PATH="$tok"' in target and "HF_TOKEN_PATH=/dev/null" in head
+    assert all("runuser -u specdec" in c for c in (target, head))
 
 
 def test_daemon_json_merge_keeps_foreign_keys(agx_world, monkeypatch):

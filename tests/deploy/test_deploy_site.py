@@ -1,17 +1,19 @@
 """The site mirror through deploys/specdec.py on @fake hosts: the mirror host gets nginx, its
 rendered configuration (tested with `nginx -t` before the reload) and a registry cache; a site
-host downloads with HF_ENDPOINT at the mirror and pulls its image through it by digest; a
-converged mirror host gets nothing on the second run."""
+host downloads with HF_ENDPOINT at the mirror (HTTPS, the site's CA) and pulls its image through
+it by digest; a converged mirror host gets nothing on the second run."""
 
 from __future__ import annotations
 
 import json
 import shlex
 
+from specdec.config import apikey
+from specdec.host import layout
 from specdec.plan.hostdata import parse_host_settings
 from specdec.plan.sites import mirror_of, resolve
-from specdec.render.mirror import CACHE_DIR, NGINX_CONF, render_mirror
-from specdec.roles.common import plan_host
+from specdec.render.mirror import CACHE_DIR, MIRROR_CERT, MIRROR_KEY, NGINX_CONF, render_mirror
+from specdec.roles.common import plan_host, read_host_secrets, with_site_secrets
 from specdec.roles.facts import DAEMON_JSON
 from specdec.roles.site_mirror import NGINX_USER
 from tests.deploy.conftest import TOKEN
@@ -34,10 +36,16 @@ def test_a_site_host_downloads_and_pulls_through_the_mirror(agx_world: World,
     assert not r.failed, r.output[-800:]
     assert f"docker pull {VIA}" in r.commands
     fetch = next(c for c in r.commands if " download " in c)
-    assert "HF_ENDPOINT=http://10.7.0.5:8180" in fetch and "HF_HUB_DISABLE_XET=1" in fetch
-    assert TOKEN not in fetch and "HF_TOKEN_PATH=" in fetch
-    daemon = json.loads(dict(r.uploads)[DAEMON_JSON])
-    assert "10.7.0.5:5002" in daemon["insecure-registries"]
+    assert "HF_ENDPOINT=https://10.7.0.5:8180" in fetch and "HF_HUB_DISABLE_XET=1" in fetch
+    assert f"SSL_CERT_FILE={layout.SITE_CA_FILE}" in fetch  # the site's CA, and it only
+    # an ungated model: no token at all (issue 29: not forwarded where it is not needed)
+    assert TOKEN not in fetch and "HF_TOKEN_PATH=/dev/null" in fetch
+    uploads = dict(r.uploads)
+    ca = uploads[layout.SITE_CA_FILE]
+    assert b"BEGIN CERTIFICATE" in ca and b"PRIVATE" not in ca
+    assert uploads[f"{layout.DOCKER_CERTS_DIR}/10.7.0.5:5002/ca.crt"] == ca
+    daemon = json.loads(uploads[DAEMON_JSON])
+    assert "insecure-registries" not in daemon  # HTTPS: never an insecure registry
     assert not any("nginx" in c for c in r.commands)  # not the mirror: no mirror
 
 
@@ -51,7 +59,8 @@ def test_the_mirror_host_and_its_second_run(agx_world: World, monkeypatch) -> No
     uploads = dict(r.uploads)
     for path, text in files.files:
         assert uploads[path].decode() == text
-    assert "resolver 10.7.0.1" in uploads[NGINX_CONF].decode()
+    assert 'resolver "10.7.0.1"' in uploads[NGINX_CONF].decode()
+    assert b"PRIVATE KEY" in uploads["/etc/specdec/tls/mirror/.mirror.key.new"]
     cmds = "\n".join(r.commands)
     assert "apt-get install -y -q nginx" in cmds
     assert "apt-get install -y -q docker-registry" in cmds
@@ -74,9 +83,19 @@ def test_the_mirror_host_and_its_second_run(agx_world: World, monkeypatch) -> No
                                  "mode": 750}
         world.running[c.unit] = world.enabled[c.unit] = True
     world.running["nginx.service"] = world.enabled["nginx.service"] = True
-    daemon = json.loads(world.files[DAEMON_JSON]["content"])
-    daemon["insecure-registries"] = [a for _, a in hp.settings.registry_mirror]
-    world.put(DAEMON_JSON, json.dumps(daemon))
+    inv_dir = apikey.inventory_dir(None, [HOST])
+    secrets = with_site_secrets(read_host_secrets(hp.settings, inv_dir), hp.settings,
+                                (mirror_of(hp.settings), hp.settings), inv_dir)
+    world.dirs[layout.PUBLIC_CA_DIR] = {"user": "root", "group": "root", "mode": 755}
+    world.put(layout.SITE_CA_FILE, secrets.site_ca or "")
+    for _, where in hp.settings.registry_mirror:  # Docker trusts the site's CA there
+        world.dirs[f"{layout.DOCKER_CERTS_DIR}/{where}"] = {"user": "root", "group": "root",
+                                                             "mode": 755}
+        world.put(f"{layout.DOCKER_CERTS_DIR}/{where}/ca.crt", secrets.site_ca or "")
+    world.dirs[layout.MIRROR_TLS_DIR] = {"user": "root", "group": "root", "mode": 700}
+    for path, value in zip((MIRROR_CERT, MIRROR_KEY), secrets.mirror_tls or (), strict=True):
+        text = value.unmask()
+        world.put(path, text if text.endswith("\n") else text + "\n", "0600")
     world.images[hp.plan.image] = hp.plan.image
     world.put("/etc/specdec/image.digest", hp.plan.image + "\n")
     again = run_deploy(monkeypatch, world, MIRROR, name=HOST)

@@ -56,6 +56,12 @@ def use_host(monkeypatch, fake: FakeHost) -> None:
     monkeypatch.setattr(VERIFY_MOD, "make_io", lambda conn, spec: fake)
 
 
+def _api_get(url: str, timeout: float, key: str | None = None,
+             ca_file: str | None = None) -> tuple[int, str]:
+    """The host's API as the verifier sees it: HTTPS, the fleet CA's certificate, the key."""
+    return (200, "") if key and url.startswith("https://") and ca_file else (401, "")
+
+
 def deploy(monkeypatch, world: LiveWorld, data: dict[str, Any], **kw: Any):
     return run_deploy(monkeypatch, world, {**data, "fake_responses": dict(ACQUIRED)},
                       state_out=world.states, **kw)
@@ -138,7 +144,7 @@ def test_unchanged_rerun_changes_nothing(agx_world, monkeypatch, on):
     world = live(world)
     # the API answers only with the fleet's key (its proxy's 401 otherwise)
     monkeypatch.setattr("specdec.verify.verifier.http_get",
-                        lambda url, timeout, key=None: (200, "") if key else (401, ""))
+                        _api_get)
 
     def no_io(conn, spec):
         raise AssertionError("an unchanged host must not be verified again")
@@ -165,7 +171,7 @@ def test_verified_then_unchanged_carries_figures(agx_world, monkeypatch, on):
     world = live(world)
     # the API answers only with the fleet's key (its proxy's 401 otherwise)
     monkeypatch.setattr("specdec.verify.verifier.http_get",
-                        lambda url, timeout, key=None: (200, "") if key else (401, ""))
+                        _api_get)
     assert not deploy(monkeypatch, world, AGX).failed
     rep = report(on.parent / "t2")
     assert rep["outcome"] == "unchanged" and rep["previous_outcome"] == "kept"
@@ -286,7 +292,7 @@ def test_a_converged_host_costs_one_read_and_the_lock(agx_world, monkeypatch, on
     world.releases = release.ReleaseState(current=c, last_good=c, releases=(c,))
     world = live(world)
     monkeypatch.setattr("specdec.verify.verifier.http_get",
-                        lambda url, timeout, key=None: (200, "") if key else (401, ""))
+                        _api_get)
     r = deploy(monkeypatch, world, data)
     assert not r.failed, r.output
     assert report(on)["outcome"] == "unchanged"
@@ -359,8 +365,8 @@ def test_a_watch_mark_re_verifies_once_and_is_cleared(agx_world, monkeypatch, on
 
     hp = _hp(agx_world, AGX)
     c, b = hp.rendered.release_id, hp.baseline.release_id  # type: ignore[union-attr]
-    monkeypatch.setattr("specdec.verify.verifier.http_get", lambda url, timeout, key=None: (200,
-    ""))
+    monkeypatch.setattr("specdec.verify.verifier.http_get",
+                        lambda url, timeout, key=None, ca_file=None: (200, ""))
     root = on.parent
 
     def converged_world() -> LiveWorld:

@@ -26,6 +26,7 @@ import os
 import re
 import secrets
 import shutil
+import ssl
 import string
 import subprocess
 import sys
@@ -151,18 +152,25 @@ class LabFleet:
         """The instance's API key: every lab host's API requires it."""
         return self.instance.api_key_file
 
-    def http(self, url: str, body: Any = None, *, key: bool = True,
+    def api(self, h: LabHost) -> str:
+        """A lab host's API: HTTPS, its certificate from the instance's API CA."""
+        return f"https://{h.address}:{h.port}"
+
+    def http(self, url: str, body: Any = None, *, key: bool | str = True,
              timeout: float = 30) -> tuple[int, Any]:
         """GET (or POST ``body`` as JSON) ``url`` from this machine, with the instance's API key
-        unless ``key`` is False: (status, decoded JSON or None); status 0 when nothing
-        answered."""
+        unless ``key`` is False (a string: that key), trusting the instance's API CA: (status,
+        decoded JSON or None); status 0 when nothing answered."""
         headers = {"Content-Type": "application/json"}
         if key:
-            headers["Authorization"] = "Bearer " + self.api_key_file.read_text().strip()
+            given = key if isinstance(key, str) else self.api_key_file.read_text().strip()
+            headers["Authorization"] = "Bearer " + given
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(url, data=data, headers=headers)
+        ctx = ssl.create_default_context(cafile=str(INSTANCE.api_ca_file)) \
+            if url.startswith("https:") else None
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - lab address
+            with urllib.request.urlopen(req, timeout=timeout, context=ctx) as r:  # noqa: S310
                 raw = r.read()
                 try:
                     return r.status, json.loads(raw or b"null")

@@ -34,7 +34,7 @@ def _host_get(lab: LabFleet, name: str, url: str) -> int:
 
 
 def _frontend(lab: LabFleet) -> str:
-    return f"http://{lab.host(FRONT).address}:8000"
+    return lab.api(lab.host(FRONT))
 
 
 def _group_serves(lab: LabFleet) -> None:

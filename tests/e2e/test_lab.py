@@ -24,7 +24,7 @@ pytestmark = pytest.mark.e2e
 
 
 def _models(lab: LabFleet, address: str, port: int) -> list[str]:
-    status, doc = lab.http(f"http://{address}:{port}/v1/models")
+    status, doc = lab.http(f"https://{address}:{port}/v1/models")
     assert status == 200, status
     return [m["id"] for m in doc["data"]]
 
@@ -87,7 +87,7 @@ def test_deploy_converges_every_host(lab: LabFleet, deployed: PyinfraRun) -> Non
             assert f"{SERVICE_NAME} {plan['image'].split('@')[0]}" in containers, containers
             digest = lab.ssh(h.name, "cat /etc/specdec/image.digest").stdout.strip()
             assert digest.startswith(via) and "@sha256:" in digest
-            version = lab.http(f"http://{h.address}:{h.port}/version")[1]["version"]
+            version = lab.http(f"{lab.api(h)}/version")[1]["version"]
             assert version == plan["engine_version"], (h.name, version)
         else:
             assert SERVICE_NAME not in containers
@@ -269,7 +269,7 @@ def test_benchmarks_ran_beside_the_engine(lab: LabFleet, deployed: PyinfraRun) -
             for f in summ["files"]:
                 res = json.loads(Path(f).read_text())
                 assert res["runner"]["where"] == "host" and res["url"].startswith(
-                    "http://127.0.0.1:"), (h.name, f)
+                    "https://127.0.0.1:"), (h.name, f)
             arms += 1
         # a serving group benchmarks through its frontend, from the frontend member
         ran_on = (reps[h.name].get("group") or {}).get("frontend") or h.name

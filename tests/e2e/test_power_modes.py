@@ -23,7 +23,7 @@ EXPECTED = {
 
 def _truth(lab: LabFleet, name: str) -> dict[str, object]:
     h = lab.host(name)
-    status, doc = lab.http(f"http://{h.address}:{h.port}/lab/truth")
+    status, doc = lab.http(f"{lab.api(h)}/lab/truth")
     assert status == 200, status
     return dict(doc)
 
@@ -65,7 +65,7 @@ def test_a_host_left_in_15w_benchmarks_slower_and_the_next_deploy_restores_it(
     if "lab-nano" not in _hosts(lab):
         pytest.skip("lab-nano is not in this fleet")
     h = lab.host("lab-nano")
-    url = f"http://{h.address}:{h.port}"
+    url = f"{lab.api(h)}"
 
     def tpot() -> float:
         proc = lab.specdec("bench", url, "--concurrency", "1", "--requests", "4",

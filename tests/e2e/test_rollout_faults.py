@@ -37,7 +37,7 @@ def _pointer(lab: LabFleet, host: str, path: str) -> str:
 
 def _serves(lab: LabFleet, host: str) -> bool:
     h = lab.host(host)
-    status, doc = lab.http(f"http://{h.address}:{h.port}/v1/models", timeout=10)
+    status, doc = lab.http(f"{lab.api(h)}/v1/models", timeout=10)
     return status == 200 and bool(doc and doc.get("data"))
 
 

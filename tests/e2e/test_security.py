@@ -87,7 +87,7 @@ def test_every_api_wants_the_key_on_every_route(lab: LabFleet, deployed: Pyinfra
     intruder = _intruder(lab)
     apis = [h for h in lab.hosts if h.name != WORKER]  # a worker-only member serves no API
     for h in apis:
-        base = f"http://{h.address}:{h.port}"
+        base = f"{lab.api(h)}"
         for path in OPEN_IN_VLLM:
             assert lab.http(base + path, key=False)[0] == 401, (h.name, path)
             out = lab.ssh(intruder, f"curl -s -o /dev/null -w '%{{http_code}}' -m 10 "

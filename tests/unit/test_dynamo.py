@@ -133,15 +133,19 @@ def test_members_plan_their_roles() -> None:
     assert p1.dynamo and p2.dynamo and p1.dynamo.is_frontend and not p2.dynamo.is_frontend
     assert p2.dynamo.etcd_endpoint == "https://192.0.2.41:2379" and p2.dynamo.address == \
         "192.0.2.42"
-    # every socket planned: the worker's on every member, etcd's and the frontend's on the
-    # frontend member; the group's reach only the members, the frontend's HTTP is loopback
+    # every socket planned: the worker's on every member (its event plane's publishers on
+    # ephemeral ports too), etcd's and the frontend's on the frontend member; the group's
+    # reach only the members, the frontend's HTTP is loopback
     members = ("192.0.2.41/32", "192.0.2.42/32")
     assert {(s.unit, s.address, s.port, s.reach) for s in p2.sockets} == {
         ("specdec-engine", "192.0.2.42", 8081, members),
-        ("specdec-engine", "192.0.2.42", 8082, members)}
+        ("specdec-engine", "192.0.2.42", 8082, members),
+        ("specdec-engine", "192.0.2.42", 32768, members)}
+    assert [s.port_end for s in p2.sockets if s.port == 32768] == [60999]
     assert {(s.unit, s.address, s.port) for s in p1.sockets} == {
         ("specdec-proxy", "0.0.0.0", 8000), ("specdec-engine", "192.0.2.41", 8081),
-        ("specdec-engine", "192.0.2.41", 8082), ("specdec-etcd", "192.0.2.41", 2379),
+        ("specdec-engine", "192.0.2.41", 8082), ("specdec-engine", "192.0.2.41", 32768),
+        ("specdec-etcd", "192.0.2.41", 2379),
         ("specdec-etcd", "127.0.0.1", 2379), ("specdec-etcd", "127.0.0.1", 2380),
         ("specdec-frontend", "192.0.2.41", 8083), ("specdec-frontend", "127.0.0.1", 8001)}
     assert p1.method == "eagle3" and p1.release_id() != p2.release_id()
@@ -226,7 +230,9 @@ def test_native_units_use_the_venv() -> None:
     # natively each unit's IP filter admits loopback and the members only
     for u in ("specdec-engine.service", "specdec-frontend.service", "specdec-etcd.service"):
         assert "IPAddressDeny=any\nIPAddressAllow=localhost 192.0.2.41/32 192.0.2.42/32" in f1[u]
-    assert "LoadCredential=hf_token:/etc/specdec/hf_token" in f1["specdec-engine.service"]
+    # offline behind the frontend: the HF token is not the engine's (issue 29)
+    assert "hf_token" not in f1["specdec-engine.service"]
+    assert "LoadCredential=group-member.key:" in f1["specdec-engine.service"]
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")

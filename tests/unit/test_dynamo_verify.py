@@ -121,7 +121,7 @@ def test_paying_group_is_kept_on_every_member(tmp_path: Path) -> None:
     assert (front.current, front.last_good, worker.current, worker.last_good) == (c1, c1, c2, c2)
     rep = reps["spark-02"]
     assert rep["group"]["name"] == "pair" and rep["group"]["role"] == "worker"
-    assert rep["group"]["url"] == "http://192.0.2.41:8000"
+    assert rep["group"]["url"] == "https://192.0.2.41:8000"  # the API is HTTPS by default
     assert rep["gate"]["decision"] == "keep" and rep["candidate"]["c1"]["throughput_tok_s"]
     assert reps["spark-01"]["group"]["role"] == "etcd, frontend, worker"
     assert not front.armed and not worker.armed

@@ -1,26 +1,33 @@
 """The release's firewall and API proxy, for real on this machine: every rendered ruleset passes
 ``nft -c`` and loads twice in a private network namespace (the second load replaces the table
-in one transaction), and the rendered nginx config, with the key map its unit writes from the
-credential, refuses every route without the key (401) and proxies with it, streaming as the
-engine sends."""
+in one transaction); loaded between two namespaces it drops every new connection but SSH and
+the planned sockets from their networks (a listener outside the plan times out, as a host
+network container's would); and the rendered nginx config, with the key map its unit writes
+from the credentials, serves only HTTPS (the inventory CA's certificate), refuses every route
+without the key (401), accepts the rotated-out key beside the new one until it is retired, and
+proxies with it, streaming as the engine sends."""
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from specdec.config import pki
 from specdec.plan.groups import groups_of
 from specdec.plan.hostdata import parse_hosts
 from specdec.plan.planner import make_plan, plan_host_settings
@@ -74,17 +81,94 @@ def test_ruleset_checks_and_loads_twice_in_a_private_netns(plan: Plan, tmp_path:
     out = load.stdout
     for s in plan.sockets:
         if s.reach and s.address not in ("127.0.0.1",):
-            assert f"dport {s.port}" in out and "reject with tcp reset" in out
-    assert "policy accept" in out and 'iif "lo" accept' in out
+            port = f"{s.port}-{s.port_end}" if s.port_end else str(s.port)
+            assert f"dport {port}" in out and "reject with tcp reset" in out
+    assert "policy drop" in out and 'iif "lo" accept' in out and "tcp dport 22 accept" in out
 
 
 def test_members_only_sockets_reject_the_rest() -> None:
     text = firewall.ruleset(_plans()[4])  # the frontend member
-    for port in (2379, 8081, 8082, 8083):
+    # etcd, the system port, the request plane, the response stream; the event plane's
+    # publishers on ephemeral ports
+    for port in ("2379", "8081", "8082", "8083", "32768-60999"):
         assert f"ip daddr 192.0.2.1 tcp dport {port} ip saddr {{ 192.0.2.1/32, 192.0.2.2/32 }} " \
                "accept" in text
         assert f"ip daddr 192.0.2.1 tcp dport {port} ct state new reject with tcp reset" in text
     assert "2380" not in text and "8001" not in text  # loopback sockets need no rule
+
+
+_PROBE = ("import socket, sys\ns = socket.socket()\ns.settimeout(2)\n"
+          "try:\n    s.connect((sys.argv[1], int(sys.argv[2])))\n    print('open')\n"
+          "except ConnectionRefusedError:\n    print('refused')\nexcept OSError:\n"
+          "    print('timeout')\n")
+_LISTEN = ("import socket, sys, time\nss = []\nfor p in sys.argv[1:]:\n"
+           "    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+           "    s.bind(('0.0.0.0', int(p))); s.listen(); ss.append(s)\n"
+           "print('up', flush=True)\ntime.sleep(120)\n")
+
+
+@contextlib.contextmanager
+def _netns(*names: str) -> Iterator[None]:
+    """Fresh network namespaces, removed after."""
+    made = []
+    try:
+        for n in names:
+            subprocess.run(["ip", "netns", "add", n], check=True)
+            made.append(n)
+        yield
+    finally:
+        for n in made:
+            subprocess.run(["ip", "netns", "delete", n], check=False)
+
+
+def test_the_firewall_drops_every_new_connection_outside_the_plan(tmp_path: Path) -> None:
+    """A host namespace with the ruleset of a plan whose API admits 10.9.1.0/24 only; a LAN
+    namespace with one address inside that network and one outside: SSH and the API (from
+    inside) connect, the API from outside is refused, a listener outside the plan (5557, as
+    a --network host container's ``--kv-events-config tcp://*:5557``) times out from both."""
+    if os.geteuid() != 0:
+        pytest.fail("the firewall's traffic test needs root (network namespaces)")
+    nft = _tool("nft")
+    plan = make_plan("fw", {**BASE, "specdec_allow_from": ["10.9.1.0/24"]})
+    rules = tmp_path / "r.nft"
+    rules.write_text(firewall.ruleset(plan))
+    tag = f"sdfw{os.getpid()}"
+    host, lan = f"{tag}h", f"{tag}l"
+    with _netns(host, lan):
+        ip = ["ip", "-n", host]
+        subprocess.run(["ip", "link", "add", f"{tag}a", "netns", host, "type", "veth", "peer",
+                        f"{tag}b", "netns", lan], check=True)
+        for ns, dev, addrs in ((host, f"{tag}a", ["10.9.1.1/24"]),
+                               (lan, f"{tag}b", ["10.9.1.2/24", "10.9.2.2/24"])):
+            for a in addrs:
+                subprocess.run(["ip", "-n", ns, "addr", "add", a, "dev", dev], check=True)
+            subprocess.run(["ip", "-n", ns, "link", "set", dev, "up"], check=True)
+            subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
+        subprocess.run([*ip, "addr", "add", "10.9.2.1/24", "dev", f"{tag}a"], check=True)
+        subprocess.run(["ip", "netns", "exec", host, nft, "-f", str(rules)], check=True)
+        srv = subprocess.Popen(["ip", "netns", "exec", host, "python3", "-c", _LISTEN, "22",
+                                str(plan.port), "5557"], stdout=subprocess.PIPE, text=True)
+        try:
+            assert srv.stdout is not None and srv.stdout.readline().strip() == "up"
+
+            def probe(src: str, dst: str, port: int) -> str:
+                code = _PROBE.replace("s = socket.socket()",
+                                      f"s = socket.socket(); s.bind(({src!r}, 0))")
+                return subprocess.run(["ip", "netns", "exec", lan, "python3", "-c", code, dst,
+                                       str(port)], capture_output=True, text=True,
+                                      check=True).stdout.strip()
+
+            assert probe("10.9.1.2", "10.9.1.1", 22) == "open"  # SSH: kept
+            assert probe("10.9.1.2", "10.9.1.1", plan.port) == "open"  # planned, allowed
+            assert probe("10.9.2.2", "10.9.2.1", plan.port) == "refused"  # planned, not for it
+            assert probe("10.9.1.2", "10.9.1.1", 5557) == "timeout"  # not planned: dropped
+            assert probe("10.9.2.2", "10.9.2.1", 5557) == "timeout"
+            local = subprocess.run(["ip", "netns", "exec", host, "python3", "-c", _PROBE,
+                                    "127.0.0.1", "5557"], capture_output=True, text=True)
+            assert local.stdout.strip() == "open"  # the host itself still reaches it
+        finally:
+            srv.terminate()
+            srv.wait(10)
 
 
 class _Engine(http.server.BaseHTTPRequestHandler):
@@ -119,10 +203,30 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture
-def proxied(tmp_path: Path) -> Iterator[str]:
-    """nginx with the rendered config and the unit's own key map step, in front of a stand-in
-    engine; yields the proxy's URL."""
+OLD = "sdk_" + "Retired0key" * 4  # the rotated-out key, still accepted until retired
+
+
+def _key_map(creds: Path, run: Path) -> subprocess.CompletedProcess[str]:
+    """The unit's ExecStartPre, as systemd runs it (its credentials and runtime directories)."""
+    return subprocess.run(["/bin/sh", "-c", proxy._key_map_script()], capture_output=True,
+                          text=True, env={"PATH": os.environ["PATH"],
+                                          "CREDENTIALS_DIRECTORY": str(creds),
+                                          "RUNTIME_DIRECTORY": str(run)})
+
+
+@dataclass
+class Proxied:
+    url: str
+    ca: ssl.SSLContext
+    plain: str  # the same port, plain HTTP
+    rotating: bool  # a rotated-out key is given besides the fleet's
+
+
+@pytest.fixture(params=[OLD, ""], ids=["rotating", "one-key"])
+def proxied(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Proxied]:
+    """nginx with the rendered config (HTTPS with a certificate of the inventory's CA) and
+    the unit's own key map step (with a rotated-out key, or none), in front of a stand-in
+    engine."""
     nginx = _tool("nginx")
     port, engine_port = _port(), _port()
     plan = make_plan("p", {**BASE, "specdec_port": port, "specdec_engine_port": engine_port,
@@ -131,15 +235,16 @@ def proxied(tmp_path: Path) -> Iterator[str]:
     run.mkdir()
     creds.mkdir()
     (creds / proxy.KEY_CREDENTIAL).write_text(KEY + "\n")
-    # the unit's ExecStartPre, as systemd runs it (its credentials and runtime directories)
-    pre = subprocess.run(["/bin/sh", "-c", proxy._key_map_script()], capture_output=True,
-                         text=True, env={"PATH": os.environ["PATH"],
-                                         "CREDENTIALS_DIRECTORY": str(creds),
-                                         "RUNTIME_DIRECTORY": str(run)})
+    (creds / proxy.OLD_KEY_CREDENTIAL).write_text(request.param + "\n" if request.param else "")
+    got = pki.issue(pki.api_authority(None, tmp_path / "inv"), "p", ["127.0.0.1", "localhost"])
+    (creds / proxy.TLS_CERT).write_bytes(got.cert_pem)
+    (creds / proxy.TLS_KEY).write_bytes(got.key_pem)
+    pre = _key_map(creds, run)
     assert pre.returncode == 0, pre.stderr
     assert oct((run / "key.conf").stat().st_mode & 0o777) == "0o600"
     conf = tmp_path / "nginx.conf"
-    conf.write_text(proxy.config(plan).replace(proxy.RUN_DIR, str(run)))
+    conf.write_text(proxy.config(plan).replace(proxy.RUN_DIR, str(run))
+                    .replace(proxy._CREDS, str(creds)))
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", engine_port), _Engine)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     p = subprocess.Popen([nginx, "-p", str(run), "-c", str(conf)], stderr=subprocess.PIPE)
@@ -151,7 +256,9 @@ def proxied(tmp_path: Path) -> Iterator[str]:
                 break
             except OSError:
                 time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
+        yield Proxied(f"https://127.0.0.1:{port}",
+                      ssl.create_default_context(cadata=got.ca_pem.decode()),
+                      f"http://127.0.0.1:{port}", bool(request.param))
     finally:
         p.terminate()
         p.wait(10)
@@ -159,32 +266,47 @@ def proxied(tmp_path: Path) -> Iterator[str]:
         srv.server_close()
 
 
-def _get(url: str, key: str | None) -> tuple[int, bytes]:
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
+def _get(p: Proxied, path: str, key: str | None) -> tuple[int, bytes]:
+    req = urllib.request.Request(p.url + path,
+                                 headers={"Authorization": f"Bearer {key}"} if key else {})
     try:
-        with urllib.request.urlopen(req, timeout=10) as r:  # noqa: S310 - loopback
+        with urllib.request.urlopen(req, timeout=10, context=p.ca) as r:  # noqa: S310
             return r.status, r.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
 
 
-def test_proxy_requires_the_key_on_every_route(proxied: str) -> None:
+def test_proxy_requires_the_key_on_every_route(proxied: Proxied) -> None:
     _Engine.seen.clear()
     # vLLM's own key leaves these open; the proxy does not
     for path in ("/v1/models", "/invocations", "/metrics", "/health", "/tokenize", "/version",
                  "/lab/truth", "/"):
-        assert _get(proxied + path, None)[0] == 401, path
-        assert _get(proxied + path, "sdk_" + "wrong" * 8)[0] == 401, path
-        assert _get(proxied + path, KEY.lower())[0] == 401, path
+        assert _get(proxied, path, None)[0] == 401, path
+        assert _get(proxied, path, "sdk_" + "wrong" * 8)[0] == 401, path
+        assert _get(proxied, path, KEY.lower())[0] == 401, path
+        assert _get(proxied, path, OLD.lower())[0] == 401, path
     assert _Engine.seen == []  # nothing reached the engine
-    status, body = _get(proxied + "/v1/models", KEY)
+    status, body = _get(proxied, "/v1/models", KEY)
     assert status == 200 and body == b'{"ok": true}' and _Engine.seen == ["/v1/models"]
+    # the rotated-out key: accepted while it is being retired, refused once it is
+    assert _get(proxied, "/v1/models", OLD)[0] == (200 if proxied.rotating else 401)
 
 
-def test_proxy_streams_as_the_engine_sends(proxied: str) -> None:
-    req = urllib.request.Request(proxied + "/stream", headers={"Authorization": f"Bearer {KEY}"})
+def test_proxy_speaks_only_tls_with_the_inventory_ca(proxied: Proxied) -> None:
+    with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
+        urllib.request.urlopen(proxied.url + "/v1/models", timeout=10)  # the system's trust
+    req = urllib.request.Request(proxied.plain + "/v1/models",
+                                 headers={"Authorization": f"Bearer {KEY}"})
+    with pytest.raises(urllib.error.HTTPError) as got:  # plain HTTP to the TLS port
+        urllib.request.urlopen(req, timeout=10)
+    assert got.value.code == 400
+
+
+def test_proxy_streams_as_the_engine_sends(proxied: Proxied) -> None:
+    req = urllib.request.Request(proxied.url + "/stream",
+                                 headers={"Authorization": f"Bearer {KEY}"})
     t0 = time.monotonic()
-    with urllib.request.urlopen(req, timeout=10) as r:  # noqa: S310 - loopback
+    with urllib.request.urlopen(req, timeout=10, context=proxied.ca) as r:  # noqa: S310
         first = r.readline()
         t_first = time.monotonic() - t0
         rest = r.read()
@@ -194,10 +316,9 @@ def test_proxy_streams_as_the_engine_sends(proxied: str) -> None:
 
 def test_the_key_map_step_refuses_a_bad_credential(tmp_path: Path) -> None:
     for bad in ("", "not-a-key", KEY + "\nsecond line", 'sdk_x"; evil'):
-        (tmp_path / proxy.KEY_CREDENTIAL).write_text(bad)
-        out = subprocess.run(["/bin/sh", "-c", proxy._key_map_script()], capture_output=True,
-                             text=True, env={"PATH": os.environ["PATH"],
-                                             "CREDENTIALS_DIRECTORY": str(tmp_path),
-                                             "RUNTIME_DIRECTORY": str(tmp_path)})
-        assert out.returncode != 0 and "malformed" in out.stderr
-        assert not (tmp_path / "key.conf").exists()
+        for current, old in ((bad, ""), (KEY, bad or "sdk_short")):
+            (tmp_path / proxy.KEY_CREDENTIAL).write_text(current)
+            (tmp_path / proxy.OLD_KEY_CREDENTIAL).write_text(old)
+            out = _key_map(tmp_path, tmp_path)
+            assert out.returncode != 0 and "malformed" in out.stderr
+            assert not (tmp_path / "key.conf").exists()

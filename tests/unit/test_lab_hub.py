@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from specdec.plan.sites import CA_VARIABLES
 from specdec_lab.emulator.hf import revision_of
 from specdec_lab.hub import Hub, serve
 from specdec_lab.hubclient import cli_argv
@@ -66,10 +67,17 @@ def hub(tmp_path: Path) -> Iterator[LabHub]:
 
 
 def download(version: str, cli: str, repo: str, home: Path, endpoint: str,
-             token: str | None = None) -> subprocess.CompletedProcess[str]:
+             token: str | None = None, ca: Path | None = None
+             ) -> subprocess.CompletedProcess[str]:
+    """``ca``: the one CA the client trusts, as specdec sets it for a site mirror
+    (`specdec.plan.sites.CA_VARIABLES`); without a token the client reads none (as
+    `specdec.host.prefetch` runs it)."""
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "HF_HOME": str(home / "hf"),
            "HF_ENDPOINT": endpoint, "HF_HUB_DISABLE_TELEMETRY": "1",
-           "HF_HUB_DISABLE_UPDATE_CHECK": "1", "HF_HUB_DISABLE_XET": "1", "NO_COLOR": "1"}
+           "HF_HUB_DISABLE_UPDATE_CHECK": "1", "HF_HUB_DISABLE_XET": "1", "NO_COLOR": "1",
+           "HF_TOKEN_PATH": "/dev/null"}
+    if ca is not None:
+        env.update({v: str(ca) for v in CA_VARIABLES})
     if token is not None:
         (home / "token").parent.mkdir(parents=True, exist_ok=True)
         (home / "token").write_text(token)

@@ -8,6 +8,7 @@ local directory get one.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -142,10 +143,12 @@ def test_tiktoken_command_checks_the_hash() -> None:
 # -- root never writes into the service user's tree -------------------------------------------
 
 _FAKE_HF = """#!/bin/sh
-# `hf download REPO`: a one-file snapshot in the hub cache (what the real CLI leaves)
+# `hf download REPO`: a one-file snapshot in the hub cache (what the real CLI leaves: the blob
+# named by its ETag, here an LFS sha256, and linked from the snapshot)
 d="$HF_HUB_CACHE/models--$(printf '%s' "$2" | sed 's|/|--|g')"
-mkdir -p "$d/refs" "$d/snapshots/abc123" && echo abc123 > "$d/refs/main" &&
-echo '{}' > "$d/snapshots/abc123/config.json"
+b=$(echo '{}' | sha256sum | cut -d' ' -f1)
+mkdir -p "$d/refs" "$d/blobs" "$d/snapshots/abc123" && echo abc123 > "$d/refs/main" &&
+echo '{}' > "$d/blobs/$b" && ln -sf "../../blobs/$b" "$d/snapshots/abc123/config.json"
 """
 ATTACKER_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIattacker attacker@evil"
 
@@ -169,9 +172,14 @@ def planted(monkeypatch: pytest.MonkeyPatch) -> Any:
     token.write_text("hf_" + "x" * 30 + "\n")
     token.chmod(0o600)
     hf = root / "hf"
-    snap = hf / "hub" / f"models--{QWEN.replace('/', '--')}" / "snapshots" / "abc123"
+    repo = hf / "hub" / f"models--{QWEN.replace('/', '--')}"
+    snap = repo / "snapshots" / "abc123"
     snap.mkdir(parents=True)
-    (snap / ATTACKER_KEY).write_text("")
+    # as huggingface_hub caches it: the blob named by its hash (the Hub's ETag), linked
+    blob = repo / "blobs" / hashlib.sha256(b"").hexdigest()
+    blob.parent.mkdir()
+    blob.write_text("")
+    (snap / ATTACKER_KEY).symlink_to(f"../../blobs/{blob.name}")
     done = hf / ".specdec" / "complete"
     done.mkdir(parents=True)
     for p in [hf, *hf.rglob("*")]:

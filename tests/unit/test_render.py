@@ -163,7 +163,8 @@ def test_vllm_docker_unit() -> None:
     plan = plan_for("agx-orin-64gb-vllm-docker")
     u = _unit(render(plan))
     assert u["Type"] == ["simple"] and u["User"] == ["specdec"]
-    assert u["Requires"] == ["docker.service"]
+    # never without the firewall (issue 29: Wants= let it run with none)
+    assert u["Requires"] == ["specdec-firewall.service", "docker.service"]
     assert u["After"] == ["network-online.target specdec-firewall.service docker.service"]
     assert u["Restart"] == ["on-failure"] and u["RestartSec"] == ["10"]
     assert int(u["TimeoutStartSec"][0]) >= plan.health_timeout_s + 60
@@ -180,14 +181,12 @@ def test_vllm_docker_unit() -> None:
     assert "--runtime" in docker and "--gpus" not in docker
     # jetson-containers run.sh on Tegra: --runtime nvidia --network host --shm-size=8g
     assert docker[9:14] == ["--runtime", "nvidia", "--network", "host", "--shm-size=8g"]
-    assert "/etc/specdec/api_key:/run/secrets/api_key:ro" in docker
-    # the image's sh reads the key from the mounted file: not in argv, env or docker inspect
-    assert cmd[:2] == ["/bin/sh", "-c"] and "VLLM_API_KEY=$(cat" in cmd[2] and cmd[3] == "sh"
-    cmd = cmd[4:]
+    # behind the API proxy on loopback, the engine gets no key (issue 29) and, offline, no
+    # HF token: no secret is mounted, none in its environment
+    assert not any("/etc/specdec/" in w for w in docker) and "VLLM_API_KEY" not in u["ExecStart"][0]
     assert "--ipc=host" not in docker
     assert "memlock=-1" in docker and "stack=67108864" in docker
-    assert "/etc/specdec/hf_token:/run/secrets/hf_token:ro" in docker
-    assert "HF_TOKEN_PATH=/run/secrets/hf_token" in docker
+    assert "HF_HUB_OFFLINE=1" in docker and not any("HF_TOKEN" in w for w in docker)
     assert "/etc/nv_tegra_release:/etc/nv_tegra_release:ro" in docker
     assert "SPECDEC_EMU_TIME_SCALE=0.05" in docker
     assert cmd == engine_argv(plan)
@@ -201,17 +200,13 @@ def test_vllm_native_unit_and_memlock() -> None:
     plan = plan_for("agx-orin-64gb-vllm-native")
     r = render(plan)
     u = _unit(r)
-    assert u["LoadCredential"] == ["hf_token:/etc/specdec/hf_token",
-                                   "api_key:/etc/specdec/api_key"]
-    assert "HF_TOKEN_PATH=%d/hf_token" in u["Environment"]
+    assert "LoadCredential" not in u  # neither the HF token nor a key (issue 29)
+    assert not any("HF_TOKEN" in e or "API_KEY" in e for e in u["Environment"])
     assert "HF_HOME=/var/lib/specdec/hf" in u["Environment"]
     assert "HF_HUB_OFFLINE=1" in u["Environment"]
     assert u["LimitMEMLOCK"] == ["8388608"]
-    assert "Requires" not in u and "ExecStop" not in u
-    argv = _exec_argv(u["ExecStart"][0])
-    assert argv[:2] == ["/bin/sh", "-c"] and argv[3] == "sh"
-    assert 'VLLM_API_KEY=$(cat "$CREDENTIALS_DIRECTORY/api_key")' in argv[2]
-    argv = argv[4:]
+    assert u["Requires"] == ["specdec-firewall.service"] and "ExecStop" not in u
+    argv = _exec_argv(u["ExecStart"][0])  # no key to read first: the engine itself
     assert argv[0] == "/usr/local/bin/vllm" and argv[1:] == engine_argv(plan)[1:]
     # loopback only, behind the API proxy
     assert argv[argv.index("--host") + 1] == "127.0.0.1"

@@ -345,9 +345,13 @@ def test_local_store_cas_under_threads(tmp_path):
         open_store("etcd://no port")
     with pytest.raises(RolloutError, match="--store-ca"):
         open_store("etcds://h:2379")
-    # TLS files with etcd:// ran plaintext, the files silently unused (issue 29)
+    # TLS files with etcd:// ran plaintext, the files silently unused (issue 29): refused, and
+    # with a directory store too
+    tls = TLSFiles(ca=Path("/ca.crt"))
     with pytest.raises(RolloutError, match=r"^--store='etcd://h:2379': plaintext, but TLS files"):
-        open_store("etcd://h:2379", TLSFiles(Path("/ca.crt")))
+        open_store("etcd://h:2379", tls)
+    with pytest.raises(RolloutError, match="are for etcds://"):
+        open_store(str(Path("/tmp/specdec-store")), tls)
 
 
 def _etcd(tmp_path, scheme: str, *tls: str) -> tuple[subprocess.Popen, int]:

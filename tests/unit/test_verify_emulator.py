@@ -182,7 +182,8 @@ def _fleet(tmp_path: Path, pin_k: bool) -> Iterator[Any]:
     port = _free_port()
     data = {"specdec_device": "agx-orin-64gb", "specdec_model": "Qwen/Qwen3-8B",
             "specdec_runtime": "native", "specdec_port": port, "specdec_health_timeout": 30,
-            "specdec_memlock": _memlock()}
+            "specdec_memlock": _memlock(),
+            "specdec_tls": False}  # no API proxy in front: the engine's own plain HTTP
     if pin_k:
         data["specdec_num_speculative_tokens"] = 3
     plan = make_plan("loop-1", data, None)

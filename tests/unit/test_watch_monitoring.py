@@ -10,6 +10,7 @@ import json
 import re
 import shutil
 import subprocess
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from specdec.cli.watch import parse_address, serve_token
+from specdec.errors import ConfigError
 from specdec.watch.expose import CODES, Exposition, render, write_textfile
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,3 +149,32 @@ def test_promtool_would_catch_a_broken_rule(tmp_path: Path) -> None:
     proc = subprocess.run([_promtool(), "check", "rules", str(bad)], capture_output=True,
                           text=True, timeout=60, check=False)
     assert proc.returncode != 0
+
+
+def test_serve_is_loopback_unless_given_a_token(tmp_path: Path) -> None:
+    """issue 29: ``--serve :PORT`` bound every interface without authentication."""
+    assert parse_address(":9464") == ("127.0.0.1", 9464)
+    assert serve_token(("127.0.0.1", 9464), None) is None
+    with pytest.raises(ConfigError, match="not loopback"):
+        serve_token(("0.0.0.0", 9464), None)
+    tok = tmp_path / "tok"
+    tok.write_text("t" * 32 + "\n")
+    tok.chmod(0o644)
+    with pytest.raises(ConfigError, match="readable by others"):
+        serve_token(("0.0.0.0", 9464), str(tok))
+    tok.chmod(0o600)
+    assert serve_token(("0.0.0.0", 9464), str(tok)) == "t" * 32
+    ex = Exposition(("127.0.0.1", 0), "t" * 32)
+    try:
+        host, port = ex.address
+        url = f"http://{host}:{port}/metrics"
+        for sent in (None, "Bearer " + "u" * 32):
+            req = urllib.request.Request(url, headers={"Authorization": sent} if sent else {})
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(req, timeout=5)
+            assert err.value.code == 401
+        req = urllib.request.Request(url, headers={"Authorization": "Bearer " + "t" * 32})
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            assert resp.status == 200
+    finally:
+        ex.close()

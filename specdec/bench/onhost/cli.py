@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import json
 import re
+import ssl
 import sys
 from urllib.parse import urlsplit
 
@@ -36,6 +37,26 @@ def _ints(text, flag, levels=None):
         raise ConfigError(f"{flag}: {len(vals)} values for {len(levels)} concurrency levels "
                           f"({text!r})")
     return vals
+
+
+def ssl_context(parts, ca_file, insecure_loopback):
+    """The TLS context of an https URL: verified against ``ca_file`` (else the system's
+    trust); unverified only with ``insecure_loopback`` to this host itself (nothing on a
+    network is between)."""
+    if parts.scheme != "https":
+        return None
+    if insecure_loopback:
+        if parts.hostname not in ("127.0.0.1", "::1", "localhost"):
+            raise ConfigError("--insecure-loopback: only for https://127.0.0.1")
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        return ctx
+    try:
+        return ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"--ca-file: cannot read a CA certificate: {_one_line(exc)}") \
+            from None
 
 
 def parse_args(argv):
@@ -63,10 +84,15 @@ def parse_args(argv):
     ap.add_argument("--json", default="-", help="output file, - for stdout (default)")
     ap.add_argument("--api-key-file", default=None,
                     help="the API key: a file, or - for standard input (never an argument)")
+    ap.add_argument("--ca-file", default=None, help="https: the CA the server's certificate "
+                    "must chain to (default: the system's)")
+    ap.add_argument("--insecure-loopback", action="store_true",
+                    help="https to 127.0.0.1 without checking the certificate")
     a = ap.parse_args(argv)
     parts = urlsplit(a.url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ConfigError(f"url: expected http(s)://host:port, got {a.url!r}")
+    a.ssl_context = ssl_context(parts, a.ca_file, a.insecure_loopback)
     a.concurrency = _ints(a.concurrency, "--concurrency")
     if min(a.concurrency) < 1:
         raise ConfigError(f"--concurrency: levels must be >= 1, got {a.concurrency}")
@@ -135,7 +161,7 @@ async def _main(a):
         res = await asyncio.wait_for(run_bench(a, load_prompts(a.prompts)), a.deadline)
     except asyncio.TimeoutError:
         raise BenchError(f"no result within {a.deadline:.0f}s (engine hung?)") from None
-    scale = None if a.wall_time else await time_scale(a.url, a.api_key)
+    scale = None if a.wall_time else await time_scale(a.url, a.api_key, a.ssl_context)
     return res if scale is None else to_device_time(res, scale)
 
 

@@ -17,12 +17,13 @@ class Http:
     would meet a small listen backlog); a reused connection the server closed meanwhile is
     replaced once, as httpx does."""
 
-    def __init__(self, base, connect_timeout, api_key=None):
+    def __init__(self, base, connect_timeout, api_key=None, ssl_context=None):
         parts = urlsplit(base)
         self.auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
         self.host = parts.hostname or "127.0.0.1"
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
-        self.ssl = parts.scheme == "https"
+        # https: the given context (a CA file's), else the system's trust
+        self.ssl = (ssl_context or True) if parts.scheme == "https" else None
         self.netloc = parts.netloc
         self.connect_timeout = connect_timeout
         self.idle = []
@@ -34,7 +35,7 @@ class Http:
                 return reader, writer, True
             writer.close()
         reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(self.host, self.port, ssl=self.ssl or None),
+            asyncio.open_connection(self.host, self.port, ssl=self.ssl),
             self.connect_timeout)
         writer.transport.set_write_buffer_limits(0)  # drain() = handed to the socket
         return reader, writer, False

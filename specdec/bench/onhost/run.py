@@ -34,7 +34,8 @@ async def run_bench(cfg, pset):
     started = datetime.now(timezone.utc).isoformat()
     base = cfg.url.rstrip("/")
     base = base[:-3] if base.endswith("/v1") else base
-    http = Http(base, cfg.connect_timeout_s, getattr(cfg, "api_key", None))
+    http = Http(base, cfg.connect_timeout_s, getattr(cfg, "api_key", None),
+                getattr(cfg, "ssl_context", None))
     try:
         return await _run(cfg, pset, http, (base, started, counts, offsets, chosen, warm))
     finally:
@@ -151,10 +152,11 @@ def to_device_time(result, scale):
     return out
 
 
-async def time_scale(url, api_key=None):
+async def time_scale(url, api_key=None, ssl_context=None):
     """The lab emulator's time scale (``GET /lab/truth``), None for a real engine."""
     try:
-        status, _, body = await Http(url.rstrip("/"), 5.0, api_key).get("/lab/truth", 5.0)
+        status, _, body = await Http(url.rstrip("/"), 5.0, api_key, ssl_context).get(
+            "/lab/truth", 5.0)
         doc = json.loads(body) if status == 200 else None
     except (OSError, asyncio.TimeoutError, StreamError, ValueError):
         return None

@@ -41,7 +41,9 @@ from specdec.host import layout
 from specdec.plan.types import DynamoPlan, Group, Plan, Socket
 from specdec.plan.types import http_url as url
 
-__all__ = ["DynamoEngine", "DynamoOptions"]
+__all__ = ["EPHEMERAL", "DynamoEngine", "DynamoOptions"]
+
+EPHEMERAL = (32768, 60999)  # Linux's default net.ipv4.ip_local_port_range
 
 # python -m dynamo.vllm (Dynamo 1.6.1 dynamo/vllm/args.py): vLLM's engine flags plus Dynamo's
 # own; specdec sets the discovery and transport through the environment and the identity by
@@ -177,13 +179,14 @@ class DynamoEngine(Engine):
         return GroupSeat(
             group=d.group, kind=self.group_kind, is_frontend=d.is_frontend,
             role="etcd, frontend, worker" if d.is_frontend else "worker",
-            frontend_url=url(d.frontend_address, plan.port),
+            frontend_url=url(d.frontend_address, plan.port, plan.tls),
             member_url=url(d.address, d.system_port), ready_path=facts.READY_PATH)
 
     def describe_group(self, plan: Plan) -> str:
         d = units.dynamo_part(plan)
-        return (f"{url(d.frontend_address, plan.port)}/v1 (Dynamo {plan.engine_version}, vLLM "
-                f"{d.vllm_version}, etcd {d.etcd_endpoint}, router {d.router_mode})")
+        return (f"{url(d.frontend_address, plan.port, plan.tls)}/v1 (Dynamo "
+                f"{plan.engine_version}, vLLM {d.vllm_version}, etcd {d.etcd_endpoint}, "
+                f"router {d.router_mode})")
 
     def ready_workers(self, body: str) -> int:
         """Workers the frontend's readiness answer counts (over namespaces and worker types)."""
@@ -246,7 +249,13 @@ class DynamoEngine(Engine):
         out = [Socket(layout.SERVICE_NAME, "Dynamo worker system server (health, metrics, "
                       "model card)", d.address, d.system_port, members, who),
                Socket(layout.SERVICE_NAME, "Dynamo worker TCP request plane", d.address,
-                      d.rpc_port, members, who)]
+                      d.rpc_port, members, who),
+               # the ZMQ event plane's direct publishers bind DYN_EVENT_PLANE_HOST port 0 (1.6.1
+               # _core.abi3.so: "tcp://0.0.0.0:0", "direct ZMQ publisher advertised endpoint"):
+               # an ephemeral port, Linux's ip_local_port_range (default 32768-60999,
+               # Documentation/networking/ip-sysctl.rst), on the group address
+               Socket(layout.SERVICE_NAME, "Dynamo event plane publishers (ZMQ, ephemeral "
+                      "ports)", d.address, EPHEMERAL[0], members, who, port_end=EPHEMERAL[1])]
         if d.is_frontend:
             out += [
                 Socket(layout.ETCD_SERVICE, "etcd clients (TLS, member certificate)", d.address,

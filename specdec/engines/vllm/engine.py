@@ -165,11 +165,13 @@ class VllmEngine(Engine):
     # reads --a_b as --a-b and --k.x=v as --k; argparse's allow_abbrev takes a unique prefix
     abbreviated_flags = True
     unsafe_flags: ClassVar = UNSAFE_FLAGS
-    # VLLM_API_KEY: specdec's. What loads code or weights from elsewhere, or opens or leaks
-    # (vllm/envs.py of 0.32.0): VLLM_ALLOW_INSECURE_SERIALIZATION (pickle between processes,
-    # :1726), VLLM_LOGGING_CONFIG_PATH (a logging dictConfig, which instantiates any class,
-    # :850), VLLM_ALLOW_RUNTIME_LORA_UPDATING (API routes that load adapters from any path,
-    # :1206), VLLM_DEBUG_LOG_API_SERVER_RESPONSE (responses in the journal, :822), VLLM_HOST_IP /
+    # VLLM_API_KEY: never set (the engine has no key of its own: it is on loopback behind the
+    # API proxy, which checks the fleet's), so never from host data either. What loads code or
+    # weights from elsewhere, or opens or leaks (vllm/envs.py of 0.32.0):
+    # VLLM_ALLOW_INSECURE_SERIALIZATION (pickle between processes, :1726),
+    # VLLM_LOGGING_CONFIG_PATH (a logging dictConfig, which instantiates any class, :850),
+    # VLLM_ALLOW_RUNTIME_LORA_UPDATING (API routes that load adapters from any path, :1206),
+    # VLLM_DEBUG_LOG_API_SERVER_RESPONSE (responses in the journal, :822), VLLM_HOST_IP /
     # VLLM_PORT (distributed listeners, :722-727), VLLM_RPC_BASE_PATH (its IPC sockets, :730),
     # VLLM_USE_MODELSCOPE (weights from ModelScope, :734), VLLM_PLUGINS (which plugins load);
     # VLLM_CPU_KVCACHE_SPACE: the CPU worker's KV size, the fit's.
@@ -242,12 +244,6 @@ class VllmEngine(Engine):
 
     def host_packages(self, plan: Plan) -> list[HostPackage]:
         return list(CPU_PACKAGES) if cpu_plan(plan) else []
-
-    def secret_env(self, plan: Plan) -> list[tuple[str, str]]:
-        # the fleet's key checked by vLLM too (local clients on the host): VLLM_API_KEY in every
-        # pinned release (0.9.2 api_server.py:1180; 0.31.0 serve/middleware/register.py:32);
-        # the environment, not --api-key, which ps shows
-        return [("VLLM_API_KEY", "api_key")]
 
     def metrics_sources(self, plan: Plan) -> list[MetricsSource]:
         # the engine itself on loopback (argv), not the API proxy: vLLM's API key guards only
