@@ -23,13 +23,13 @@ import hashlib
 import os
 import re
 import secrets
-import stat
 import string
 from collections.abc import Sequence
 from pathlib import Path
 
 from specdec.config import state
 from specdec.config.hygiene import show
+from specdec.config.rawinput import read_file_head
 from specdec.errors import ConfigError
 
 __all__ = ["KEY", "KEY_ENV_FILE", "OLD", "check_key", "default_key_file", "ensure_key",
@@ -55,8 +55,7 @@ def inventory_dir(inventory: str | Path | None, hosts: Sequence[str] = ()) -> Pa
     """The control node's state of one inventory (`specdec.config.state.for_inventory`:
     ``<state>/inventories/<stem>-<12 hex of its absolute path>``, or ``--state``); with no
     inventory file, of its sorted host names."""
-    if (inventory is not None and Path(inventory).is_file()) or \
-            os.environ.get(state.INVENTORY_STATE_ENV):
+    if inventory is not None or os.environ.get(state.INVENTORY_STATE_ENV):
         return state.for_inventory(inventory)
     stem, what = "hosts", "\n".join(sorted(hosts))
     tag = hashlib.sha256(what.encode()).hexdigest()[:12]
@@ -100,19 +99,13 @@ def read_key(path: str | Path, host: str | None = None) -> str:
 def read_private(path: str | Path, where: str, host: str | None = None) -> str:
     """A small secret file of this user's: a regular file (a FIFO or device is refused, never
     waited on), not readable by others, at most `MAX_FILE_BYTES`."""
-    p = Path(path).expanduser()
-    try:  # O_NONBLOCK: a FIFO opens at once (and is refused below) instead of hanging
-        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:  # without blocking or following a link: a FIFO or device is refused, never waited on
+        data, st = read_file_head(path, MAX_FILE_BYTES, follow=False)
     except OSError as exc:
         raise ConfigError(f"{where}: cannot read ({exc.strerror or type(exc).__name__})",
                           host=host) from None
-    with os.fdopen(fd, "rb") as fh:
-        mode = os.fstat(fh.fileno()).st_mode
-        if not stat.S_ISREG(mode):
-            raise ConfigError(f"{where}: is not a regular file", host=host)
-        if mode & 0o077:
-            raise ConfigError(f"{where}: is readable by others (chmod 600)", host=host)
-        data = fh.read(MAX_FILE_BYTES + 1)
+    if st.st_mode & 0o077:
+        raise ConfigError(f"{where}: is readable by others (chmod 600)", host=host)
     if len(data) > MAX_FILE_BYTES:
         raise ConfigError(f"{where}: is larger than {MAX_FILE_BYTES} bytes (not a key file)",
                           host=host)

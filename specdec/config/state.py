@@ -46,7 +46,7 @@ def for_inventory(inventory: str | Path | None, explicit: str | Path | None = No
     given = explicit or env.get(INVENTORY_STATE_ENV, "").strip()
     if given:
         return Path(given).expanduser().resolve()
-    if inventory is None or not Path(inventory).is_file():
+    if inventory is None:
         return root(env) / "default"
     path = Path(inventory).expanduser().resolve()
     tag = hashlib.sha256(str(path).encode()).hexdigest()[:12]

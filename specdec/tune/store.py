@@ -170,4 +170,4 @@ def location(explicit: str | None = None, inventory: str | Path | None = None,
         return str(Path(os.path.normpath(path)))
     if inv_dir is not None and (inv_dir / DEFAULT_NAME).is_dir():
         return str(inv_dir / DEFAULT_NAME)
-    return str(state.for_inventory(inv, env=env) / DEFAULT_NAME)
+    return str(state.for_inventory(inv if inv_dir is not None else None, env=env) / DEFAULT_NAME)
