@@ -115,7 +115,7 @@ def _api_tls(settings: HostSettings, inv_dir: Path
     short = name.rsplit("/", 1)[-1]
     listen = [settings.listen] if settings.listen not in (None, "0.0.0.0", "::") else []
     names = dict.fromkeys([settings.ssh_hostname or short, *listen, "127.0.0.1", "localhost"])
-    got = pki.issue(ca, short, list(names))
+    got = pki.issue(ca, short, list(names), server=True)
     return (HiddenValue(got.cert_pem.decode()), HiddenValue(got.key_pem.decode())), ca
 
 
@@ -154,7 +154,7 @@ def with_site_secrets(secrets: HostSecrets, s: HostSettings,
         ca = pki.site_authority(ms.pki_dir, inv_dir, m.site)
         tls = None
         if s.host == m.host:
-            got = pki.issue(ca, "mirror", list(m.names()))
+            got = pki.issue(ca, "mirror", list(m.names()), server=True)
             tls = (HiddenValue(got.cert_pem.decode()), HiddenValue(got.key_pem.decode()))
     except SpecdecError as exc:
         raise _one_line_deploy(exc, s.host) from None

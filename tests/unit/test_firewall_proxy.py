@@ -236,7 +236,8 @@ def proxied(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Proxied]
     creds.mkdir()
     (creds / proxy.KEY_CREDENTIAL).write_text(KEY + "\n")
     (creds / proxy.OLD_KEY_CREDENTIAL).write_text(request.param + "\n" if request.param else "")
-    got = pki.issue(pki.api_authority(None, tmp_path / "inv"), "p", ["127.0.0.1", "localhost"])
+    got = pki.issue(pki.api_authority(None, tmp_path / "inv"), "p", ["127.0.0.1", "localhost"],
+                    server=True)
     (creds / proxy.TLS_CERT).write_bytes(got.cert_pem)
     (creds / proxy.TLS_KEY).write_bytes(got.key_pem)
     pre = _key_map(creds, run)

@@ -118,7 +118,8 @@ def test_an_allowed_path_passes_nginx_t_and_reaches_the_upstream_intact(
     s = parse_host_settings("m1", {**MIRROR, "specdec_hub_upstream": url})
     assert s.hub_upstream == url  # host data accepts it
     m = SiteMirror("a", "m1", "127.0.0.1", hub_upstream=url, cdn_hosts=("127.0.0.1:9",))
-    got = pki.issue(pki.authority(tmp_path / "ca", "site a"), "mirror", list(m.names()))
+    got = pki.issue(pki.authority(tmp_path / "ca", "site a"), "mirror", list(m.names()),
+                    server=True)
     prefix = tmp_path / "n"
     for sub in ("cache", "log", "tmp"):
         (prefix / sub).mkdir(parents=True)

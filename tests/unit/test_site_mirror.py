@@ -53,7 +53,7 @@ class Mirror:
                        cdn_hosts=(f"127.0.0.1:{hub.cdn}",))
         # the site's CA and the mirror's certificate, as the deploy makes them
         authority = pki.authority(tmp / "pki" / "_sites" / "s1", "site s1")
-        got = pki.issue(authority, "mirror", list(m.names()))
+        got = pki.issue(authority, "mirror", list(m.names()), server=True)
         self.ca = tmp / "site-ca.crt"
         self.ca.write_bytes(got.ca_pem)
         cert, key = self.prefix / "mirror.crt", self.prefix / "mirror.key"
@@ -234,7 +234,8 @@ def test_the_fielded_configuration_passes_nginx_t(tmp_path: Path) -> None:
     prefix = tmp_path / "p"
     for sub in ("cache", "log", "tmp"):
         (prefix / sub).mkdir(parents=True)
-    got = pki.issue(pki.authority(tmp_path / "ca", "site s1"), "mirror", list(m.names()))
+    got = pki.issue(pki.authority(tmp_path / "ca", "site s1"), "mirror", list(m.names()),
+                    server=True)
     (prefix / "c.crt").write_bytes(got.cert_pem)
     (prefix / "c.key").write_bytes(got.key_pem)
     conf = prefix / "mirror.conf"
