@@ -236,7 +236,7 @@ CASES: dict[str, Case] = {
         H + "specdec_api_key_scope='host\\n': " + CTRL + ' (U+000A)',
         {'specdec_api_key_scope': 'host\n'}),
     'scope-upper': Case(
-        H + "specdec_api_key_scope='HOST': must be one of inventory, host",
+        H + "specdec_api_key_scope='HOST': must be one of inventory, host; did you mean host?",
         {'specdec_api_key_scope': 'HOST'}),
     'fwallow-list': Case(
         H + 'specdec_firewall_allow=[9100]: ' + FW,

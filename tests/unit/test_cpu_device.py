@@ -35,7 +35,7 @@ def test_default_plan_is_ngram_in_float32_eager_with_its_kv_space() -> None:
     p = make_plan("h", host())
     assert (p.runtime, p.engine_version, p.method, p.k_auto) == ("native", "0.32.0", "ngram", True)
     line = exec_line(p)
-    assert " /opt/vllm-cpu/venv/bin/vllm serve HuggingFaceTB/SmolLM2-135M-Instruct " in line
+    assert "=/opt/vllm-cpu/venv/bin/vllm serve HuggingFaceTB/SmolLM2-135M-Instruct " in line
     assert "--dtype float32 --enforce-eager" in line
     assert "--gpu-memory-utilization" not in line  # the CPU worker never reads it here
     unit = render(p).unit.content
