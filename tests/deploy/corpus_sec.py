@@ -284,7 +284,7 @@ CASES: dict[str, Case] = {
         {'specdec_dynamo_router_mode': 1}, base=DYN),
     'router-case': Case(
         H + "specdec_dynamo_router_mode='KV': must be one of round-robin, random, "
-        'power-of-two, kv, direct, least-loaded, device-aware-weighted',
+        'power-of-two, kv, direct, least-loaded, device-aware-weighted; did you mean kv?',
         {'specdec_dynamo_router_mode': 'KV'}, base=DYN),
     'router-space': Case(
         H + "specdec_dynamo_router_mode='kv ': must not have surrounding whitespace",
