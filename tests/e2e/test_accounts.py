@@ -145,9 +145,13 @@ def _misc_minor(lab: LabFleet, host: str) -> int:
     return next(m for m in range(64, 128) if m not in used)
 
 
-def _mknod(lab: LabFleet, host: str, nodes: dict[str, tuple[int, int]]) -> None:
-    cmds = [f"mkdir -p {shlex.quote(p.rsplit('/', 1)[0])} && mknod -m 0660 {shlex.quote(p)} c "
-            f"{ma} {mi} && chgrp video {shlex.quote(p)}" for p, (ma, mi) in nodes.items()]
+def _mknod(lab: LabFleet, host: str, nodes: dict[str, tuple[int, int]],
+           mode: str = "0660", group: str = "video") -> None:
+    """The nodes as their driver makes them: L4T's udev rules give the Tegra nodes 0660 group
+    video; the desktop/server driver makes /dev/nvidia* 0666 root (NVreg_DeviceFileMode's
+    default), so only the device filter stands between a unit and them."""
+    cmds = [f"mkdir -p {shlex.quote(p.rsplit('/', 1)[0])} && mknod -m {mode} {shlex.quote(p)} c "
+            f"{ma} {mi} && chgrp {group} {shlex.quote(p)}" for p, (ma, mi) in nodes.items()]
     lab.ssh(host, " && ".join(cmds))
 
 
@@ -163,7 +167,8 @@ def _jetson_nodes(lab: LabFleet, props: list[str]) -> dict[str, tuple[int, int]]
 
 
 def _open_all(lab: LabFleet, host: str, nodes: dict[str, tuple[int, int]],
-              groups: dict[str, int]) -> dict[str, str]:
+              groups: dict[str, int], mode: tuple[str, str] = ("0660", "video")
+              ) -> dict[str, str]:
     """Every node of ``nodes`` made, opened under the host's engine unit, removed: the errno
     name (or "opened") per node. ``groups``: the drivers' /proc/devices names (name -> major),
     bound over the lab host's for the while (systemd resolves a char- group there when the unit
@@ -174,7 +179,7 @@ def _open_all(lab: LabFleet, host: str, nodes: dict[str, tuple[int, int]],
             "&& mount --bind /run/sd-devices /proc/devices")
     made = sorted({p if p.count("/") == 2 else "/".join(p.split("/")[:3]) for p in nodes})
     try:
-        _mknod(lab, host, nodes)
+        _mknod(lab, host, nodes, *mode)
         props = _props(lab, host, f"{layout.SERVICE_NAME}.service")
         out = _under(lab, host, props, OPEN_PROBE, *nodes)
     finally:
@@ -210,7 +215,8 @@ def test_a_spark_engine_unit_opens_the_drivers_nodes(lab: LabFleet,
              "/dev/nvidia-uvm-tools": (uvm, 1), "/dev/nvidia-caps/nvidia-cap1": (caps, 1),
              DENIED: (denied, 0)}
     got = _open_all(lab, SPARK, nodes, {"nvidia": 195, "nvidiactl": 195, "nvidia-modeset": 195,
-                                        "nvidia-uvm": uvm, "nvidia-caps": caps})
+                                        "nvidia-uvm": uvm, "nvidia-caps": caps},
+                    mode=("0666", "root"))
     assert got.pop(DENIED) == "EPERM", got
     assert set(got.values()) == {"ENXIO"}, got
 
