@@ -57,7 +57,7 @@ e2e-real: real-engine
 	SPECDEC_E2E_REAL=1 $(PYTHON) -m pytest -q -ra tests/e2e/test_real_engine.py
 
 lint: setup
-	ruff check specdec roles deploys inventories group_data tests benchmarks monitoring
+	ruff check specdec specdec_lab roles deploys inventories group_data tests benchmarks monitoring
 	mypy
 
 unit: setup
