@@ -29,6 +29,7 @@ from specdec.engines.version import Version, version_in_tag
 from specdec.errors import REDACTED, ConfigError, GateError, Problems, redact
 from specdec.gate.inputs import check_policy
 from specdec.host.layout import SERVICE_USER
+from specdec.plan.hostnet import network_keys
 from specdec.plan.sites import registry_name
 from specdec.plan.types import GatePolicy
 
@@ -234,67 +235,6 @@ _GROUP_ENGINES = tuple(n for n, e in ENGINE_IMPLS.items() if e.serves_groups)
 RESERVED_ENV = tuple(n for e in ENGINE_IMPLS.values() for n in e.reserved_env)
 
 
-MAX_ALLOW = 64  # networks in specdec_allow_from
-DEFAULT_API_PORT = 8000  # specdec_port's default (specdec.plan.planner.DEFAULT_PORT)
-
-
-def _path(r: KeyReader, key: str) -> str | None:
-    """A control-node path (never the secret itself)."""
-    value = r.get(key)
-    if isinstance(value, str) and redact(value) != value:
-        raise ConfigError(f"{key}={REDACTED}: must be a path to a file on the control node, "
-                          "not the secret itself", host=r.host)
-    return r.str_(key, max_len=hygiene.MAX_PATH)
-
-
-def _allow_from(r: KeyReader) -> tuple[str, ...] | None:
-    key = "specdec_allow_from"
-    value = r.get(key)
-    if value is None:
-        return None
-    if isinstance(value, str) or not isinstance(value, list | tuple) or not value:
-        raise r.fail(key, value, "must be a non-empty list of networks (CIDR, e.g. "
-                     "['10.0.0.0/8', '192.168.1.0/24'])")
-    hygiene.check_size(r.host, key, value, MAX_ALLOW)
-    nets = [endpoints.check_source_network(r.host, f"{key}[{i}]", v) for i, v in enumerate(value)]
-    return tuple(dict.fromkeys(nets))
-
-
-def _tls(r: KeyReader) -> dict[str, Any]:
-    """``specdec_tls: {cert: PATH, key: PATH}``: the operator's certificate and key (PEM files
-    on the control node) for the API's HTTPS."""
-    key = "specdec_tls"
-    value = r.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping) or set(value) != {"cert", "key"}:
-        raise r.fail(key, value, "must be a mapping {cert: PATH, key: PATH} (PEM files on the "
-                     "control node)")
-    sub = KeyReader(r.host, {f"{key}.{k}": v for k, v in value.items()}, KNOWN_KEYS)
-    return {"tls_cert_file": _path(sub, f"{key}.cert"), "tls_key_file": _path(sub, f"{key}.key")}
-
-
-def _network(r: KeyReader) -> dict[str, Any]:
-    """Where the API listens, who may reach it, the engine's port behind it, the key and the
-    certificates (`specdec.plan.sockets`, `specdec.config.apikey`, `specdec.config.pki`)."""
-    listen = r.get("specdec_listen")
-    out: dict[str, Any] = {
-        "listen": None if listen is None else endpoints.check_endpoint(r.host, "specdec_listen",
-                                                                      listen, wildcard=True),
-        "allow_from": _allow_from(r),
-        "engine_port": r.int_("specdec_engine_port", 1024, 65535),
-        "api_key_file": _path(r, "specdec_api_key_file"),
-        "pki_dir": _path(r, "specdec_pki_dir"),
-        "trust_remote_code": r.bool_("specdec_trust_remote_code", False),
-        **_tls(r),
-    }
-    port = r.get("specdec_port") if isinstance(r.get("specdec_port"), int) else DEFAULT_API_PORT
-    if out["engine_port"] is not None and out["engine_port"] == port:
-        raise r.fail("specdec_engine_port", out["engine_port"], "is specdec_port too: the API "
-                     "proxy listens there, the engine behind it on another port")
-    return {k: v for k, v in out.items() if v is not None}
-
-
 # Accounts of the distribution and its packages (Debian base-passwd's static ones, Debian
 # Policy 9.2.2; what systemd, apt, OpenSSH, D-Bus, nginx, etcd-server, docker-registry, Docker
 # and the NVIDIA images add): never the service user, whom specdec gives its home and the docker
@@ -447,7 +387,7 @@ def parse_host_settings(host: str, data: Any) -> HostSettings:
         **_model_keys(r),
         **_engine_keys(r, engine),
         **_site(r),
-        **_network(r),
+        **network_keys(r, KNOWN_KEYS),
         keys=frozenset(
             k for k, v in mapping.items() if isinstance(k, str) and k.startswith(PREFIX)
             and v is not None
