@@ -77,19 +77,25 @@ def _key_file(inventory: str, s: HostSettings) -> Path:
                                 apikey.inventory_dir(inventory))[0]
 
 
-def _print_effects(fleet: Fleet, inventory: str) -> None:
-    """Each host's first-deploy effects and duration estimate (`specdec.plan.effects`)."""
+def _effects(fleet: Fleet, inventory: str) -> dict[str, list[str]]:
+    """Each planned host's first-deploy effects (`specdec.plan.effects`), settings and site
+    mirrors looked up once for the fleet."""
     by_host = {s.host: s for s in fleet.settings}
     mirrors = site_mirror_hosts(fleet.settings)
+    return {p.host: effects(p, by_host[p.host], p.host in mirrors,
+                            _key_file(inventory, by_host[p.host])) for p in fleet.plans}
+
+
+def _print_effects(fleet: Fleet, inventory: str) -> None:
+    """Each host's first-deploy effects and duration estimate; the fleet's one API key line
+    once, at the end."""
     print("\nfirst deploy (what changes beyond the release, how long):")
-    keys = set()
-    for p in fleet.plans:
-        s = by_host[p.host]
-        lines = effects(p, s, p.host in mirrors, _key_file(inventory, s))
+    keys: set[str] = set()
+    for p, lines in zip(fleet.plans, _effects(fleet, inventory).values(), strict=True):
         keys |= {line for line in lines if line.startswith("api key:")}
         for line in (*(x for x in lines if x not in keys), first_deploy(p).text()):
             print(f"  {p.host}: {line}")
-    for line in sorted(keys):  # one key for the fleet: said once
+    for line in sorted(keys):
         print(f"  {line}")
 
 
@@ -142,8 +148,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     fleet = plan_fleet(args.inventory, limit, args.data or (), args.tune_cache)
     plans = fleet.plans
     if args.json:
-        print(json.dumps([_json_record(fleet, p, args.inventory) for p in plans], indent=2,
-                         sort_keys=True))
+        print(json.dumps(_json_records(fleet, args.inventory), indent=2, sort_keys=True))
         return 0
     rows = [["HOST", "DEVICE", "ENGINE", "RUNTIME", "MODEL", "METHOD", "DRAFT", "K", "MEM",
              "LEN", "SEQS", "KV GiB", "RELEASE"]]
@@ -164,15 +169,15 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _json_record(fleet: Fleet, p: Plan, inventory: str) -> dict[str, Any]:
-    """`plan_record` with the first deploy's effects and estimate."""
-    s = next(s for s in fleet.settings if s.host == p.host)
-    est = first_deploy(p)
-    mirror = p.host in site_mirror_hosts(fleet.settings)
-    return {**plan_record(p), "effects": effects(p, s, mirror, _key_file(inventory, s)),
-            "first_deploy": {"low_s": round(est.low_s), "high_s": round(est.high_s),
-                             "engine_starts": list(est.restarts),
-                             "download_gib": round(est.download_gib, 2)}}
+def _json_records(fleet: Fleet, inventory: str) -> list[dict[str, Any]]:
+    """`plan_record` of each plan with its first deploy's effects and estimate."""
+    out = []
+    for p, lines in zip(fleet.plans, _effects(fleet, inventory).values(), strict=True):
+        est = first_deploy(p)
+        out.append({**plan_record(p), "effects": lines, "first_deploy": {
+            "low_s": round(est.low_s), "high_s": round(est.high_s),
+            "engine_starts": list(est.restarts), "download_gib": round(est.download_gib, 2)}})
+    return out
 
 
 def _print_sockets(plans: list[Plan]) -> None:

@@ -219,15 +219,14 @@ def parse_identity(files: Mapping[str, str | None], catalog: Catalog | None = No
         cpu = _cpu_host(cat, arch, memory)
         if cpu is not None:
             return cpu
-    what = ", ".join(
-        x for x in (
-            model and f"model {model!r}",
-            gpu_name and f"GPU {gpu_name}",
-            dgx_release and "DGX OS",
-            f"{arch}",
-        ) if x
-    )
-    raise IdentifyError(f"unsupported hardware ({what}): {SUPPORTED}")
+    raise _unsupported(model, gpu_name, dgx_release, arch)
+
+
+def _unsupported(model: str | None, gpu_name: str | None, dgx_release: str | None,
+                 arch: str) -> IdentifyError:
+    what = ", ".join(x for x in (model and f"model {model!r}", gpu_name and f"GPU {gpu_name}",
+                                 dgx_release and "DGX OS", arch) if x)
+    return IdentifyError(f"unsupported hardware ({what}): {SUPPORTED}")
 
 
 

@@ -47,7 +47,8 @@ class Estimate:
         return (f"first deploy: about {_minutes(self.low_s)}-{_minutes(self.high_s)} min: "
                 f"{self.download_gib:.1f} GiB of weights at {LINKS[1][0]}-{LINKS[0][0]} plus the "
                 f"image pull, {lo}-{hi} engine starts (each reads the weights back and captures "
-                "graphs), the verification benchmarks")
+                "graphs), the verification benchmarks (their time as the lab measured it, "
+                "docs/tuning.md)")
 
 
 def _minutes(seconds: float) -> str:

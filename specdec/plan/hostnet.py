@@ -3,7 +3,7 @@ reach it, its key and TLS, the firewall's own openings; and control-node paths."
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from specdec.config import endpoints, hygiene
@@ -38,7 +38,7 @@ def _allow_from(r: KeyReader) -> tuple[str, ...] | None:
     return tuple(dict.fromkeys(nets))
 
 
-def _tls(r: KeyReader, known: Sequence[str]) -> dict[str, Any]:
+def _tls(r: KeyReader, known: Collection[str]) -> dict[str, Any]:
     """``specdec_tls``: unset, the API serves HTTPS with a certificate of the fleet's CA;
     ``{cert: PATH, key: PATH}``, with the operator's (PEM files on the control node);
     ``false``, plain HTTP (the key then crosses the network in clear)."""
@@ -56,7 +56,7 @@ def _tls(r: KeyReader, known: Sequence[str]) -> dict[str, Any]:
             "tls_key_file": path_key(sub, f"{key}.key")}
 
 
-def network_keys(r: KeyReader, known: Sequence[str]) -> dict[str, Any]:
+def network_keys(r: KeyReader, known: Collection[str]) -> dict[str, Any]:
     """Where the API listens, who may reach it, the engine's port behind it, the key and the
     certificates (`specdec.plan.sockets`, `specdec.config.apikey`, `specdec.config.pki`)."""
     listen = r.get("specdec_listen")
