@@ -39,6 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's specdec
 
+from specdec.host.layout import HUB_CA_FILE, SITE_CA_FILE  # noqa: E402
 from specdec.plan.sites import HUB_PORT  # noqa: E402
 from specdec_lab import hubsvc  # noqa: E402
 from specdec_lab.fleet import ssh_argv  # noqa: E402
@@ -71,13 +72,14 @@ def _plan(h: LabHost) -> dict[str, Any]:
 
 
 def _fanout(hosts: list[LabHost], plans: dict[str, dict[str, Any]], repo: str,
-            endpoint: dict[str, str]) -> tuple[float, list[str]]:
-    """Every host downloads ``repo`` at once (scratch cache); wall seconds, failures."""
+            endpoint: dict[str, str], ca: str) -> tuple[float, list[str]]:
+    """Every host downloads ``repo`` at once (scratch cache), trusting the host's CA file
+    ``ca``; wall seconds, failures."""
     for h in hosts:
         _ssh(h, f"rm -rf {SCRATCH}")
 
     def one(h: LabHost) -> str | None:
-        out = _ssh(h, host_download(plans[h.name], repo, endpoint[h.name], SCRATCH, True))
+        out = _ssh(h, host_download(plans[h.name], repo, endpoint[h.name], SCRATCH, True, ca))
         return None if out.returncode == 0 else f"{h.name}: {(out.stdout + out.stderr)[-200:]}"
 
     t0 = time.monotonic()
@@ -167,15 +169,16 @@ def _measure(args: argparse.Namespace, inst: Instance, env: dict[str, str],
         return 1
     hubsvc.control(rec, "/_lab/config", {"wan_mbps": args.wan_mbps})
     direct = {h.name: hubsvc.endpoint(h.gateway) for h in hosts}
-    via = {h.name: f"http://{mirror.address}:{HUB_PORT}" for h in hosts}
+    via = {h.name: f"https://{mirror.address}:{HUB_PORT}" for h in hosts}
     rows = []
-    for mode, endpoint in (("straight from the Hub", direct), ("through the mirror, cold", via),
-                           ("through the mirror, warm", via)):
+    for mode, endpoint, ca in (("straight from the Hub", direct, HUB_CA_FILE),
+                               ("through the mirror, cold", via, SITE_CA_FILE),
+                               ("through the mirror, warm", via, SITE_CA_FILE)):
         if mode.endswith("cold"):
             _ssh(mirror, "rm -rf /var/cache/specdec-mirror/hub/* /var/cache/specdec-mirror/"
                          "lfs/* && systemctl restart nginx.service")
         hubsvc.control(rec, "/_lab/reset", {})
-        took, failed = _fanout(hosts, plans, args.repo, endpoint)
+        took, failed = _fanout(hosts, plans, args.repo, endpoint, ca)
         if failed:
             print(f"{mode}: {len(failed)} host(s) failed: {failed[0]}", file=sys.stderr)
             return 1

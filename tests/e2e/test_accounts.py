@@ -110,7 +110,7 @@ def test_network_services_have_their_own_account_and_no_docker(
     assert _under(lab, host, props, DOCKER_PROBE) == f"refused {refused}", (host, unit)
     if unit == layout.PROXY_SERVICE:  # and nginx serves under those settings
         h = lab.host(host)
-        assert lab.http(f"http://{h.address}:{h.port}/v1/models", key=False)[0] == 401
+        assert lab.http(f"{lab.api(h)}/v1/models", key=False)[0] == 401
 
 
 def test_the_service_user_is_marked_as_specdecs(lab: LabFleet, deployed: PyinfraRun) -> None:

@@ -70,7 +70,8 @@ def test_a_host_left_in_15w_benchmarks_slower_and_the_next_deploy_restores_it(
     def tpot() -> float:
         proc = lab.specdec("bench", url, "--concurrency", "1", "--requests", "4",
                            "--max-tokens", "48", "--warmup", "1", "--no-progress",
-                           "--api-key-file", str(lab.api_key_file), timeout=600)
+                           "--api-key-file", str(lab.api_key_file),
+                           "--ca-file", str(lab.instance.api_ca_file), timeout=600)
         assert proc.returncode == 0, proc.stderr
         doc = json.loads(proc.stdout)
         assert doc["device_time"]["emulated"] is True

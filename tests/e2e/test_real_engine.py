@@ -61,12 +61,12 @@ def test_the_deploy_runs_the_real_engine_and_the_gate_decides_on_it(
         HOST, f"cat /var/lib/specdec/releases/{current}/plan.json").stdout)
     assert plan["method"] == ("ngram" if rep["outcome"] == "kept" else "none"), plan
     h = real_lab.host(HOST)
-    status, doc = real_lab.http(f"http://{h.address}:{h.port}/v1/chat/completions", {
+    status, doc = real_lab.http(f"{real_lab.api(h)}/v1/chat/completions", {
         "model": MODEL, "temperature": 0, "max_tokens": 16,
         "messages": [{"role": "user", "content": "What is the capital of France?"}]},
         timeout=120)
     assert status == 200 and "Paris" in doc["choices"][0]["message"]["content"], doc
-    status, _ = real_lab.http(f"http://{h.address}:{h.port}/v1/models", key=False)
+    status, _ = real_lab.http(f"{real_lab.api(h)}/v1/models", key=False)
     assert status == 401
     again = real_lab.pyinfra()
     assert again.rc == 0 and not again.changed, again.summary()

@@ -90,7 +90,8 @@ def test_every_api_wants_the_key_on_every_route(lab: LabFleet, deployed: Pyinfra
         base = f"{lab.api(h)}"
         for path in OPEN_IN_VLLM:
             assert lab.http(base + path, key=False)[0] == 401, (h.name, path)
-            out = lab.ssh(intruder, f"curl -s -o /dev/null -w '%{{http_code}}' -m 10 "
+            # the intruder trusts any certificate (-k): the key alone keeps it out
+            out = lab.ssh(intruder, f"curl -sk -o /dev/null -w '%{{http_code}}' -m 10 "
                           f"{base}{path}", check=False).stdout
             assert out == "401", (h.name, path, out)
         chat = {"model": "x", "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}]}

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from specdec.host.layout import RELEASES_DIR
+from specdec.host.layout import HUB_CA_FILE, RELEASES_DIR, SITE_CA_FILE
 from specdec.plan.sites import HUB_PORT, REGISTRY_PORT0
 from specdec_lab import hubsvc
 from specdec_lab.hubrepo import WEIGHTS, hub_repo
@@ -45,9 +45,11 @@ def _plan(lab: LabFleet, host: str) -> dict[str, Any]:
 
 
 def _download(lab: LabFleet, host: str, repo: str, endpoint: str, token: bool,
-              scratch: str = "/tmp/specdec-e2e-hf", fresh: bool = True) -> tuple[int, str]:
-    """The host's own Hub CLI (in its image, or natively) into a scratch cache."""
-    cmd = host_download(_plan(lab, host), repo, endpoint, scratch, token)
+              scratch: str = "/tmp/specdec-e2e-hf", fresh: bool = True,
+              ca: str = SITE_CA_FILE) -> tuple[int, str]:
+    """The host's own Hub CLI (in its image, or natively) into a scratch cache, trusting the
+    CA file ``ca`` of the host (the site's, as the deploy's downloads do)."""
+    cmd = host_download(_plan(lab, host), repo, endpoint, scratch, token, ca)
     clean = f"rm -rf {scratch}; " if fresh else ""
     proc = lab.ssh(host, clean + cmd, check=False, timeout=300)
     return proc.returncode, proc.stdout + proc.stderr
@@ -94,7 +96,7 @@ def test_a_gated_repo_through_the_mirror_needs_the_token(lab: LabFleet, deployed
     lab-dyn1 natively 2.4.0 (as its Dynamo release's vLLM requires)."""
     if host not in {h.name for h in lab.hosts}:
         pytest.skip(f"{host} is not in this lab (SPECDEC_LAB_HOSTS / SPECDEC_LAB_DYNAMO)")
-    mirror = f"http://{_mirror(lab).address}:{HUB_PORT}"
+    mirror = f"https://{_mirror(lab).address}:{HUB_PORT}"
     rc, out = _download(lab, host, GATED, mirror, token=False)
     assert rc != 0 and ("GatedRepo" in out or "requires approval" in out or "401" in out), \
         out[-600:]
@@ -136,10 +138,11 @@ def test_a_cut_download_resumes_from_the_hub(lab: LabFleet, deployed: PyinfraRun
     hubsvc.control(rec, "/_lab/fault", {"match": WEIGHTS, "cut_after": MIB10 + (1 << 19)})
     endpoint = hubsvc.endpoint(h.gateway)
     scratch = "/tmp/specdec-e2e-resume"
-    first, out1 = _download(lab, h.name, LLAMA8, endpoint, token=True, scratch=scratch)
+    first, out1 = _download(lab, h.name, LLAMA8, endpoint, token=True, scratch=scratch,
+                            ca=HUB_CA_FILE)
     assert first != 0, out1[-400:]
     again, out2 = _download(lab, h.name, LLAMA8, endpoint, token=True, scratch=scratch,
-                            fresh=False)
+                            fresh=False, ca=HUB_CA_FILE)
     assert again == 0, out2[-600:]
     ranges = [r for r in _hub(lab)["ranges"] if r["path"] == WEIGHTS]
     assert [r["start"] for r in ranges][-1:] == [MIB10], ranges

@@ -47,7 +47,7 @@ def test_thor_runs_upstream_vllm_in_docker_at_maxn(lab: LabFleet, deployed: Pyin
     # the conf's mode 0 is MAXN; the boot default (120W, id 1) is left for it by name
     assert parse_query(lab.ssh(THOR, "nvpmodel -q").stdout) == ("MAXN", 0)
     h = lab.host(THOR)
-    status, truth = lab.http(f"http://{h.address}:{h.port}/lab/truth")
+    status, truth = lab.http(f"{lab.api(h)}/lab/truth")
     assert status == 200 and truth["power_mode"] == "MAXN", truth
     # no EMC cap in the stand-in conf: the catalog's peak, never another module's mode table
     assert truth["bandwidth_gbs"] == 273, truth

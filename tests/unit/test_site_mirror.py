@@ -79,6 +79,7 @@ class Mirror:
                 return
             except OSError:
                 time.sleep(0.05)
+        self.stop()  # the nginx this test started, by its own handle
         pytest.fail("nginx did not start")
 
     @property
@@ -100,10 +101,12 @@ class Mirror:
 @pytest.fixture
 def site(tmp_path: Path) -> Iterator[tuple[LabHub, Mirror]]:
     hub = LabHub(tmp_path)
-    mirror = Mirror(tmp_path, hub)
-    yield hub, mirror
-    mirror.stop()
-    hub.close()
+    try:
+        mirror = Mirror(tmp_path, hub)
+        yield hub, mirror
+        mirror.stop()
+    finally:
+        hub.close()
 
 
 def test_a_fan_out_costs_the_hub_one_copy_per_revision(site: tuple[LabHub, Mirror],
