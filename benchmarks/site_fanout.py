@@ -39,7 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's specdec
 
-from specdec.host.layout import HUB_CA_FILE, SITE_CA_FILE  # noqa: E402
+from specdec.host.layout import SITE_CA_FILE  # noqa: E402
 from specdec.plan.sites import HUB_PORT  # noqa: E402
 from specdec_lab import hubsvc  # noqa: E402
 from specdec_lab.fleet import ssh_argv  # noqa: E402
@@ -47,6 +47,8 @@ from specdec_lab.hubrepo import hub_repo  # noqa: E402
 from specdec_lab.instance import Instance  # noqa: E402
 from specdec_lab.sites import host_download  # noqa: E402
 from specdec_lab.spec import LabHost, lab_hosts  # noqa: E402
+
+HUB_CA_SCRATCH = "/var/tmp/specdec-fanout-hub-ca.crt"  # the lab Hub's CA on each host
 
 INVENTORY = "inventories/lab.py"
 SCRATCH = "/tmp/specdec-fanout"
@@ -169,9 +171,13 @@ def _measure(args: argparse.Namespace, inst: Instance, env: dict[str, str],
         return 1
     hubsvc.control(rec, "/_lab/config", {"wan_mbps": args.wan_mbps})
     direct = {h.name: hubsvc.endpoint(h.gateway) for h in hosts}
+    roots = json.loads(inst.state_file.read_text())["hosts"]
+    for h in hosts:  # a site's hosts trust only the site's CA: the Hub's too, for this run
+        ca = Path(roots[h.name]["root"]) / HUB_CA_SCRATCH.lstrip("/")
+        ca.write_bytes(hubsvc.ca_file(inst).read_bytes())
     via = {h.name: f"https://{mirror.address}:{HUB_PORT}" for h in hosts}
     rows = []
-    for mode, endpoint, ca in (("straight from the Hub", direct, HUB_CA_FILE),
+    for mode, endpoint, ca in (("straight from the Hub", direct, HUB_CA_SCRATCH),
                                ("through the mirror, cold", via, SITE_CA_FILE),
                                ("through the mirror, warm", via, SITE_CA_FILE)):
         if mode.endswith("cold"):

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from specdec.host.layout import HUB_CA_FILE, RELEASES_DIR, SITE_CA_FILE
+from specdec.host.layout import RELEASES_DIR, SITE_CA_FILE
 from specdec.plan.sites import HUB_PORT, REGISTRY_PORT0
 from specdec_lab import hubsvc
 from specdec_lab.hubrepo import WEIGHTS, hub_repo
@@ -138,15 +138,17 @@ def test_a_cut_download_resumes_from_the_hub(lab: LabFleet, deployed: PyinfraRun
     hubsvc.control(rec, "/_lab/fault", {"match": WEIGHTS, "cut_after": MIB10 + (1 << 19)})
     endpoint = hubsvc.endpoint(h.gateway)
     scratch = "/tmp/specdec-e2e-resume"
-    first, out1 = _download(lab, h.name, LLAMA8, endpoint, token=True, scratch=scratch,
-                            ca=HUB_CA_FILE)
-    assert first != 0, out1[-400:]
+    # a host of the site trusts only the site's CA: the Hub's, for this test only
+    ca = "/var/tmp/specdec-e2e-hub-ca.crt"
+    lab.host_path(h.name, ca).write_bytes(hubsvc.ca_file(INSTANCE).read_bytes())
+    first, out1 = _download(lab, h.name, LLAMA8, endpoint, token=True, scratch=scratch, ca=ca)
+    assert first != 0 and "CA certificate" not in out1, out1[-400:]  # the cut, not the CA
     again, out2 = _download(lab, h.name, LLAMA8, endpoint, token=True, scratch=scratch,
-                            fresh=False, ca=HUB_CA_FILE)
+                            fresh=False, ca=ca)
     assert again == 0, out2[-600:]
     ranges = [r for r in _hub(lab)["ranges"] if r["path"] == WEIGHTS]
     assert [r["start"] for r in ranges][-1:] == [MIB10], ranges
     snap = f"{scratch}/hub/models--{LLAMA8.replace('/', '--')}/snapshots/{repo.revision}"
     digest = lab.ssh(h.name, f"sha256sum {snap}/{WEIGHTS}").stdout.split()[0]
     assert digest == repo.file(WEIGHTS).sha256  # type: ignore[union-attr]
-    lab.ssh(h.name, f"rm -rf {scratch} /tmp/specdec-e2e-hf")
+    lab.ssh(h.name, f"rm -rf {scratch} /tmp/specdec-e2e-hf {ca}")
