@@ -58,6 +58,13 @@ def _host_case(name: str, shown: str) -> Case:
     return Case(f"host name {shown}: {HOST_RULE}", host=name)
 
 
+def bad(key: str, value: Any, why: str, base: dict[str, Any] = VLLM) -> Case:
+    """Host data ``{key: value}`` over ``base`` (``a.b``: ``{a: {b: value}}``), refused as
+    ``<host>: key=repr(value): why``."""
+    top, _, sub = key.partition(".")
+    return Case(f"{H}{key}={value!r}: {why}", {top: {sub: value} if sub else value}, base=base)
+
+
 def _managed(args: list[str], shown: str, why: str, base: dict[str, Any] = VLLM) -> Case:
     return Case(f"{H}specdec_extra_args[0]={shown}: {why}", {"specdec_extra_args": args},
                 base=base)

@@ -26,6 +26,7 @@ from specdec.plan.sites import SiteMirror
 from specdec.render import proxy
 from specdec.render.mirror import nginx_conf
 from specdec.render.nginx import quote
+from tests.unit.test_firewall_proxy import _Engine
 from tests.unit.test_lab_hub import free_port
 from tests.unit.test_site_mirror import NGINX, nginx_main
 
@@ -86,24 +87,9 @@ def test_every_value_in_the_rendered_configs_is_quoted() -> None:
     assert 'listen "[fd00::5]:8000" ssl;' in text and 'server "127.0.0.1:8001";' in text
 
 
-class _Upstream(http.server.BaseHTTPRequestHandler):
-    seen: list[str] = []
-
-    def log_message(self, *a: object) -> None:
-        pass
-
-    def do_GET(self) -> None:  # noqa: N802
-        _Upstream.seen.append(self.path)
-        body = b"{}"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-
 @pytest.fixture
 def upstream() -> Iterator[int]:
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Engine)  # any path answers
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
     yield int(srv.server_address[1])
@@ -146,7 +132,7 @@ def test_an_allowed_path_passes_nginx_t_and_reaches_the_upstream_intact(
                     break
             except OSError:
                 time.sleep(0.1)
-        assert _Upstream.seen[-1] == f"{path}/api/models/o/n?x=1", _Upstream.seen
+        assert _Engine.seen[-1] == f"{path}/api/models/o/n?x=1", _Engine.seen
         assert not list(prefix.rglob("pwned*"))
     finally:
         proc.terminate()
