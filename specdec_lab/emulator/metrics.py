@@ -19,9 +19,10 @@ LabelValues = tuple[str, ...]
 # vLLM's finished reasons (`FINISH_REASON_STRINGS`, vllm/v1/engine/__init__.py in each wheel): the
 # logger creates a vllm:request_success child for every one at start-up (`for reason in
 # FinishReason: counter_request_success_base.labels(...)`, vllm/v1/metrics/loggers.py 0.9.2 :257,
-# 0.11.0 :305, 0.14.0 :608, 0.19.0 :650, 0.31.0 :734, 0.32.0 :813, 0.33.0 :813).
+# 0.11.0 :305, 0.14.0 :608, 0.19.0 :650, 0.31.0 :734, 0.32.0 :813, 0.33.0 :813). A reason is dated
+# at the first pinned release it was read in (the releases between are judged by the older).
 _BASE_REASONS = ("stop", "length", "abort")
-FINISH_REASONS = FactTable("finish_reasons", (
+FINISH_REASONS: FactTable[tuple[str, ...]] = FactTable("finish_reasons", (
     Fact(_BASE_REASONS, "0.9.2 vllm/v1/engine/__init__.py:22, 0.11.0 :21", until="0.14.0"),
     Fact((*_BASE_REASONS, "error"), "0.14.0 vllm/v1/engine/__init__.py:23 (PR #26813)",
          since="0.14.0", until="0.19.0"),
