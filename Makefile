@@ -1,7 +1,7 @@
 # Quick start on a fresh Debian 12 machine, as root:
 #   make demo   - install what is needed, boot the emulated lab fleet and deploy it
-#   make test   - install what is needed, then run every test (unit, deploy, contract against
-#                 the real vLLM releases, lab end-to-end)
+#   make test   - install what is needed, then run every test (unit and deploy in a random order,
+#                 then contract against the real vLLM releases and lab end-to-end)
 # Both use the lab, each its own instance: `make demo` boots "demo" (10.213.0.0/16) and leaves
 # it up; the end-to-end tests boot "test" (10.214.0.0/16) beside it and remove only that.
 PYTHON ?= python3
@@ -60,8 +60,14 @@ lint: setup
 	ruff check specdec specdec_lab roles deploys inventories group_data tests benchmarks monitoring
 	mypy
 
+# The unit suite (everything but the contract and the lab) once, in a random order across all its
+# files (pytest-random-order): no test may lean on another's leftovers. The seed is printed first;
+# `make unit SEED=N` replays that order.
+SEED := $(shell od -An -N2 -tu2 /dev/urandom | tr -d ' ')
 unit: setup
-	$(PYTHON) -m pytest -q tests --ignore=tests/e2e --ignore=tests/contract
+	@echo "unit tests in random order: seed $(SEED) (replay: make unit SEED=$(SEED))"
+	$(PYTHON) -m pytest -q -ra -p random_order --random-order-bucket=global \
+		--random-order-seed=$(SEED) tests --ignore=tests/e2e --ignore=tests/contract
 
 # Every pinned vLLM release from PyPI (environments cached in /var/cache/specdec-contract:
 # minutes the first time) judges what specdec renders; TensorRT-LLM against its schema facts.
@@ -71,8 +77,8 @@ contract: setup
 e2e: setup
 	$(PYTHON) -m pytest -q tests/e2e
 
-test: setup lint
-	$(PYTHON) -m pytest -q -ra tests
+test: setup lint unit
+	$(PYTHON) -m pytest -q -ra tests/contract tests/e2e
 
 demo demo-down: export SPECDEC_LAB_INSTANCE = demo
 

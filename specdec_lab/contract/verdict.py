@@ -1,5 +1,6 @@
 """Judge one release's checker output: every case as expected, and the fact tables in
-`specdec.engines.vllm.facts` equal to what the release itself has. Each problem is one line."""
+`specdec.engines.vllm.facts` (and the emulator's finished reasons) equal to what the release itself
+has. Each problem is one line."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from specdec.engines.version import Version
 from specdec.engines.vllm import facts
 from specdec_lab.contract.cases import Case, Suite
 from specdec_lab.contract.controls import ARCH_PREFIX, arch_targets
+from specdec_lab.emulator.metrics import FINISH_REASONS
 
 __all__ = ["STAGES", "case_problems", "fact_problems", "judge"]
 
@@ -105,6 +107,11 @@ def _differ(what: str, release: Any, table: Any, name: str) -> str | None:
             f"{sorted(want - have)} that the release lacks")
 
 
+def _reasons(v: Version) -> tuple[str, ...]:
+    fact = FINISH_REASONS.at(v)
+    return fact.value if fact else ()
+
+
 def fact_problems(version: str, out: dict[str, Any]) -> list[str]:
     v = Version.parse(version)
     got = out.get("facts", {})
@@ -113,6 +120,7 @@ def fact_problems(version: str, out: dict[str, Any]) -> list[str]:
                 "spec_keys()"),
         _differ("method Literal", got.get("method_literal", []), facts.method_literal(v),
                 "method_literal()"),
+        _differ("FinishReason", got.get("finish_reasons", []), _reasons(v), "FINISH_REASONS"),
     ) if p]
     unknown = facts.UNKNOWN_KEYS.at(v)
     forbid = got.get("extra") == "forbid"

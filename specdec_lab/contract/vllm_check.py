@@ -22,8 +22,9 @@ falls back to its V0 engine for gpt-oss there and then refuses EAGLE with chunke
 say nothing about the GPU the argv is for.
 
 Output: the release's version, its SpeculativeConfig facts (fields, method literal, pydantic
-``extra``), one result per case and, per architecture, whether its model class implements the
-EAGLE-3 interface the model runner requires.
+``extra``) and finished reasons (``FinishReason``: one ``vllm:request_success`` child each), one
+result per case and, per architecture, whether its model class implements the EAGLE-3 interface
+the model runner requires.
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ def _load() -> None:
         from vllm.utils import FlexibleArgumentParser
     from vllm.config import ParallelConfig, SpeculativeConfig
     from vllm.model_executor.models import registry
+    from vllm.v1.engine import FinishReason
 
     # ModelRegistry inspects each architecture in a fresh `python -c` (10-20 s each here); run
     # the same function in this process instead.
@@ -97,7 +99,7 @@ def _load() -> None:
         registry._run_in_subprocess = lambda fn: fn()
     V.update(vllm=vllm, serve=serve, AsyncEngineArgs=AsyncEngineArgs,
              Parser=FlexibleArgumentParser, ParallelConfig=ParallelConfig,
-             SpeculativeConfig=SpeculativeConfig, registry=registry)
+             SpeculativeConfig=SpeculativeConfig, registry=registry, FinishReason=FinishReason)
     # The `vllm` parser with only `serve` registered, as vllm/entrypoints/cli/main.py builds it
     # (ServeSubcommand.subparser_init calls make_arg_parser); built once, it is slow.
     parser = FlexibleArgumentParser(prog="vllm", description="vLLM CLI")
@@ -141,6 +143,7 @@ def release_facts() -> dict[str, Any]:
         "internal_fields": sorted(f for f in fields if f in INTERNAL_FIELDS),
         "method_literal": _literals(annotation),
         "extra": config.get("extra"),
+        "finish_reasons": [str(r) for r in V["FinishReason"]],
     }
 
 

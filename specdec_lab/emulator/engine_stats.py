@@ -10,9 +10,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from specdec.engines.version import Version
 from specdec_lab.emulator.core import StepResult
 from specdec_lab.emulator.memory import MemoryReport
-from specdec_lab.emulator.metrics import IterStats, VllmMetrics
+from specdec_lab.emulator.metrics import FINISH_REASONS, IterStats, VllmMetrics
 from specdec_lab.emulator.request import RequestState
 from specdec_lab.emulator.runtime import RunContext, ServeConfig
 
@@ -31,11 +32,13 @@ class EngineStats:
         setup = cfg.setup
         self.vllm: VllmMetrics | None = None
         if cfg.engine == "vllm":
+            reasons = FINISH_REASONS.at(Version.parse(cfg.engine_version))
+            assert reasons is not None  # the table covers every release
             self.vllm = VllmMetrics(name, spec_k=spec_k, cache_info={
                 "block_size": "16", "cache_dtype": setup.kv_cache_dtype,
                 "enable_prefix_caching": str(setup.prefix_caching),
                 "gpu_memory_utilization": str(cfg.gpu_memory_utilization),
-                "num_gpu_blocks": str(mem.num_blocks)})
+                "num_gpu_blocks": str(mem.num_blocks)}, finish_reasons=reasons.value)
         self.iter_stats = IterStats(cfg.iter_perf_stats)
         self._lock = threading.Lock()
         self._interval = _Interval(spec_k)

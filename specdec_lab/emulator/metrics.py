@@ -9,9 +9,27 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-__all__ = ["Counter", "Gauge", "Histogram", "IterStats", "Registry", "VllmMetrics"]
+from specdec.engines.ranges import Fact, FactTable
+
+__all__ = ["FINISH_REASONS", "Counter", "Gauge", "Histogram", "IterStats", "Registry",
+           "VllmMetrics"]
 
 LabelValues = tuple[str, ...]
+
+# vLLM's finished reasons (`FINISH_REASON_STRINGS`, vllm/v1/engine/__init__.py in each wheel): the
+# logger creates a vllm:request_success child for every one at start-up (`for reason in
+# FinishReason: counter_request_success_base.labels(...)`, vllm/v1/metrics/loggers.py 0.9.2 :257,
+# 0.11.0 :305, 0.14.0 :608, 0.19.0 :650, 0.31.0 :734, 0.32.0 :813, 0.33.0 :813). A reason is dated
+# at the first pinned release it was read in (the releases between are judged by the older).
+_BASE_REASONS = ("stop", "length", "abort")
+FINISH_REASONS: FactTable[tuple[str, ...]] = FactTable("finish_reasons", (
+    Fact(_BASE_REASONS, "0.9.2 vllm/v1/engine/__init__.py:22, 0.11.0 :21", until="0.14.0"),
+    Fact((*_BASE_REASONS, "error"), "0.14.0 vllm/v1/engine/__init__.py:23 (PR #26813)",
+         since="0.14.0", until="0.19.0"),
+    Fact((*_BASE_REASONS, "error", "repetition"),
+         "0.19.0 vllm/v1/engine/__init__.py:29, 0.32.0 :36, 0.33.0 :37 (PR #35451)",
+         since="0.19.0"),
+))
 
 
 def _fmt(v: float) -> str:
@@ -106,14 +124,21 @@ class Histogram(_Metric):
         self._counts: dict[LabelValues, list[int]] = {}
         self._sum: dict[LabelValues, float] = {}
 
-    def observe(self, lv: LabelValues, value: float) -> None:
+    def start(self, lv: LabelValues) -> None:
+        """The labelled child at zero (what prometheus_client's ``.labels()`` exports)."""
         with self._lock:
             self._touch(lv)
-            counts = self._counts.setdefault(lv, [0] * len(self.buckets))
+            self._counts.setdefault(lv, [0] * len(self.buckets))
+            self._sum.setdefault(lv, 0.0)
+
+    def observe(self, lv: LabelValues, value: float) -> None:
+        self.start(lv)
+        with self._lock:
+            counts = self._counts[lv]
             for i, b in enumerate(self.buckets):
                 if value <= b:
                     counts[i] += 1
-            self._sum[lv] = self._sum.get(lv, 0.0) + value
+            self._sum[lv] += value
 
     def samples(self) -> list[str]:
         with self._lock:
@@ -156,9 +181,12 @@ _TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 2
 
 
 class VllmMetrics:
-    """vLLM V1's Prometheus metrics (names, labels and buckets as in vllm/v1/metrics)."""
+    """vLLM V1's Prometheus metrics (names, labels and buckets as in vllm/v1/metrics). Every
+    labelled child exists from start-up, as the release's logger creates them
+    (`create_metric_per_engine` and the finished reasons above), at zero."""
 
-    def __init__(self, model_name: str, *, spec_k: int, cache_info: dict[str, str]) -> None:
+    def __init__(self, model_name: str, *, spec_k: int, cache_info: dict[str, str],
+                 finish_reasons: Sequence[str]) -> None:
         self.lv: LabelValues = (model_name, "0")
         ln = ("model_name", "engine")
         r = self.registry = Registry()
@@ -236,6 +264,11 @@ class VllmMetrics:
         for c in (self.preemptions, self.prompt_tokens, self.generation_tokens,
                   self.prefix_queries, self.prefix_hits):
             c.inc(self.lv, 0)
+        for reason in finish_reasons:
+            self.success.inc((*self.lv, reason), 0)
+        for h in (self.prompt_hist, self.gen_hist, self.iter_tokens, self.ttft, self.itl,
+                  self.tpot, self.e2e, self.queue, self.prefill_time, self.decode_time):
+            h.start(self.lv)
         for g in (self.running, self.waiting, self.kv_usage):
             g.set(self.lv, 0)
 

@@ -73,8 +73,13 @@ def test_ttft_starts_when_the_request_is_on_the_wire() -> None:
     lvl = res["concurrency"]["8"]
     ttfts = [r["ttft_ms"] for r in lvl["requests"]]
     p50 = statistics.median(ttfts)
-    # counting the client's queue would add ~75 ms (32 requests in 4 waves of 50 ms);
-    # half a TTFT of slack leaves room for a loaded machine's scheduling, not for that
-    assert TTFT_S * 1000 <= p50 <= TTFT_S * 1000 * 1.5, p50
+    assert p50 >= TTFT_S * 1000, p50
+    # 32 requests in 4 waves of 8: counting the client's queue (a TTFT from when the run began)
+    # would put the last wave's TTFT behind its start (three waves, at least three TTFTs, in);
+    # from the wire it stays one TTFT plus overheads, which a slow machine adds to both
+    last = [r for r in lvl["requests"] if r["index"] >= 24]
+    start_ms = min(r["start_s"] for r in last) * 1000
+    assert start_ms >= 3 * TTFT_S * 1000
+    assert statistics.median(r["ttft_ms"] for r in last) < start_ms + TTFT_S * 1000
     assert lvl["ttft_ms_p50"] == pytest.approx(p50)
     assert all(r["client_queue_ms"] >= 0 for r in lvl["requests"])

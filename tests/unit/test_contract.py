@@ -79,17 +79,20 @@ def test_fact_verdicts() -> None:
     v = "0.9.2"
     good = {"version": v, "facts": {
         "spec_fields": sorted(facts.spec_keys(Version.parse(v))),
-        "method_literal": list(facts.method_literal(Version.parse(v))), "extra": None}}
+        "method_literal": list(facts.method_literal(Version.parse(v))), "extra": None,
+        "finish_reasons": ["stop", "length", "abort"]}}
     assert fact_problems(v, good) == []
     bad = json.loads(json.dumps(good))
     bad["facts"]["spec_fields"].append("new_field")
     bad["facts"]["method_literal"].remove("medusa")
     bad["facts"]["extra"] = "forbid"
+    bad["facts"]["finish_reasons"].append("error")
     bad["version"] = "0.9.1"
     problems = fact_problems(v, bad)
-    assert len(problems) == 4
+    assert len(problems) == 5
     assert "['new_field'] that spec_keys() lacks" in problems[0]
     assert "['medusa'] that the release lacks" in problems[1]
+    assert "FinishReason: the release has ['error'] that FINISH_REASONS lacks" in problems[2]
 
 
 def test_suites_cover_goldens_examples_matrix_and_controls() -> None:

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from specdec.plan.planner import make_plan
 from specdec.render.files import render
 from specdec.render.unitfile import unit_text
 from specdec.report.fleet import write_host_report
+from tests.waiting import flock_waiters, wait_until
 
 TOK = "hf_" + "Xyz789" * 5
 
@@ -224,15 +224,23 @@ def test_activate_waits_for_the_guards_lock(tmp_path: Path,
     monkeypatch.setattr(layout, "STATE_DIR", str(tmp_path))
     monkeypatch.setattr(layout, "CURRENT", str(tmp_path / "current"))
     (tmp_path / "releases" / "aaa").mkdir(parents=True)
-    holder = subprocess.Popen(["flock", str(tmp_path / release.GUARD_LOCK), "sleep", "1.5"])
+    lock, held, free = tmp_path / release.GUARD_LOCK, tmp_path / "held", tmp_path / "free"
+    # the holder says when it holds the guard's lock, keeps it until told, and says whether
+    # `current` moved meanwhile
+    holder = subprocess.Popen(
+        ["flock", str(lock), "sh", "-c", f"touch {held}; while [ ! -e {free} ]; do sleep 0.02; "
+         f"done; if [ -e {tmp_path}/current ]; then echo moved; else echo kept; fi"],
+        stdout=subprocess.PIPE, text=True)
     try:
-        time.sleep(0.3)
-        t0 = time.monotonic()
-        subprocess.run(["sh", "-c", release.activate("aaa")], check=True, timeout=30)
-        waited = time.monotonic() - t0
+        wait_until(held.exists, "the holder to take the lock")
+        act = subprocess.Popen(["sh", "-c", release.activate("aaa")])
+        wait_until(lambda: flock_waiters(lock) == 1, "activate to queue for the lock")
+        free.touch()
+        assert act.wait(timeout=30) == 0
     finally:
-        holder.wait(10)
-    assert waited > 0.8  # it waited for the guard
+        free.touch()
+        out = holder.communicate(timeout=30)[0]
+    assert out.strip() == "kept"  # it waited for the guard
     assert os.readlink(tmp_path / "current") == "releases/aaa"
     cmd = release.activate("aaa")
     assert "current.activate.tmp" in cmd and "current.guard.tmp" not in cmd

@@ -19,6 +19,7 @@ from specdec_lab.fleetdata import fleet as fleet_data
 from specdec_lab.identity import device_files, meminfo
 from specdec_lab.instance import ENV, Instance
 from specdec_lab.spec import LabHost, parse_lab_hosts
+from tests.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = [
@@ -297,17 +298,17 @@ def test_boot_loop_boots_again_after_a_reboot_and_stops_otherwise(tmp_path: Path
 
 def test_boot_loop_passes_sigterm_to_nspawn_and_ends(tmp_path: Path) -> None:
     import signal
-    import time
 
     from specdec_lab.host import REBOOT_LOOP
 
-    marker = tmp_path / "terminated"
+    marker, started = tmp_path / "terminated", tmp_path / "started"
     fake = tmp_path / "nspawn"
-    fake.write_text(f"#!/bin/sh\ntrap 'echo yes > {marker}; exit 0' TERM\n"
+    # the loop sets its trap before it starts nspawn, nspawn says it runs once it has its own
+    fake.write_text(f"#!/bin/sh\ntrap 'echo yes > {marker}; exit 0' TERM\ntouch {started}\n"
                     "while :; do sleep 0.1; done\n")
     fake.chmod(0o755)
     proc = subprocess.Popen(["/bin/sh", "-c", REBOOT_LOOP, "loop", str(fake)])
-    time.sleep(0.5)
+    wait_until(started.exists, "the boot loop to start nspawn")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=10) == 0
     assert marker.read_text().strip() == "yes"

@@ -15,6 +15,7 @@ import pytest
 from specdec.config import state
 from specdec.errors import ConfigError
 from specdec.plan.planner import make_plan
+from specdec.tune import store as tune_store
 from specdec.tune.cache import apply_cached, cache_key, store
 from specdec.tune.search import Config, TuneResult
 from specdec.tune.store import DEFAULT_NAME, ENV, DirStore, location, open_store, register_scheme
@@ -53,7 +54,11 @@ def test_location_rules(tmp_path: Path, inventory: Path, monkeypatch: pytest.Mon
         open_store("etcd://e1:2379/specdec")
 
 
-def test_a_registered_store_backs_the_cache() -> None:
+def test_a_registered_store_backs_the_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the registry is the process's: this test's scheme goes with it (other tests say which
+    # schemes are known)
+    monkeypatch.setattr(tune_store, "_OPENERS", {})
+
     class Mem:
         entries: dict[str, str] = {}
 
