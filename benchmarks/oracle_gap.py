@@ -57,8 +57,10 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import fleetinputs
 from heldout import Target, add_seed_args, judge, seeds_from, seeds_line
 from simlab import PINS, ROWS, Noise, Setup, Truth, World, add_spread_arg, spreads_from
 
@@ -219,9 +221,9 @@ def oracle(world: World, h: Host, plans: list[Plan], pol: GatePolicy, seeds: int
 
 
 def evaluate(args: tuple[int, WorldKey, argparse.Namespace, list[int]]
-             ) -> tuple[str, dict[int, float]]:
-    """One host in one world: its table row over every seed's trials, and each seed's worst
-    kept/best (worker process)."""
+             ) -> tuple[str, dict[int, float], list[Trial]]:
+    """One host in one world: its table row over every seed's trials, each seed's worst
+    kept/best and the trials (worker process)."""
     i, w, a, seeds = args
     h = hosts()[i]
     world, pol, bs = World(), GatePolicy(), BenchSettings()
@@ -246,7 +248,7 @@ def evaluate(args: tuple[int, WorldKey, argparse.Namespace, list[int]]
             f"{min(ratios):.1%} | {statistics.fmean(ratios):.1%} | "
             f"{med(t.points for t in trials):.0f} | {med(t.restarts for t in trials):.0f} | "
             f"{med(t.tune_s for t in trials):.0f} | {med(t.gate_s for t in trials):.0f} |",
-            worst)
+            worst, trials)
 
 
 def world_name(w: WorldKey) -> str:
@@ -265,6 +267,8 @@ def main() -> int:
     ap.add_argument("--variants", default="chain,measured")
     add_spread_arg(ap)
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--write-inputs", metavar="FILE", help="write the per-device tune costs "
+                    "to FILE's tune section (benchmarks/fleetinputs.py; fleet_sim.py reads it)")
     ap.add_argument("--hosts", default="",
                     help="comma-separated host labels to run (default: every host)")
     a = ap.parse_args()
@@ -286,6 +290,7 @@ def main() -> int:
           f"with noise req {a.noise_req:g}, run {a.noise_run:g}; {a.trials} trials per seed); "
           + seeds_line(seeds, bool(a.seeds)))
     worst: dict[WorldKey, dict[int, float]] = {}
+    cost: dict[str, list[Trial]] = {}  # device -> its tuned hosts' trials (chain, no spread)
     with ProcessPoolExecutor(max_workers=a.jobs) as ex:
         for w in worlds:
             print(f"\nworld: {world_name(w)}"
@@ -298,8 +303,11 @@ def main() -> int:
                   f"| kept/best worst per seed ({', '.join(map(str, seeds))}) | worst | mean | "
                   "tune points | restarts | tune s | gate s |")
             print("|---|---|---|---|---|---|---|---|---|---|---|")
-            for text, by_seed in ex.map(evaluate, [(i, w, a, seeds) for i in picked]):
+            for i, (text, by_seed, trials) in zip(
+                    picked, ex.map(evaluate, [(i, w, a, seeds) for i in picked]), strict=True):
                 print(text, flush=True)
+                if w == ("chain", 0.0) and "as deployed" not in text:
+                    cost.setdefault(ROWS[hosts()[i].row][1], []).extend(trials)
                 if "as deployed" not in text:
                     got = worst.setdefault(w, {})
                     for seed, v in by_seed.items():
@@ -308,8 +316,27 @@ def main() -> int:
     for w, by_seed in worst.items():
         print("  " + judge(Target(f"tuner, world {world_name(w)}", 0.95, higher=True,
                                   fmt="{:.1%}"), by_seed)[1])
+    if a.write_inputs:
+        write_inputs(Path(a.write_inputs), cost, seeds, a.trials)
     print(f"(computed in {time.monotonic() - t0:.0f} s)")
     return 0
+
+
+def write_inputs(path: Path, cost: dict[str, list[Trial]], seeds: list[int], trials: int
+                 ) -> None:
+    """benchmarks/fleetinputs.py's ``tune`` section: per device, the medians of a tuning host."""
+    if not cost:
+        print(f"--write-inputs: nothing written to {path} (needs the chain world without "
+              "per-prompt spread)")
+        return
+    med = statistics.median
+    fleetinputs.update(path, "tune", {
+        "seeds": seeds, "trials_per_seed": trials, "world": "chain",
+        "kinds": {dev: {"restarts_tune": med(t.restarts for t in ts),
+                        "tune_bench_s": round(med(t.tune_s for t in ts), 1),
+                        "gate_bench_s": round(med(t.gate_s for t in ts), 1),
+                        "trials": len(ts)} for dev, ts in sorted(cost.items())}})
+    print(f"wrote the tune section of {path}")
 
 
 if __name__ == "__main__":
