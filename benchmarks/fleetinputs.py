@@ -50,8 +50,9 @@ def load(path: Path) -> dict[str, Any]:
     return data
 
 
-def update(path: Path, section: str, data: dict[str, Any]) -> None:
-    """Write one section (with the command and commit that measured it), keeping the others."""
+def update(path: Path, section: str, data: dict[str, Any], at: str) -> None:
+    """Write one section (with the command and ``at``, the commit the run started on:
+    `commit`), keeping the others."""
     cur = load(path)
-    cur[section] = {"command": " ".join(["python3", *sys.argv]), "commit": commit(), **data}
+    cur[section] = {"command": " ".join(["python3", *sys.argv]), "commit": at, **data}
     path.write_text(json.dumps(cur, indent=1, sort_keys=True) + "\n")

@@ -281,6 +281,7 @@ def main() -> int:
     spreads = spreads_from(a, ap)
     picked = [i for i, lab in enumerate(labels) if not want or lab in want]
     t0 = time.monotonic()
+    at = fleetinputs.commit()  # what the figures were computed on
     bs = BenchSettings()
     worlds = [(v, sp) for v in a.variants.split(",") if v for sp in spreads]
     print(f"oracle gap: every lab host, every method the catalog and engine allow x k "
@@ -317,13 +318,13 @@ def main() -> int:
         print("  " + judge(Target(f"tuner, world {world_name(w)}", 0.95, higher=True,
                                   fmt="{:.1%}"), by_seed)[1])
     if a.write_inputs:
-        write_inputs(Path(a.write_inputs), cost, seeds, a.trials)
+        write_inputs(Path(a.write_inputs), cost, seeds, a.trials, at)
     print(f"(computed in {time.monotonic() - t0:.0f} s)")
     return 0
 
 
-def write_inputs(path: Path, cost: dict[str, list[Trial]], seeds: list[int], trials: int
-                 ) -> None:
+def write_inputs(path: Path, cost: dict[str, list[Trial]], seeds: list[int], trials: int,
+                 at: str) -> None:
     """benchmarks/fleetinputs.py's ``tune`` section: per device, the medians of a tuning host."""
     if not cost:
         print(f"--write-inputs: nothing written to {path} (needs the chain world without "
@@ -335,7 +336,7 @@ def write_inputs(path: Path, cost: dict[str, list[Trial]], seeds: list[int], tri
         "kinds": {dev: {"restarts_tune": med(t.restarts for t in ts),
                         "tune_bench_s": round(med(t.tune_s for t in ts), 1),
                         "gate_bench_s": round(med(t.gate_s for t in ts), 1),
-                        "trials": len(ts)} for dev, ts in sorted(cost.items())}})
+                        "trials": len(ts)} for dev, ts in sorted(cost.items())}}, at)
     print(f"wrote the tune section of {path}")
 
 
