@@ -1,7 +1,7 @@
 """Oracle gap: does the deploy keep (close to) the best speculation each lab host allows, also in
 a world whose speculation does not follow the tuner's model?
 
-Not a test: it prints figures. Run: ``python3 benchmarks/oracle_gap.py [--trials 5] [--seeds
+Not a test: it prints figures. Run: ``python3 benchmarks/oracle_gap.py [--trials 3] [--seeds
 A,B,C] [--prompt-spread 0,0.05]``.
 
 **Held-out seeds decide "met"** (`heldout`): the trials run on `heldout.MIN_SEEDS` seeds derived
@@ -259,7 +259,7 @@ def world_name(w: WorldKey) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--trials", type=int, default=5, help="trials per host and seed")
+    ap.add_argument("--trials", type=int, default=3, help="trials per host and seed")
     add_seed_args(ap)
     ap.add_argument("--truth-seeds", type=int, default=2)
     ap.add_argument("--noise-req", type=float, default=0.05)
