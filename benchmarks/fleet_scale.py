@@ -44,6 +44,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(ROOT / "benchmarks"))  # fleetinputs
+
+import fleetinputs  # noqa: E402
 
 from specdec.report.fleet import REPORTS_ENV  # noqa: E402
 from specdec_lab.instance import Instance  # noqa: E402
@@ -248,6 +251,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     " (noop-live: the no-op with SPECDEC_FACT_CACHE=off, every fact read "
                     "live as pyinfra does); a step may repeat")
     ap.add_argument("--json", metavar="FILE")
+    ap.add_argument("--write-inputs", metavar="FILE", help="write the control node's CPU "
+                    "seconds per host of the largest size's rollout to FILE's control_node "
+                    "section (benchmarks/fleetinputs.py; fleet_sim.py reads it)")
     ap.add_argument("--logs", metavar="DIR", help="keep reports and timed logs here")
     args = ap.parse_args(argv)
     inst = Instance(args.instance)
@@ -256,6 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if bad := [x for x in steps if x not in STEP_NAMES]:
         ap.error(f"--steps: unknown step {bad[0]!r} (known: {', '.join(STEP_NAMES)})")
     results = []
+    at = fleetinputs.commit()  # what the figures were measured on
     work = Path(args.logs) if args.logs else Path(tempfile.mkdtemp(prefix="fleet-scale-"))
     for size in sizes:
         dropoff = not args.no_dropoff and size == max(sizes)
@@ -267,6 +274,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"(reports and timed logs: {work})", file=sys.stderr)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1) + "\n")
+    if args.write_inputs:
+        write_inputs(Path(args.write_inputs), results, at)
     print(f"fleet_scale: pyinfra --parallel {args.parallel}; control node: this machine "
           f"({os.cpu_count()} CPUs); CPU = user + system seconds of the command's process tree")
     print("| hosts | lab up s | boot median / max s | memory per host median / max MiB | "
@@ -312,6 +321,21 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{', '.join(d['unreachable'])}; --resume rc {d['resume_rc']} in "
                   f"{d['resume_wall_s']:.0f} s: {d['after']}")
     return 0
+
+
+def write_inputs(path: Path, results: list[dict[str, Any]], at: str) -> None:
+    """benchmarks/fleetinputs.py's ``control_node`` section: CPU seconds per host of the
+    largest size's first rollout (what fleet_sim.py charges each host of a batch)."""
+    top = max(results, key=lambda r: r["size"])
+    run = next((x for x in top["runs"] if x["what"] == "rollout" and x["rc"] == 0), None)
+    if run is None:
+        print(f"--write-inputs: no successful rollout at {top['size']} hosts: nothing written "
+              f"to {path}", file=sys.stderr)
+        return
+    fleetinputs.update(path, "control_node", {
+        "hosts": top["size"], "cpus": os.cpu_count(),
+        "cpu_s_per_host": round(run["cpu_s"] / top["size"], 3)}, at)
+    print(f"wrote the control_node section of {path}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -24,9 +24,15 @@ measured by benchmarks/fleet_scale.py, over its cores). Devices drop off at ``--
 host and come back ``--back-after`` later: they are reported unreachable and finished by a
 resumed run.
 
-Durations come from published logs where there are some (each cited in `KINDS`); where there
-are none (Jetson Orin start-up phases, image sizes, provisioning, site links) the value is an
-assumption, named as such and a parameter. Figures are predictions, not measurements.
+**Measured inputs** come from a JSON the measuring benchmarks write (`fleetinputs`, default
+``benchmarks/fleet_inputs.json``, ``--inputs``): per device, the engine restarts, tune and gate
+seconds of a tuning host (``benchmarks/oracle_gap.py --write-inputs``), and the control node's
+CPU seconds per host (``benchmarks/fleet_scale.py --write-inputs``); a missing one is an error
+naming the command that writes it (``--cpu-s-per-host`` may give the CPU figure instead).
+Start-up durations come from published logs where there are some (each cited at `DEVICES`);
+where there are none (Jetson Orin start-up phases, image sizes, provisioning, site links) the
+value is an assumption, named as such and a parameter. Figures are predictions, not
+measurements.
 
     python3 benchmarks/fleet_sim.py            # the README's table
 """
@@ -46,6 +52,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(ROOT / "benchmarks"))  # fleetinputs
+
+import fleetinputs  # noqa: E402
 
 from specdec.catalog import load_catalog  # noqa: E402
 from specdec.fleet import rollout as ro  # noqa: E402
@@ -70,9 +79,11 @@ class Kind:
     compile_s: float  # torch.compile, cached (cold adds compile_cold_s once)
     compile_cold_s: float
     capture_s: float  # CUDA-graph capture
-    restarts_tune: int  # engine starts of a host that tunes (points + the gate's)
-    tune_bench_s: float  # tune benchmarking
-    gate_bench_s: float  # gate benchmarking (rounds)
+    restarts_tune: float = 0.0  # engine starts of a host that tunes (measured: `kinds`)
+    tune_bench_s: float = 0.0  # tune benchmarking (measured)
+    gate_bench_s: float = 0.0  # gate benchmarking, rounds (measured)
+
+    MEASURED = ("restarts_tune", "tune_bench_s", "gate_bench_s")
 
 
 # Sources:
@@ -84,27 +95,48 @@ class Kind:
 # - Jetson Orin: no published per-phase start-up log for an 8B model (notes/fleet.md §6):
 #   init, compile and capture are the datacenter figures x 3 (ASSUMPTION: the Orin's
 #   Cortex-A78AE cores against a server CPU), weights at the load_gbs ASSUMED.
-# - Restarts, tune and gate benchmarking per host: benchmarks/oracle_gap.py (README, "Oracle
-#   gap": median over 5 trials per lab host, device seconds: e.g. AGX 5 restarts, 109 s tune,
-#   20 s gate; Nano 4, 17 s, 5 s).
-KINDS = (
-    Kind("orin-nano-8gb", 0.30, "Qwen/Qwen3-0.6B", 0.0, 8.0, 0.8, 30, 22, 135, 51, 4, 17, 5),
-    Kind("orin-nano-4gb", 0.10, "Qwen/Qwen3-0.6B", 0.0, 8.0, 0.8, 30, 22, 135, 51, 4, 41, 22),
-    Kind("orin-nx-16gb", 0.25, "Qwen/Qwen3-1.7B", 0.0, 8.0, 1.0, 30, 22, 135, 51, 7, 104, 12),
-    Kind("orin-nx-8gb", 0.10, "Qwen/Qwen3-1.7B", 0.0, 8.0, 1.0, 30, 22, 135, 51, 4, 57, 14),
-    Kind("agx-orin-32gb", 0.10, "Qwen/Qwen3-4B", 0.0, 8.0, 1.5, 30, 22, 135, 51, 9, 131, 14),
+# - Restarts, tune and gate benchmarking per host: measured, from the inputs JSON (`kinds`).
+DEVICES = (
+    Kind("orin-nano-8gb", 0.30, "Qwen/Qwen3-0.6B", 0.0, 8.0, 0.8, 30, 22, 135, 51),
+    Kind("orin-nano-4gb", 0.10, "Qwen/Qwen3-0.6B", 0.0, 8.0, 0.8, 30, 22, 135, 51),
+    Kind("orin-nx-16gb", 0.25, "Qwen/Qwen3-1.7B", 0.0, 8.0, 1.0, 30, 22, 135, 51),
+    Kind("orin-nx-8gb", 0.10, "Qwen/Qwen3-1.7B", 0.0, 8.0, 1.0, 30, 22, 135, 51),
+    Kind("agx-orin-32gb", 0.10, "Qwen/Qwen3-4B", 0.0, 8.0, 1.5, 30, 22, 135, 51),
     Kind("agx-orin-64gb", 0.10, "meta-llama/Llama-3.1-8B-Instruct", 0.8, 8.0, 1.5, 30, 22,
-         135, 51, 5, 109, 20),
-    Kind("dgx-spark", 0.05, "Qwen/Qwen3-8B", 0.8, 12.0, 2.0, 10, 8, 46, 9, 5, 78, 14),
+         135, 51),
+    Kind("dgx-spark", 0.05, "Qwen/Qwen3-8B", 0.8, 12.0, 2.0, 10, 8, 46, 9),
 )
+
+
+def _number(d: Any, key: str, where: str, section: str) -> float:
+    v = d.get(key) if isinstance(d, dict) else None
+    if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+        raise ValueError(f"{where}.{key}: {'missing' if v is None else repr(v)} (written by "
+                         f"{fleetinputs.WRITERS[section]})")
+    return float(v)
+
+
+def kinds(inputs: Mapping[str, Any], path: Path) -> tuple[Kind, ...]:
+    """`DEVICES` with their measured restarts, tune and gate seconds from the inputs file."""
+    tune = inputs.get("tune") or {}
+    per = tune.get("kinds") if isinstance(tune, dict) else None
+    return tuple(Kind(**{**k.__dict__, **{f: _number(
+        (per or {}).get(k.name), f, f"{path.name}: tune.kinds.{k.name}", "tune")
+        for f in Kind.MEASURED}}) for k in DEVICES)
+
+
+def cpu_s_per_host(inputs: Mapping[str, Any], path: Path) -> float:
+    return _number(inputs.get("control_node") or {}, "cpu_s_per_host",
+                   f"{path.name}: control_node", "control_node")
 
 
 @dataclass
 class Params:
+    kinds: tuple[Kind, ...]  # `DEVICES` with their measured figures (`kinds`)
+    cpu_s_per_host: float  # control-node CPU s per host: fleet_scale.py, its largest rollout
     site_mbps: float = 200.0  # ASSUMPTION: each site's uplink
     lan_gbs: float = 0.117  # the site mirror's 1 GbE NIC (ASSUMPTION: one mirror host)
     provision_s: float = 60.0  # ASSUMPTION: user, token, files, units, Jetson tuning
-    cpu_s_per_host: float = 1.13  # control-node CPU s per host: fleet_scale.py, 32-host rollout
     control_cores: int = 4
     parallel: int | None = None  # pyinfra --parallel (None: pyinfra's default)
     drop: float = 0.01  # share of devices unreachable at their batch
@@ -143,7 +175,7 @@ class SimPyinfra:
                  clock: Clock, inventory_size: int) -> None:
         self.devices, self.p, self.mirror, self.clock = devices, p, mirror, clock
         self.weights = {k.name: load_catalog().models[k.model].weight_bytes / GB + k.head_gb
-                        for k in KINDS}
+                        for k in p.kinds}
         self.site_has: set[tuple[int, str]] = set()  # (site, model or image) in its mirror
         self.tuned: set[str] = set()  # tune cache keys (a device kind = one key here)
         self.started: set[str] = set()  # hosts whose compile cache is warm
@@ -217,12 +249,12 @@ def _image(k: Kind) -> str:
     return "image:sbsa" if k.name == "dgx-spark" else "image:l4t"
 
 
-def make_fleet(n: int, sites: int) -> list[Device]:
+def make_fleet(n: int, sites: int, kinds: Sequence[Kind]) -> list[Device]:
     out: list[Device] = []
-    counts = [math.floor(k.share * n) for k in KINDS]
+    counts = [math.floor(k.share * n) for k in kinds]
     for i in range(n - sum(counts)):
-        counts[i % len(KINDS)] += 1
-    for k, c in zip(KINDS, counts, strict=True):
+        counts[i % len(kinds)] += 1
+    for k, c in zip(kinds, counts, strict=True):
         out += [Device(f"{k.name}-{len(out) + j:05d}", k, 0) for j in range(c)]
     out.sort(key=lambda d: d.name[-5:])  # kinds interleaved, as an inventory by site would be
     for i, d in enumerate(out):
@@ -235,7 +267,7 @@ def simulate(n: int, sites: int, mirror: bool, control_nodes: int, p: Params,
     import random
 
     rng = random.Random(seed)
-    fleet = make_fleet(n, sites)
+    fleet = make_fleet(n, sites, p.kinds)
     for d in rng.sample(fleet, int(round(p.drop * n))):
         if d is not fleet[0]:  # the canary is up: a down canary stops a run by design
             d.down = True
@@ -302,6 +334,16 @@ def simulate(n: int, sites: int, mirror: bool, control_nodes: int, p: Params,
             "bound": bound, "wan_gb": clock.wan_bytes / GB, "dropped": len(down)}
 
 
+def inputs_line(inputs: Mapping[str, Any], path: Path, p: Params, cpu_given: bool) -> str:
+    """Where the run's measured inputs come from, and what they are."""
+    at = {sec: str((inputs.get(sec) or {}).get("commit", "?")) for sec in fleetinputs.WRITERS}
+    cpu = "given" if cpu_given else f"measured at {at['control_node']}"
+    return (f"fleet_sim: inputs {path.name} (tune costs measured at {at['tune']}; control-node "
+            f"CPU {cpu}); per device restarts / tune s / gate s: " + ", ".join(
+                f"{k.name} {k.restarts_tune:g} / {k.tune_bench_s:.0f} / {k.gate_bench_s:.0f}"
+                for k in p.kinds))
+
+
 def _hm(s: float) -> str:
     return f"{int(s // 3600)}:{int(s % 3600 // 60):02d}"
 
@@ -311,14 +353,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--devices", default="10,100,1000,10000")
     ap.add_argument("--batches", default="1,5%,25%,100%")
     ap.add_argument("--site-mbps", type=float, default=Params.site_mbps)
-    ap.add_argument("--cpu-s-per-host", type=float, default=Params.cpu_s_per_host)
+    ap.add_argument("--inputs", default=str(fleetinputs.DEFAULT),
+                    help="the measured inputs JSON (benchmarks/fleetinputs.py)")
+    ap.add_argument("--cpu-s-per-host", type=float, default=None,
+                    help="control-node CPU s per host (default: the inputs' control_node)")
     ap.add_argument("--control-cores", type=int, default=Params.control_cores)
     ap.add_argument("--parallel", type=int, default=None)
     ap.add_argument("--drop", type=float, default=Params.drop)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    p = Params(site_mbps=args.site_mbps, cpu_s_per_host=args.cpu_s_per_host,
-               control_cores=args.control_cores, parallel=args.parallel, drop=args.drop)
+    path = Path(args.inputs)
+    try:
+        inputs = fleetinputs.load(path)
+        ks = kinds(inputs, path)
+        cpu = args.cpu_s_per_host if args.cpu_s_per_host is not None else \
+            cpu_s_per_host(inputs, path)
+    except ValueError as e:
+        print(f"fleet_sim: {e}", file=sys.stderr)
+        return 2
+    p = Params(ks, cpu, site_mbps=args.site_mbps, control_cores=args.control_cores,
+               parallel=args.parallel, drop=args.drop)
     out = []
     for n in (int(x) for x in args.devices.split(",")):
         many = max(2, min(20, n // 50))  # several sites: ~50 devices each, at most 20
@@ -330,7 +384,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
-    print(f"fleet_sim: batches {args.batches}; site link {p.site_mbps:g} Mbit/s; control node "
+    print(inputs_line(inputs, path, p, args.cpu_s_per_host is not None))
+    print(f"batches {args.batches}; site link {p.site_mbps:g} Mbit/s; control node "
           f"{p.control_cores} cores, {p.cpu_s_per_host:g} CPU-s/host; {p.drop:.0%} of devices "
           f"unreachable at their batch, back after {p.back_after_s / 3600:g} h (--resume); "
           "device time")

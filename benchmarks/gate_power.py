@@ -1,6 +1,17 @@
 """Gate power: how often does the gate decide wrong in the field's noise, and how long does it take?
 
-Not a test: it prints figures. Run: ``python3 benchmarks/gate_power.py [--scenarios 200]``.
+Not a test: it prints figures. Run: ``python3 benchmarks/gate_power.py [--scenarios 200]
+[--seeds A,B,C] [--prompt-spread 0,0.05]`` (about 13 min per world on two busy cores).
+
+**Held-out seeds decide "met"** (`heldout`): by default the run draws its scenarios on
+`heldout.MIN_SEEDS` seeds derived from the date (printed; ``--seeds`` repeats a run), none of
+the seeds development used (`heldout.DEV_SEEDS`), prints each target's figure as min / median /
+max over them, and says "met" only when the worst seed meets it.
+
+**Two worlds** (``--prompt-spread``): ``0``, the emulator's acceptance varying only by the four
+prompt categories the gate stratifies on, and a per-prompt spread within a category that the
+gate does not model (`specdec_lab.emulator.acceptance.prompt_offset`, 0.05: a stated stress),
+each with its own truth and its own targets.
 
 Each scenario is a speculation setup on one of the lab's hosts (every host of
 `inventories/lab.py`, with its device, engine and model): a method that exists for it (EAGLE-3
@@ -50,7 +61,15 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
-from simlab import ROWS, Noise, Setup, Truth, World, restart_s
+from heldout import (
+    DEV_SEEDS,
+    Target,
+    add_seed_args,
+    judge,
+    seeds_from,
+    seeds_line,
+)
+from simlab import ROWS, Noise, Setup, Truth, World, add_spread_arg, restart_s, spreads_from
 
 from specdec.catalog import load_catalog
 from specdec.gate.decide import decide
@@ -186,18 +205,19 @@ def decide_one(world: World, sc: Scenario, pol: GatePolicy, bs: BenchSettings,
     return Outcome(dec.decision, seconds, dec.rounds, restarts, dec.code, scaled)
 
 
-def evaluate(args: tuple[int, argparse.Namespace]) -> dict[str, Any]:
+def evaluate(args: tuple[int, argparse.Namespace, int, float]) -> dict[str, Any]:
     """One scenario: its truth and the gate's decision in every noise case (worker process)."""
-    i, a = args
-    rng = random.Random(stable_int("gate-power", a.seed, i))
+    i, a, seed, spread = args
+    rng = random.Random(stable_int("gate-power", seed, i))
     world = World()
     bs, pol = BenchSettings(), policy(a)
     sc = draw(rng)
+    sc.setup = replace(sc.setup, spread=spread)
     sc.truth = world.truth(sc.setup, a.truth_seeds, bs.max_tokens)
     out: dict[str, Any] = {"sc": sc}
     for label in a.cases:
         out[label] = decide_one(world, sc, pol, bs, random.Random(stable_int(
-            "gate-power", a.seed, i, label)), CASES[label])
+            "gate-power", seed, i, label)), CASES[label])
     return out
 
 
@@ -211,19 +231,19 @@ def quantile(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
 
 
-def run(a: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def run(a: argparse.Namespace, ex: ProcessPoolExecutor, seed: int, spread: float
+        ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     delta, zone_m = policy(a).max_regression_c8, policy(a).indifference
     counted: list[dict[str, Any]] = []
     zone: list[dict[str, Any]] = []
     i = 0
-    with ProcessPoolExecutor(max_workers=a.jobs) as ex:
-        while len(counted) < a.scenarios:
-            batch = list(range(i, i + max(a.jobs, a.scenarios - len(counted))))
-            i += len(batch)
-            for res in ex.map(evaluate, [(j, a) for j in batch]):
-                if len(counted) >= a.scenarios:
-                    break  # drawn beyond the count: not reported
-                (counted if res["sc"].margin(delta) >= zone_m else zone).append(res)
+    while len(counted) < a.scenarios:
+        batch = list(range(i, i + max(a.jobs, a.scenarios - len(counted))))
+        i += len(batch)
+        for res in ex.map(evaluate, [(j, a, seed, spread) for j in batch]):
+            if len(counted) >= a.scenarios:
+                break  # drawn beyond the count: not reported
+            (counted if res["sc"].margin(delta) >= zone_m else zone).append(res)
     return counted, zone
 
 
@@ -255,8 +275,9 @@ def case_row(label: str, counted: list[dict[str, Any]], zone: list[dict[str, Any
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--scenarios", type=int, default=200, help="counted scenarios (outside "
-                    "the indifference zone)")
-    ap.add_argument("--seed", type=int, default=1)
+                    "the indifference zone) per seed")
+    add_seed_args(ap)
+    add_spread_arg(ap)
     ap.add_argument("--cases", default=",".join(CASES), help="noise cases, comma-separated "
                     f"(of {', '.join(CASES)})")
     ap.add_argument("--truth-seeds", type=int, default=4)
@@ -270,29 +291,54 @@ def main() -> int:
     unknown = [c for c in a.cases if c not in CASES]
     if unknown:
         ap.error(f"--cases: unknown {', '.join(unknown)} (known: {', '.join(CASES)})")
+    seeds = seeds_from(a, ap, "gate-power")
+    spreads = spreads_from(a, ap)
     t0 = time.monotonic()
     pol, bs = policy(a), BenchSettings()
-    delta, zone_m = pol.max_regression_c8, pol.indifference
-    counted, zone = run(a)
-    restart = {row: restart_s(row) for row in range(len(ROWS))}
-    print(f"gate power: {len(counted)} scenarios on the lab's {len(ROWS)} hosts (emulator "
-          f"core, seed {a.seed}, {len(counted) + len(zone)} drawn, {len(zone)} in the "
-          f"±{zone_m:.0%} indifference zone)")
+    print(f"gate power: {a.scenarios} counted scenarios per seed on the lab's {len(ROWS)} hosts "
+          "(emulator core); " + seeds_line(seeds, bool(a.seeds)))
     print(f"deploy settings per round: warmup {bs.warmup}; c=1 {bs.requests} candidate / "
           f"{bs.baseline_requests} baseline requests; c=8 {bs.guard_requests} per arm; "
           f"{bs.max_tokens} tokens each (up to {pol.max_scale:g}x when the gate asks). Policy: "
           f"confidence {pol.confidence} (a wrong disable {pol.disable_confidence}), up to "
-          f"{pol.max_rounds} rounds, c=8 tolerance {delta:.0%}, noise floors: run "
-          f"{pol.run_noise}, request {pol.request_noise}")
+          f"{pol.max_rounds} rounds, c=8 tolerance {pol.max_regression_c8:.0%}, noise floors: "
+          f"run {pol.run_noise}, request {pol.request_noise}")
+    restart = {row: restart_s(row) for row in range(len(ROWS))}
+    print("engine restart per switch (device s): " + ", ".join(
+        f"{ROWS[r][0]} {s:.0f}" for r, s in restart.items()))
+    figs: dict[float, dict[int, dict[str, dict[str, float]]]] = {}
+    with ProcessPoolExecutor(max_workers=a.jobs) as ex:
+        for spread in spreads:
+            for seed in seeds:
+                counted, zone = run(a, ex, seed, spread)
+                figs.setdefault(spread, {})[seed] = report(a, seed, spread, counted, zone,
+                                                           restart, len(seeds) == 1)
+    for spread, by_seed in figs.items():
+        targets(world_name(spread), by_seed)
+    print(f"(computed in {time.monotonic() - t0:.0f} s)")
+    return 0
+
+
+def world_name(spread: float) -> str:
+    return ("acceptance by category only" if not spread else
+            f"per-prompt spread {spread:g} within a category (a stated stress)")
+
+
+def report(a: argparse.Namespace, seed: int, spread: float, counted: list[dict[str, Any]],
+           zone: list[dict[str, Any]], restart: dict[int, float], detail: bool
+           ) -> dict[str, dict[str, float]]:
+    """One seed's table in one world (with ``detail`` the per-host and per-kind tables); its
+    figures per case."""
+    delta, zone_m = policy(a).max_regression_c8, policy(a).indifference
     truths = {t: sum(1 for r in counted if r["sc"].verdict(delta) == t) for t in ("keep",
                                                                                 "disable")}
     kinds: dict[str, int] = {}
     for r in counted:
         kinds[r["sc"].kind()] = kinds.get(r["sc"].kind(), 0) + 1
-    print(f"counted: truth keep {truths['keep']}, disable {truths['disable']}; {kinds}")
-    print("engine restart per switch (device s): " + ", ".join(
-        f"{ROWS[r][0]} {s:.0f}" for r, s in restart.items()))
-    print()
+    print(f"\nseed {seed}{' (development)' if seed in DEV_SEEDS else ''}, world: "
+          f"{world_name(spread)}: {len(counted)} counted of {len(counted) + len(zone)} drawn, "
+          f"{len(zone)} in the ±{zone_m:.0%} indifference zone; truth keep {truths['keep']}, "
+          f"disable {truths['disable']}; {kinds}\n")
     print("| timing noise | wrong (outside zone) | wrong keep | wrong disable | of them a true "
           f"gain ≥ +{BIG_GAIN:.0%} | in zone: differ from truth | regret c=1 mean / worst | "
           "bench s/decision median | p90 | max | with restarts median / p90 | rounds mean | "
@@ -312,12 +358,11 @@ def main() -> int:
                           f"{t.gain:+.3f}, TPOT {t.tpot_red:+.3f}, c8 {t.c8_ratio:.3f}, margin "
                           f"{sc.margin(delta):.3f}), gate {o.decision} ({o.code}) after "
                           f"{o.rounds} rounds")
-    print()
-    per_host(counted, [c for c in ("1x", "2x") if c in a.cases], delta)
-    per_kind(counted, zone, [c for c in ("1x", "2x") if c in a.cases], delta)
-    targets(figs)
-    print(f"(computed in {time.monotonic() - t0:.0f} s)")
-    return 0
+    if detail:
+        print()
+        per_host(counted, [c for c in ("1x", "2x") if c in a.cases], delta)
+        per_kind(counted, zone, [c for c in ("1x", "2x") if c in a.cases], delta)
+    return figs
 
 
 def per_host(counted: list[dict[str, Any]], labels: list[str], delta: float) -> None:
@@ -358,24 +403,26 @@ def per_kind(counted: list[dict[str, Any]], zone: list[dict[str, Any]], labels: 
     print()
 
 
-def targets(figs: dict[str, dict[str, float]]) -> None:
-    """The issue's targets, each met or not."""
-    checks = []
+def targets(world: str, by_seed: dict[int, dict[str, dict[str, float]]]) -> None:
+    """The issue's targets over the seeds, each met only when its worst held-out seed meets
+    it (`heldout.judge`)."""
+    labels = next(iter(by_seed.values())).keys()
+    checks: list[tuple[Target, str, str]] = []
     for label in ("1x", "2x", "tails", "drift"):
-        if label in figs:
-            checks.append((f"out-of-zone wrong ≤ 1% ({label})", figs[label]["wrong"] <= 0.01))
-    unbiased = [lb for lb in figs if lb != "bias"]
-    checks.append((f"no wrong disable of a true gain ≥ +40% ({', '.join(unbiased)})",
-                   all(figs[lb]["big"] == 0 for lb in unbiased)))
-    if "bias" in figs:  # a bias no estimator can see: printed apart (README "Gate power")
-        checks.append(("no wrong disable of a true gain ≥ +40% (bias)", figs["bias"]["big"] == 0))
-    if "1x" in figs:
-        checks.append(("bench s/decision median ≤ 60, p90 ≤ 90 (1x)",
-                       figs["1x"]["median"] <= 60 and figs["1x"]["p90"] <= 90))
-    if "2x" in figs:
-        checks.append(("bench s/decision p90 ≤ 180 (2x)", figs["2x"]["p90"] <= 180))
-    print("targets: " + "; ".join(f"{name}: {'met' if ok else 'NOT met'}"
-                                  for name, ok in checks))
+        if label in labels:
+            checks.append((Target(f"out-of-zone wrong ({label})", 0.01, fmt="{:.1%}"), label,
+                           "wrong"))
+    for label in labels:  # the bias no estimator can see is printed apart (README "Gate power")
+        checks.append((Target(f"wrong disables of a true gain ≥ +{BIG_GAIN:.0%} ({label})", 0,
+                              fmt="{:.0f}"), label, "big"))
+    if "1x" in labels:
+        checks += [(Target("bench s/decision median (1x)", 60), "1x", "median"),
+                   (Target("bench s/decision p90 (1x)", 90), "1x", "p90")]
+    if "2x" in labels:
+        checks.append((Target("bench s/decision p90 (2x)", 180), "2x", "p90"))
+    print(f"\ntargets, world: {world}")
+    for t, label, key in checks:
+        print("  " + judge(t, {seed: f[label][key] for seed, f in by_seed.items()})[1])
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ device seconds (real time scale). Used by ``gate_power.py`` and ``oracle_gap.py`
 * `ROWS`: every host of ``inventories/lab.py`` (device, engine, model).
 * `Setup`: a speculation setup on a row (method, draft, k, per-batch-size k, sampling
   temperature as an acceptance-degradation knob, an optional c=8 slowdown, the emulator's
-  speculation world: ``chain`` or ``measured``, `specdec_lab.emulator.acceptance.VARIANTS`).
+  speculation world: ``chain`` or ``measured``, `specdec_lab.emulator.acceptance.VARIANTS`;
+  a per-prompt acceptance spread within a category, ``spread``:
+  `specdec_lab.emulator.acceptance.prompt_offset`).
 * `World.truth`: the setup's population figures over the whole built-in prompt set and several
   seeds (c=1 throughput gain, c=1 TPOT p50 reduction, c=8 steady-state throughput ratio).
 * `World.bench`: one arm's benchmark the way `specdec bench` runs it for a gate round
@@ -18,6 +20,7 @@ device seconds (real time scale). Used by ``gate_power.py`` and ``oracle_gap.py`
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import math
 import random
@@ -36,6 +39,7 @@ from hdquantile import hd_quantile  # noqa: E402
 from specdec.bench.prompts import builtin_prompts  # noqa: E402
 from specdec.catalog import load_catalog  # noqa: E402
 from specdec.gate.rounds import RoundBench  # noqa: E402
+from specdec_lab.emulator.acceptance import PROMPT_SPREAD  # noqa: E402
 from specdec_lab.emulator.core import EngineCore, EngineModel, SeqRequest  # noqa: E402
 from specdec_lab.emulator.profiles import device_profile, model_spec  # noqa: E402
 from specdec_lab.emulator.setup import setup_for  # noqa: E402
@@ -101,6 +105,25 @@ class Slowed:
         return StepCost(c.draft_s * f, c.target_s * f, c.overhead_s * f)
 
 
+def add_spread_arg(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--prompt-spread", default=f"0,{PROMPT_SPREAD:g}",
+                    help="worlds by per-prompt acceptance spread within a category, "
+                         "comma-separated (0: acceptance by category only; "
+                         "`specdec_lab.emulator.acceptance.prompt_offset`)")
+
+
+def spreads_from(a: argparse.Namespace, ap: argparse.ArgumentParser) -> list[float]:
+    """``--prompt-spread``'s values, or the parser's error (exit 2)."""
+    try:
+        out = [float(x) for x in a.prompt_spread.split(",") if x.strip()]
+    except ValueError:
+        ap.error(f"--prompt-spread: {a.prompt_spread!r} is not a comma-separated list of "
+                 "numbers")
+    if not out or any(not 0.0 <= x <= 0.3 for x in out):
+        ap.error(f"--prompt-spread: {a.prompt_spread!r}: need values from 0 to 0.3")
+    return out
+
+
 @dataclass(frozen=True)
 class Setup:
     """Speculation on one lab row (``method`` "none": the baseline)."""
@@ -113,6 +136,7 @@ class Setup:
     c8_factor: float | None = None  # None: natural c=8; else spec off above batch 2, x 1/f
     k_by_batch: tuple[tuple[int, int, int], ...] = ()
     variant: str = "chain"  # the emulator's speculation world (acceptance.VARIANTS)
+    spread: float = 0.0  # per-prompt acceptance spread within a category (acceptance.py)
 
     @property
     def baseline(self) -> Setup:
@@ -304,6 +328,8 @@ class World:
             kw["max_concurrency"] = SPEC_OFF_ABOVE
         if s.k_by_batch:
             kw["k_by_batch"] = s.k_by_batch
+        if s.spread:
+            kw["prompt_spread"] = s.spread
         st = setup_for(device, model, s.method, s.k, s.draft, **kw)
         m = st.engine_model()
         if s.c8_factor is not None and s.c8_factor != 1.0:

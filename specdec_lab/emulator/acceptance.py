@@ -27,6 +27,20 @@ how many are drafted and a measurement at one k no longer gives every smaller k 
 its drafting cost follows vLLM issue #20780's measured curve (`specdec_lab.emulator.timing`). The
 published sweeps (vLLM #20780, PR #18909) are consistent with a chain within their noise: the
 dilution is a stated stress, not a measurement.
+
+**Per-prompt spread** (`prompt_offset`, off unless a setup asks for it: ``prompt_spread``): with
+the tables above, acceptance varies only by the four categories the gate stratifies on, so
+every prompt of a category is the same to the drafter, which flatters a stratified estimate.
+With a spread ``s`` each prompt gets its own offset ``s·z`` (``z`` a standard normal drawn from
+the prompt's content, clipped to ±`SPREAD_CLIP`; the same in every run and seed, as a prompt's
+predictability is), added to every position's rate and, for lookup methods, to the chance that
+its context has a match. `PROMPT_SPREAD` (0.05) is a stated stress, not a measurement: no
+per-prompt acceptance within a category was found published; it is half the spread between the
+categories of the tables above (EAGLE-3's ``p0`` 0.58..0.82: sd 0.10) and about what separates
+datasets for one head (the yuhuili EAGLE-3 head at temperature 1, K=7: τ 2.77 on MT-bench,
+3.49 on HumanEval, nebius/EAGLE3-Llama-3.3-70B-Instruct's comparison table, via
+docs/research/measurement.md Q5). A prompt at ±1 sd moves EAGLE-3's chat AL at k=5 from 3.1 to
+3.5 or 2.8.
 """
 
 from __future__ import annotations
@@ -35,12 +49,14 @@ import math
 import random
 from dataclasses import dataclass
 
-__all__ = ["CATEGORIES", "DILUTION", "VARIANTS", "AcceptanceModel", "acceptance_model",
-           "expected_length"]
+__all__ = ["CATEGORIES", "DILUTION", "PROMPT_SPREAD", "SPREAD_CLIP", "VARIANTS", "AcceptanceModel",
+           "acceptance_model", "expected_length", "prompt_offset"]
 
 CATEGORIES = ("chat", "code", "summarization", "repetitive")
 VARIANTS = ("chain", "measured")
 DILUTION = 0.025  # "measured": every position's rate falls by this per extra drafted token
+PROMPT_SPREAD = 0.05  # sd of a prompt's own offset of every rate (a stated stress, above)
+SPREAD_CLIP = 2.5  # a prompt's offset is at most this many spreads
 
 # method -> category -> (p0, growth per position)
 _HEADS: dict[str, dict[str, tuple[float, float]]] = {
@@ -77,10 +93,20 @@ class AcceptanceModel:
     growth: float = 0.0
     match_prob: float = 1.0  # lookup methods: chance that a step has any draft at all
     variant: str = "chain"  # one of VARIANTS
+    offset: float = 0.0  # the prompt's own shift of every rate (`prompt_offset`)
 
     def p(self, position: int, k: int = 1) -> float:
         dilute = 1.0 - DILUTION * (k - 1) if self.variant == "measured" else 1.0
-        return min(P_MAX, max(0.0, (self.p0 + self.growth * position) * dilute))
+        return min(P_MAX, max(0.0, (self.p0 + self.growth * position + self.offset) * dilute))
+
+    def for_prompt(self, offset: float) -> AcceptanceModel:
+        """This model for one prompt: its rates (and a lookup's match chance) shifted by
+        ``offset``."""
+        if not offset:
+            return self
+        match = self.match_prob if self.match_prob >= 1.0 else \
+            min(0.999, max(0.01, self.match_prob + offset))
+        return AcceptanceModel(self.p0, self.growth, match, self.variant, offset)
 
     def has_draft(self, rng: random.Random) -> bool:
         return self.match_prob >= 1.0 or rng.random() < self.match_prob
@@ -101,6 +127,15 @@ class AcceptanceModel:
             run *= self.p(i, k)
             total += run
         return total
+
+
+def prompt_offset(prompt_key: int, spread: float) -> float:
+    """A prompt's own offset of its acceptance: ``spread`` × a standard normal drawn from the
+    prompt's content key (the same in every run), clipped to ±`SPREAD_CLIP` spreads."""
+    if spread <= 0:
+        return 0.0
+    z = random.Random(f"prompt-spread/{prompt_key}").gauss(0.0, 1.0)
+    return spread * max(-SPREAD_CLIP, min(SPREAD_CLIP, z))
 
 
 def expected_length(model: AcceptanceModel, k: int) -> float:

@@ -17,7 +17,7 @@ from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from specdec_lab.emulator.acceptance import AcceptanceModel, acceptance_model
+from specdec_lab.emulator.acceptance import AcceptanceModel, acceptance_model, prompt_offset
 from specdec_lab.emulator.profiles import ModelSpec
 from specdec_lab.emulator.textgen import TextGenerator, natural_length, stable_int
 from specdec_lab.emulator.timing import StepCost, StepLoad, TimingModel
@@ -47,6 +47,7 @@ class SpecConfig:
     k_by_batch: tuple[tuple[int, int, int], ...] = ()
     max_concurrency: int | None = None  # TRT-LLM: no speculation above this batch size
     variant: str = "chain"  # acceptance variant (`specdec_lab.emulator.acceptance.VARIANTS`)
+    prompt_spread: float = 0.0  # per-prompt acceptance offset sd (`acceptance.prompt_offset`)
 
     @property
     def active(self) -> bool:
@@ -202,7 +203,7 @@ class EngineCore:
             target_params=m.timing.target.params,
             draft_params=spec.draft.params if spec.draft else 0.0, matched=spec.matched,
             variant=spec.variant,
-        )
+        ).for_prompt(prompt_offset(req.prompt_key, spec.prompt_spread))
         seq = _Seq(
             id=self._ids, req=req, target_len=max(1, n), finish_reason=reason,
             text=TextGenerator(stable_int(m.seed, req.prompt_key, variant, "text"),

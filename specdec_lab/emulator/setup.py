@@ -82,6 +82,7 @@ class EngineSetup:
     k_by_batch: tuple[tuple[int, int, int], ...] = ()
     max_concurrency: int | None = None
     variant: str = field(default_factory=variant_from_env)  # acceptance + drafting-cost world
+    prompt_spread: float = 0.0  # per-prompt acceptance spread (`acceptance.prompt_offset`)
 
     @property
     def speculative(self) -> bool:
@@ -162,7 +163,7 @@ class EngineSetup:
         return SpecConfig(
             method=self.method, k=self.k, draft=self.drafter, matched=self.matched,
             k_by_batch=self.k_by_batch, max_concurrency=self.max_concurrency,
-            variant=self.variant,
+            variant=self.variant, prompt_spread=self.prompt_spread,
         )
 
     def engine_model(self, kv_capacity_tokens: int | None = None) -> EngineModel:

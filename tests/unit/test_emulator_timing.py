@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import statistics
+from dataclasses import replace
+
 import pytest
 
 from specdec.catalog import GIB
+from specdec_lab.emulator.acceptance import SPREAD_CLIP, prompt_offset
 from specdec_lab.emulator.core import SimPrompt, simulate
 from specdec_lab.emulator.memory import EngineFailure, trtllm_memory, vllm_memory
 from specdec_lab.emulator.setup import setup_for
@@ -154,3 +158,27 @@ def test_trtllm_memory_reduces_max_seq_len() -> None:
     s = setup_for("dgx-spark", "openai/gpt-oss-120b", max_num_seqs=16, max_model_len=131072)
     rep = trtllm_memory(s.memory_inputs(reserved_gib=35.0), 0.05)
     assert rep.max_model_len == min(131072, rep.kv_tokens) and rep.kv_tokens < 131072
+
+
+def test_prompt_spread_is_each_prompts_own_within_its_category() -> None:
+    """Per-prompt acceptance spread (a stated stress): a prompt's acceptance is its own in every
+    run (the ALs of two seeds agree prompt by prompt), which without it they do not; off, it
+    changes nothing."""
+    assert prompt_offset(123, 0.0) == 0.0
+    assert prompt_offset(123, 0.05) == prompt_offset(123, 0.05)
+    assert max(abs(prompt_offset(i, 0.05)) for i in range(2000)) <= SPREAD_CLIP * 0.05
+
+    def per_prompt(spread: float, seed: int) -> list[float]:
+        s = setup_for("dgx-spark", "Qwen/Qwen3-8B", "eagle3", 5, seed=seed,
+                      prompt_spread=spread)
+        out = []
+        for p in PROMPTS[:24]:
+            r = simulate(s.engine_model(), [p], concurrency=1, num_requests=1, max_tokens=256)
+            assert r.acceptance_length is not None
+            out.append(r.acceptance_length)
+        return out
+
+    assert statistics.correlation(per_prompt(0.05, 1), per_prompt(0.05, 2)) > 0.5
+    assert abs(statistics.correlation(per_prompt(0.0, 1), per_prompt(0.0, 2))) < 0.4
+    base = setup_for("dgx-spark", "Qwen/Qwen3-8B", "eagle3", 5, seed=1)
+    assert replace(base, prompt_spread=0.0).engine_model() == base.engine_model()
