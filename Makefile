@@ -10,7 +10,7 @@ APT_PACKAGES = systemd-container debootstrap docker-registry skopeo iproute2 pro
 	etcd-server etcd-client python3-venv nftables nginx util-linux prometheus
 STAMP = .make
 
-.PHONY: setup dynamo-venv hub-clients real-engine bench-real e2e-real test lint unit contract e2e demo demo-down clean
+.PHONY: setup dynamo-venv hub-clients real-engine bench-real e2e-real figures test lint unit contract e2e demo demo-down clean
 
 $(STAMP)/apt:
 	@mkdir -p $(STAMP)
@@ -55,6 +55,11 @@ bench-real: real-engine
 
 e2e-real: real-engine
 	SPECDEC_E2E_REAL=1 $(PYTHON) -m pytest -q -ra tests/e2e/test_real_engine.py
+
+# The README's quoted benchmark lines, printed again by their own commands (about 1.5 h on two
+# cores; not part of `make test`, whose unit suite checks them against the measurement pages).
+figures: setup
+	$(PYTHON) benchmarks/figures.py
 
 lint: setup
 	ruff check specdec specdec_lab roles deploys inventories group_data tests benchmarks monitoring
