@@ -127,7 +127,8 @@ def _measure(args: argparse.Namespace, inst: Instance, env: dict[str, str],
     os.environ["SPECDEC_LAB_HOSTS"] = str(args.hosts)
     os.environ["SPECDEC_LAB_DYNAMO"] = "0"
     hosts = lab_hosts(INVENTORY, instance=inst)
-    rec = json.loads(inst.state_file.read_text())["hub"]
+    lab_state = json.loads(inst.state_file.read_text())
+    rec = lab_state["hub"]
     mirror = hosts[0]
     print(f"lab: {len(hosts)} hosts up in {up_s:.0f}s; site mirror on {mirror.name} "
           f"({mirror.address}); Hub weights at scale {rec['scale']:g}")
@@ -171,7 +172,7 @@ def _measure(args: argparse.Namespace, inst: Instance, env: dict[str, str],
         return 1
     hubsvc.control(rec, "/_lab/config", {"wan_mbps": args.wan_mbps})
     direct = {h.name: hubsvc.endpoint(h.gateway) for h in hosts}
-    roots = json.loads(inst.state_file.read_text())["hosts"]
+    roots = lab_state["hosts"]
     for h in hosts:  # a site's hosts trust only the site's CA: the Hub's too, for this run
         ca = Path(roots[h.name]["root"]) / HUB_CA_SCRATCH.lstrip("/")
         ca.write_bytes(hubsvc.ca_file(inst).read_bytes())

@@ -54,8 +54,8 @@ def _planned_open(plan: dict, intruder_address: str) -> set[int]:
     src = ipaddress.ip_address(intruder_address)
     out = {int(plan.get("ssh_port") or 22)}
     for s in plan["sockets"]:
-        if any(src in ipaddress.ip_network(n, strict=False) for n in s["reach"]
-               if ipaddress.ip_network(n, strict=False).version == src.version):
+        nets = [ipaddress.ip_network(n, strict=False) for n in s["reach"]]
+        if any(n.version == src.version and src in n for n in nets):
             out |= set(range(s["port"], (s.get("port_end") or s["port"]) + 1))
     return out
 

@@ -3,18 +3,12 @@ benchmarks' Harrell–Davis quantile."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 from specdec.bench.onhost.stats import percentile, summarize
+from tests.benchmod import load
 
-_spec = importlib.util.spec_from_file_location(
-    "hdquantile", Path(__file__).resolve().parents[2] / "benchmarks" / "hdquantile.py")
-assert _spec is not None and _spec.loader is not None
-hdq = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(hdq)
+hdq = load("hdquantile")
 
 
 def test_percentile_matches_numpy_linear() -> None:

@@ -3,16 +3,13 @@ each is the line its measurement page recorded (the page names the run that prin
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from pathlib import Path
 
+from tests.benchmod import load
+
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("figures", ROOT / "benchmarks" / "figures.py")
-assert _spec is not None and _spec.loader is not None
-fig = importlib.util.module_from_spec(_spec)
-sys.modules["figures"] = fig  # its dataclasses look their module up
-_spec.loader.exec_module(fig)
+fig = load("figures")
 
 PAGES = {"gate_power.py": "gate-power.md", "oracle_gap.py": "oracle-gap.md"}
 

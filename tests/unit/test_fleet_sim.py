@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
+from tests.benchmod import load
+
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("fleet_sim", ROOT / "benchmarks" / "fleet_sim.py")
-assert _spec is not None and _spec.loader is not None
-sim = importlib.util.module_from_spec(_spec)
-sys.modules["fleet_sim"] = sim  # its dataclasses look their module up
-_spec.loader.exec_module(sim)
+sim = load("fleet_sim")
 
 # a measured-inputs file as benchmarks/oracle_gap.py and fleet_scale.py write it (figures of
 # the test's own: the scheduler model is tested, not the lab's costs)

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import random
@@ -14,13 +13,10 @@ from specdec.errors import GateError
 from specdec.gate.decide import decide, load_policy, load_result
 from specdec.gate.rounds import BenchSettings, pick, round_bench
 from specdec.plan.types import GatePolicy
+from tests.benchmod import load
 
 # the gate's rounds without a host (benchmarks/gateloop.py, which the fingerprint drives too)
-_spec = importlib.util.spec_from_file_location(
-    "gateloop", Path(__file__).resolve().parents[2] / "benchmarks" / "gateloop.py")
-assert _spec is not None and _spec.loader is not None
-_gateloop = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_gateloop)
+_gateloop = load("gateloop")
 decide_adaptive = _gateloop.abab
 
 N_TOK = 64

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from datetime import date
-from pathlib import Path
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location(
-    "heldout", Path(__file__).resolve().parents[2] / "benchmarks" / "heldout.py")
-assert _spec is not None and _spec.loader is not None
-ho = importlib.util.module_from_spec(_spec)
-sys.modules["heldout"] = ho  # its dataclasses look their module up
-_spec.loader.exec_module(ho)
+from tests.benchmod import load
+
+ho = load("heldout")
 
 P90 = ho.Target("p90", 90.0)
 RATIO = ho.Target("kept/best", 0.95, higher=True, fmt="{:.1%}")
