@@ -75,7 +75,9 @@ unit: setup
 		--random-order-seed=$(SEED) tests --ignore=tests/e2e --ignore=tests/contract
 
 # Every pinned vLLM release from PyPI (environments cached in /var/cache/specdec-contract:
-# minutes the first time) judges what specdec renders; TensorRT-LLM against its schema facts.
+# minutes the first time) judges what specdec renders; TensorRT-LLM against its schema facts;
+# where `make real-engine` has run, the CPU release starts every configuration the catalog
+# renders for x86-cpu (tests/contract/test_cpu_runtime.py: ~7 min; skipped otherwise).
 contract: setup
 	$(PYTHON) -m pytest -q -ra tests/contract
 
