@@ -5,17 +5,30 @@ Each arm is a fresh ``vllm serve`` from the lab's hash-pinned venv (`specdec_lab
 the lab's model folder (`specdec_lab.realmodel`), with the x86-cpu host's recipe (float32,
 ``--enforce-eager``, ``VLLM_CPU_KVCACHE_SPACE``, tcmalloc + libiomp5 preloaded: what
 `specdec.engines.vllm.engine` renders for that device) and the n-gram lookup the product
-renders (`NGRAM_PROMPT_LOOKUP`). Arms alternate (none, ngram, none, ...) so drift on the shared
-cores falls on both. Printed: one row per arm and concurrency (output tok/s, TPOT/ITL/TTFT p50,
-acceptance length and accepted/drafted from the engine's own counters) and the speed-up of
-n-gram over the baseline (medians over repeats). Throughput on a shared 2-core machine is
-noisy (real-engine.md: 8-23% between repeats); the counters are exact.
+renders (`NGRAM_PROMPT_LOOKUP`). Throughput on a shared 2-core machine is noisy
+(real-engine.md: 8-23% between repeats); the counters are exact.
 
-    python3 benchmarks/real_engine.py [--k 4] [--requests 20] [--max-tokens 64]
-                                      [--concurrency 1,4] [--repeats 1] [--json OUT]
+Sections (``--sections``, comma-separated; each prints one table):
 
-Needs the venv and the model (``make real-engine``: ~2 minutes once). Heavy: nothing else
-should run on the cores meanwhile.
+* ``arms`` (the default): arms alternate (none, ngram, none, ...), one fresh engine each; one
+  row per arm and concurrency (output tok/s, TPOT/ITL/TTFT p50, acceptance length and
+  accepted/drafted from the engine's own counters) and the n-gram speed-up (medians);
+* ``clients``: ``specdec bench`` against ``vllm bench serve`` on one running server
+  (`realbench.clients`);
+* ``emulator``: the emulated vLLM as the x86-cpu device beside the real engine, none and
+  n-gram, on prompts generated from ``--seed`` (`realbench.emulated`);
+* ``watch``: `specdec watch`'s live acceptance length against the engine's counters over the
+  same window (`realbench.watchcheck`);
+* ``memory``: the real engine's resident memory per arm (every real engine the run started).
+
+The non-default sections share engines: one real none engine, one real n-gram engine, then the
+two emulated ones.
+
+    python3 benchmarks/real_engine.py [--sections arms] [--k 4] [--requests 20]
+        [--max-tokens 64] [--concurrency 1,4] [--repeats 1] [--seed S] [--json OUT]
+
+Needs the venv and the model (``make real-engine``: ~2 minutes once). Heavy: run it under
+``flock /run/specdec-heavy.lock nice -n 10``.
 """
 
 from __future__ import annotations
@@ -24,114 +37,37 @@ import argparse
 import json
 import os
 import resource
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(ROOT / "benchmarks"))  # realbench
+
+from realbench import clients, emulated, watchcheck  # noqa: E402
+from realbench.engine import REPO, SERVED, ngram_spec, serve  # noqa: E402
+from realbench.prompts import generate, tagged  # noqa: E402
 
 from specdec.bench import BenchConfig, run_bench_sync  # noqa: E402
-from specdec.engines.vllm.engine import NGRAM_PROMPT_LOOKUP, TCMALLOC  # noqa: E402
+from specdec.engines.vllm.engine import NGRAM_PROMPT_LOOKUP  # noqa: E402
 from specdec_lab import realmodel, vllmcpu  # noqa: E402
 
-REPO = "HuggingFaceTB/SmolLM2-135M-Instruct"
-SERVED = "smollm2"
-KV_GIB = "1"  # VLLM_CPU_KVCACHE_SPACE, as the plan fits it for this model on x86-cpu
-HEALTH_TIMEOUT_S = 400.0
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
-            return r.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
-
-
-def _tree_rss_kib(pid: int) -> int:
-    """Resident memory of ``pid`` and its descendants (API server, engine core)."""
-    kids: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            fields = dict(line.split(":", 1) for line in (d / "status").read_text().splitlines())
-        except (OSError, ValueError):
-            continue
-        kids.setdefault(int(fields["PPid"]), []).append(int(d.name))
-        rss[int(d.name)] = int(fields.get("VmRSS", "0 kB").split()[0])
-    todo, total = [pid], 0
-    while todo:
-        p = todo.pop()
-        total += rss.get(p, 0)
-        todo += kids.get(p, [])
-    return total
-
-
-def _serve(venv: Path, model: Path, port: int, spec: dict[str, Any] | None,
-           home: Path, log: Path) -> subprocess.Popen[bytes]:
-    preload = [p for p in (TCMALLOC, str(venv / "lib" / "libiomp5.so")) if Path(p).exists()]
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": KV_GIB, "VLLM_HOST_IP": "127.0.0.1",
-           "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
-           "HOME": str(home), "XDG_CACHE_HOME": str(home / "cache"),
-           "LD_PRELOAD": ":".join(preload)}
-    argv = ["nice", "-n", "10", str(venv / "bin" / "vllm"), "serve", str(model),
-            "--dtype", "float32", "--max-model-len", "2048", "--enforce-eager",
-            "--host", "127.0.0.1", "--port", str(port), "--served-model-name", SERVED]
-    if spec:
-        argv += ["--speculative-config", json.dumps(spec)]
-    with open(log, "ab") as out:
-        return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+SECTIONS = ("arms", "clients", "emulator", "watch", "memory")
 
 
 def run_arm(name: str, spec: dict[str, Any] | None, args: argparse.Namespace,
             venv: Path, model: Path, work: Path) -> dict[str, Any]:
     """Start the engine for one arm, wait for /health, bench it, stop it."""
-    port, log = _port(), work / f"{name}.log"
-    url = f"http://127.0.0.1:{port}"
-    t0 = time.monotonic()
-    proc = _serve(venv, model, port, spec, work, log)
-    try:
-        while not _healthy(url):
-            if proc.poll() is not None or time.monotonic() - t0 > HEALTH_TIMEOUT_S:
-                tail = log.read_text(errors="replace").strip().splitlines()[-3:]
-                raise SystemExit(f"{name}: the engine did not become healthy "
-                                 f"(exit {proc.poll()}): {' | '.join(tail)} (log: {log})")
-            time.sleep(1)
-        ready_s, rss = time.monotonic() - t0, _tree_rss_kib(proc.pid)
+    with serve("real", name, spec, work, venv=venv, model=model) as srv:
         result = run_bench_sync(BenchConfig(
-            url=url, model=SERVED, concurrency=args.concurrency, requests=args.requests,
+            url=srv.url, model=SERVED, concurrency=args.concurrency, requests=args.requests,
             max_tokens=args.max_tokens, warmup=2, progress=False))
-    finally:
-        _stop(proc)
-    return {"arm": name, "ready_s": ready_s, "rss_kib": rss, "bench": result}
+        return {"arm": name, "ready_s": srv.ready_s, "rss_kib": srv.rss_kib["ready"],
+                "bench": result}
 
 
 def _row(run: dict[str, Any], level: str) -> dict[str, Any]:
@@ -163,35 +99,145 @@ def report(runs: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _commit() -> str:
+    def git(*a: str) -> str:
+        return subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True,
+                              check=False).stdout.strip()
+    return git("rev-parse", "--short", "HEAD") + (" (dirty)" if git("status", "--porcelain",
+                                                                    "--", ".") else "")
+
+
+def memory_report(servers: list[dict[str, Any]]) -> str:
+    out = ["| arm | engine ready s | RSS at /health GiB | RSS after the bench GiB | "
+           "RSS at the end GiB |", "|" + "---|" * 5]
+    for m in servers:
+        gib = [f"{m['rss_kib'][w] / 2**20:.2f}" if w in m["rss_kib"] else "-"
+               for w in ("ready", "after bench", "end")]
+        out.append(f"| {m['arm']} | {m['ready_s']:.0f} | {' | '.join(gib)} |")
+    return "\n".join(out)
+
+
+def _show(title: str, table: str) -> None:
+    print(f"\n## {title}\n{table}", flush=True)
+
+
+def _real_engines(args: argparse.Namespace, venv: Path, model: Path, work: Path,
+                  out: dict[str, Any]) -> None:
+    """The real none and n-gram engines, each serving the sections that need it."""
+    pset, want = generate(args.requests, args.seed), set(args.sections)
+    for arm, spec in (("none", None), ("ngram", ngram_spec(args.k))):
+        bench_it = bool({"emulator", "memory"} & want)
+        if not (bench_it or ("watch" in want and arm == "ngram")):
+            continue
+        with serve("real", arm, spec, work, venv=venv, model=model) as srv:
+            print(f"real {arm}: healthy in {srv.ready_s:.0f} s", flush=True)
+            if bench_it:
+                out["emulator"].append(emulated.bench(srv, pset, args.concurrency,
+                                                      args.max_tokens))
+            if "watch" in want and arm == "ngram":
+                c = max(args.concurrency)
+                out["watch"] = watchcheck.run(srv, tagged(pset, "watch"), c, args.max_tokens)
+                _show(f"watch (real ngram k={args.k})", watchcheck.report(out["watch"], c))
+            srv.sample_rss("end")
+            out["memory"].append({"arm": arm, "ready_s": srv.ready_s, "rss_kib": srv.rss_kib})
+
+
+def _clients(args: argparse.Namespace, venv: Path, model: Path, work: Path,
+             out: dict[str, Any]) -> None:
+    """One real engine per ``--clients-arms``, prefix caching off, both clients on it."""
+    pset = generate(args.requests, args.seed)
+    for arm in args.clients_arms:
+        spec = ngram_spec(args.k) if arm == "ngram" else None
+        with serve("real", arm, spec, work, venv=venv, model=model,
+                   extra=clients.NO_PREFIX_CACHE) as srv:
+            print(f"real {arm} (no prefix caching): healthy in {srv.ready_s:.0f} s", flush=True)
+            runs = clients.run(venv, srv, model, pset, args.concurrency, args.repeats,
+                               args.max_tokens, work)
+            out["clients"] += runs
+            _show(f"clients (real {arm}, --no-enable-prefix-caching)", clients.report(runs))
+            srv.sample_rss("end")
+            out["memory"].append({"arm": f"{arm} (clients, no prefix caching)",
+                                  "ready_s": srv.ready_s, "rss_kib": srv.rss_kib})
+
+
+def _emulated_engines(args: argparse.Namespace, work: Path, out: dict[str, Any]) -> None:
+    pset = generate(args.requests, args.seed)
+    for arm, spec in (("none", None), ("ngram", ngram_spec(args.k))):
+        with serve("emulated", arm, spec, work, seed=args.seed) as srv:
+            print(f"emulated {arm}: healthy in {srv.ready_s:.0f} s", flush=True)
+            out["emulator"].append(emulated.bench(srv, pset, args.concurrency,
+                                                  args.max_tokens))
+
+
+def _sections(args: argparse.Namespace, venv: Path, model: Path, work: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {"emulator": [], "clients": [], "memory": [], "watch": None}
+    _real_engines(args, venv, model, work, out)
+    if "clients" in args.sections:
+        _clients(args, venv, model, work, out)
+    if "emulator" in args.sections:
+        _emulated_engines(args, work, out)
+        _show(f"emulator (prompts generated from seed {args.seed})",
+              emulated.report(out["emulator"], args.concurrency))
+    if "memory" in args.sections:
+        _show("memory (real engine, process tree)", memory_report(out["memory"]))
+    return out
+
+
+def _arms(args: argparse.Namespace, venv: Path, model: Path, work: Path) -> list[Any]:
+    runs = []
+    for i in range(args.repeats):
+        for name, spec in (("none", None), ("ngram", ngram_spec(args.k))):
+            print(f"[{i + 1}/{args.repeats}] {name}: serving and benchmarking", flush=True)
+            runs.append(run_arm(name, spec, args, venv, model, work))
+    return runs
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sections", default="arms",
+                    help=f"comma-separated, of {', '.join(SECTIONS)} (default arms)")
     ap.add_argument("--k", type=int, default=4, help="n-gram num_speculative_tokens")
     ap.add_argument("--requests", type=int, default=20, help="measured requests per level")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--concurrency", default="1,4")
-    ap.add_argument("--repeats", type=int, default=1, help="alternating pairs of arms")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="arms: alternating pairs of arms; clients: interleaved pairs of runs")
+    ap.add_argument("--seed", type=int, default=None,
+                    help="prompts of the non-default sections (default: a fresh one, printed)")
+    ap.add_argument("--clients-arms", default="ngram", help="clients: on which real engines")
     ap.add_argument("--json", type=Path, help="also write every run's result here")
     args = ap.parse_args(argv)
     args.concurrency = tuple(int(c) for c in args.concurrency.split(","))
+    args.sections = tuple(x.strip() for x in args.sections.split(",") if x.strip())
+    args.clients_arms = tuple(args.clients_arms.split(","))
+    bad = sorted(set(args.sections) - set(SECTIONS))
+    if bad:
+        ap.error(f"--sections: unknown {bad[0]!r} (known: {', '.join(SECTIONS)})")
+    if args.seed is None:
+        args.seed = int.from_bytes(os.urandom(2), "big")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(argv)
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # vLLM warns below 65536
     venv = vllmcpu.ensure_venv(log=print)
     model = realmodel.ensure_models(log=print) / realmodel.REPOS[REPO]
     lo, hi = NGRAM_PROMPT_LOOKUP
-    ngram = {"method": "ngram", "num_speculative_tokens": args.k,
-             "prompt_lookup_min": lo, "prompt_lookup_max": hi}
-    runs = []
-    with tempfile.TemporaryDirectory(prefix="specdec-real-engine-") as tmp:
-        for i in range(args.repeats):
-            for name, spec in (("none", None), ("ngram", ngram)):
-                print(f"[{i + 1}/{args.repeats}] {name}: serving and benchmarking", flush=True)
-                runs.append(run_arm(name, spec, args, venv, model, Path(tmp)))
-    if args.json:
-        args.json.write_text(json.dumps(runs, indent=1) + "\n")
     print(f"vllm-cpu {vllmcpu.release()}, {REPO} float32, {args.requests} requests x "
-          f"{args.max_tokens} tokens per level, n-gram k={args.k} lookup {lo}..{hi}, "
-          f"{args.repeats} repeat(s)")
-    print(report(runs))
+          f"{args.max_tokens} tokens per level, c={args.concurrency}, n-gram k={args.k} lookup "
+          f"{lo}..{hi}, {args.repeats} repeat(s), sections {','.join(args.sections)}, "
+          f"seed {args.seed}, commit {_commit()}", flush=True)
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="specdec-real-engine-") as tmp:
+        if "arms" in args.sections:
+            results["arms"] = _arms(args, venv, model, Path(tmp))
+            _show("arms", report(results["arms"]))
+        if set(args.sections) - {"arms"}:
+            results.update(_sections(args, venv, model, Path(tmp)))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
     return 0
 
 
