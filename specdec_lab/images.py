@@ -61,7 +61,8 @@ _ROOT = Path(__file__).resolve().parent.parent  # the directory holding specdec 
 EMU_PARTS = ("specdec/__init__.py", "specdec/errors.py", "specdec/config/__init__.py",
              "specdec/config/hygiene.py", "specdec/host/__init__.py", "specdec/host/power.py",
              "specdec/host/identify.py", "specdec/catalog", "specdec/engines",
-             "specdec_lab/__init__.py", "specdec_lab/emulator")
+             "specdec_lab/__init__.py", "specdec_lab/emulator",
+             "specdec_lab/contract/parsers")  # the emulated vLLM's parser data (vllm_release)
 _EPOCH = 1735689600  # 2025-01-01: fixed mtime of every layer entry
 _CREATED = "2025-01-01T00:00:00Z"
 INSTALL_DIR = "opt/specdec"
@@ -127,7 +128,8 @@ def emulator_files(parts: Iterable[str] = EMU_PARTS) -> dict[str, bytes]:
         base = _ROOT / part
         paths = [base] if base.is_file() else sorted(base.rglob("*"))
         for p in paths:
-            if not p.is_file() or "__pycache__" in p.parts or p.suffix not in (".py", ".yaml"):
+            if (not p.is_file() or "__pycache__" in p.parts
+                    or p.suffix not in (".py", ".yaml", ".json")):
                 continue
             out[p.relative_to(_ROOT).as_posix()] = p.read_bytes()
     return out

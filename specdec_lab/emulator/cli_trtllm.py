@@ -2,6 +2,11 @@
 
 Usage errors print click's format and exit 2; configuration errors (the YAML, the speculative
 config) raise `StartupError` with TRT-LLM's wording (pydantic ``extra_forbidden`` for unknown keys).
+
+No TensorRT-LLM release runs here (its PyPI package is a download stub) and no tagged source is
+read, so unlike the emulated vLLM (`vllm_release`) this validates with specdec's own schema facts
+(`specdec.engines.trtllm.facts`, the same tables `specdec_lab.contract.trtllm_schema` checks the
+rendered engine.yaml against): a wrong belief there cannot fail a lab test.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from typing import Any, NoReturn
 
 import yaml
 
-from specdec.engines.trtllm.facts import (
+from specdec.engines.trtllm.facts import (  # specdec's beliefs: no real parser (docstring)
     CUDA_GRAPH_KEYS,
     KV_CACHE_KEYS,
     TIKTOKEN_FILES,

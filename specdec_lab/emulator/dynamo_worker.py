@@ -58,7 +58,7 @@ def vllm_release() -> str:
     return str(facts.vllm)
 
 
-def _parse(argv: list[str]) -> tuple[argparse.Namespace, argparse.Namespace]:
+def _parse(argv: list[str], version: str) -> tuple[argparse.Namespace, argparse.Namespace]:
     from dynamo.common.configuration.groups.runtime_args import DynamoRuntimeArgGroup
     from dynamo.vllm.backend_args import DynamoVllmArgGroup
 
@@ -71,7 +71,7 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, argparse.Namespace]:
     positional = [a for a in rest if not a.startswith("-")][:1]
     if bad or (positional and rest.index(positional[0]) == 0):
         parser.error(f"unrecognized arguments: {' '.join(bad or positional)}")
-    return dyn, cli_vllm.parse_argv(["serve", *rest])
+    return dyn, cli_vllm.parse_argv(["serve", *rest], version)
 
 
 class EmulatedWorker:
@@ -189,8 +189,8 @@ def _engine_class() -> type:
 def main(argv: list[str] | None = None) -> int:
     """``python3 -m dynamo.vllm ...`` (the lab's stand-in); the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
-    dyn, vargs = _parse(args)
     version = vllm_release()
+    dyn, vargs = _parse(args, version)
     try:
         ctx = make_context("vllm", None, None)
     except Exception as exc:  # noqa: BLE001 - a bad emulator knob: one line, exit 1

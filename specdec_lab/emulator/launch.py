@@ -7,7 +7,12 @@ import sys
 
 from specdec.errors import SpecdecError
 from specdec_lab.emulator import cli_trtllm, cli_vllm
-from specdec_lab.emulator.runtime import StartupError, engine_version, make_context
+from specdec_lab.emulator.runtime import (
+    StartupError,
+    engine_version,
+    make_context,
+    resolve_device,
+)
 from specdec_lab.emulator.server import serve
 from specdec_lab.emulator.startup import EngineExit, config_failure
 
@@ -24,6 +29,15 @@ def engine_of(prog: str) -> str | None:
     return None
 
 
+def _parse_release(device: str | None) -> str | None:
+    """The vLLM release whose parser reads the command line (None: the emulator's default;
+    a bad device knob is reported after parsing)."""
+    try:
+        return engine_version("vllm", resolve_device(device))
+    except (SpecdecError, ValueError):
+        return None
+
+
 def run(argv: list[str], device: str | None = None, time_scale: float | None = None) -> int:
     """Run ``vllm ...`` or ``trtllm-serve ...`` (``argv[0]`` names the tool); the exit status.
 
@@ -37,8 +51,8 @@ def run(argv: list[str], device: str | None = None, time_scale: float | None = N
               "trtllm-serve)", file=sys.stderr)
         return 2
     try:
-        args = cli_vllm.parse_argv(argv[1:]) if engine == "vllm" else cli_trtllm.parse_argv(
-            argv[1:])
+        args = (cli_vllm.parse_argv(argv[1:], _parse_release(device)) if engine == "vllm"
+                else cli_trtllm.parse_argv(argv[1:]))
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     try:

@@ -48,12 +48,16 @@ def trt_error(version: str, yaml_text: str, tmp: Path, model: str = L8) -> str:
 
 # -- item 5: vLLM 0.9.2 refuses EAGLE-3 for non-Llama targets ---------------------------------
 def test_vllm_0_9_2_eagle3_llama_only() -> None:
-    spec = {"method": "eagle3", "model": Q8_HEAD, "num_speculative_tokens": 3}
+    spec = {"method": "eagle3", "model": "Tengyunw/qwen3_8b_eagle3", "num_speculative_tokens": 3}
     msg = vllm_error("0.9.2", Q8, spec)
     assert "1 validation error for SpeculativeConfig" in msg
     assert ("Value error, Eagle3 is only supported for Llama models. Got "
             "self.target_model_config.hf_text_config.model_type='qwen3'") in msg
-    assert vllm("0.10.1.1", Q8, spec).setup.method == "eagle3"  # PR #22333 added "qwen"
+    # a speculators-format head: the real 0.9.2 reads the head's config.json first and refuses
+    # that (parsers/vllm-0.9.2.json, probe head-speculators), before its Llama-only gate
+    q8 = {"method": "eagle3", "model": Q8_HEAD, "num_speculative_tokens": 3}
+    assert "Value error, Unrecognized model in " + Q8_HEAD in vllm_error("0.9.2", Q8, q8)
+    assert vllm("0.10.1.1", Q8, q8).setup.method == "eagle3"  # PR #22333 added "qwen"
     llama = {"method": "eagle3", "model": L8_HEAD, "num_speculative_tokens": 3}
     assert vllm("0.9.2", L8, llama).setup.method == "eagle3"
 
