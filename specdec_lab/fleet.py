@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec.catalog import load_catalog
-from specdec.config import apikey
+from specdec.config import apikey, pki
 from specdec.config.inventory import load_inventory
 from specdec.engines.registry import engine
 from specdec.errors import SpecdecError
@@ -210,6 +210,17 @@ def _wait_booted(h: LabHost, nspawn: Proc, deadline: float) -> str:
     return system
 
 
+def _drop_foreign_group_cas(inst: Instance, inventory: str, log: Log) -> None:
+    """The instance's group CAs claimed by another inventory path (a checkout that moved, or a
+    CI clone elsewhere): they are the lab's own state from hosts that are gone, so a fresh lab
+    drops them instead of failing the deploy on `specdec.config.pki.group_ca_dir`'s refusal."""
+    owner = f"inventory {Path(inventory).resolve()}"
+    for mark in sorted(inst.pki_dir.glob(f"*/{pki.OWNER_FILE}")):
+        if mark.read_text().strip() != owner:
+            log(f"pki: {mark.parent.name}: held for {mark.read_text().strip()}, removed")
+            shutil.rmtree(mark.parent)
+
+
 def up(inventory: str, *, limit: str | None = None, log: Log = _noop,
        instance: Instance | None = None) -> dict[str, Any]:
     """Boot the inventory's hosts as lab ``instance`` (default: from the environment). On any
@@ -227,6 +238,7 @@ def up(inventory: str, *, limit: str | None = None, log: Log = _noop,
                            f"{existing.get('inventory')}); run 'specdec lab down --instance "
                            f"{inst.name}' first")
         _preflight(inst, hosts)
+        _drop_foreign_group_cas(inst, inventory, log)
         t0 = time.monotonic()
         cached = cached_rootfs(HOST_RECIPE) is not None and cached_rootfs(IMAGE_RECIPE) is not None
         log("rootfs: cached" if cached else "rootfs: building with debootstrap (once)")

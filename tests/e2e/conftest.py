@@ -167,7 +167,7 @@ class LabFleet:
             headers["Authorization"] = "Bearer " + given
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(url, data=data, headers=headers)
-        ctx = ssl.create_default_context(cafile=str(INSTANCE.api_ca_file)) \
+        ctx = ssl.create_default_context(cafile=str(self.instance.api_ca_file)) \
             if url.startswith("https:") else None
         try:
             with urllib.request.urlopen(req, timeout=timeout, context=ctx) as r:  # noqa: S310

