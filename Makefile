@@ -77,8 +77,8 @@ unit: setup
 
 # Every pinned vLLM release from PyPI (environments cached in /var/cache/specdec-contract:
 # minutes the first time) judges what specdec renders; TensorRT-LLM against its schema facts;
-# where `make real-engine` has run, the CPU release starts every configuration the catalog
-# renders for x86-cpu (tests/contract/test_cpu_runtime.py: ~7 min; skipped otherwise).
+# and the CPU release (`make real-engine`) starts every configuration the catalog renders for
+# x86-cpu (tests/contract/test_cpu_runtime.py: ~7 min).
 contract: setup real-engine
 	$(PYTHON) -m pytest -q -ra tests/contract
 

@@ -214,10 +214,11 @@ def _drop_foreign_group_cas(inst: Instance, inventory: str, log: Log) -> None:
     """The instance's group CAs claimed by another inventory path (a checkout that moved, or a
     CI clone elsewhere): they are the lab's own state from hosts that are gone, so a fresh lab
     drops them instead of failing the deploy on `specdec.config.pki.group_ca_dir`'s refusal."""
-    owner = f"inventory {Path(inventory).resolve()}"
+    owner = pki.inventory_owner(str(Path(inventory).resolve()))
     for mark in sorted(inst.pki_dir.glob(f"*/{pki.OWNER_FILE}")):
-        if mark.read_text().strip() != owner:
-            log(f"pki: {mark.parent.name}: held for {mark.read_text().strip()}, removed")
+        have = mark.read_text().strip()
+        if have != owner:
+            log(f"pki: {mark.parent.name}: held for {have}, removed")
             shutil.rmtree(mark.parent)
 
 

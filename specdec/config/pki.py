@@ -38,7 +38,8 @@ from specdec.config.rawinput import read_file_head
 from specdec.errors import ConfigError
 
 __all__ = ["API_CA", "CA_DAYS", "CERT_DAYS", "RENEW_BEFORE_DAYS", "SITE_CA", "Authority",
-           "Issued", "api_authority", "authority", "fleet_root", "group_ca_dir", "issue",
+           "Issued", "api_authority", "authority", "fleet_root", "group_ca_dir", "inventory_owner",
+           "issue",
            "read_ca", "read_pem", "read_tls_pair", "site_authority"]
 
 PEM_MAX = 65536
@@ -253,6 +254,11 @@ def issue(ca: Authority, name: str, addresses: Sequence[str], server: bool = Fal
     return Issued(name, cert_pem, key_pem, ca.cert_pem)
 
 
+def inventory_owner(inventory: str) -> str:
+    """What `OWNER_FILE` holds for a group CA claimed by inventory file ``inventory``."""
+    return f"inventory {inventory}"
+
+
 def group_ca_dir(root: Path, group: str, inventory: str | None, members: Sequence[str],
                  explicit: bool) -> Path:
     """The CA directory of serving group ``group`` of one inventory (its resolved path; without
@@ -260,7 +266,7 @@ def group_ca_dir(root: Path, group: str, inventory: str | None, members: Sequenc
     (``explicit``) is one inventory's: ``root/<group>``, claimed by the first inventory that
     uses it (`OWNER_FILE`) and refused to any other; the default is ``root/<digest of the
     inventory>/<group>``. Two inventories with a group of the same name never share a CA."""
-    owner = f"inventory {inventory}" if inventory else \
+    owner = inventory_owner(inventory) if inventory else \
         f"the hosts {', '.join(sorted(members))}"
     tag = hashlib.sha256(owner.encode()).hexdigest()[:16]
     d = _private_dir(root / group if explicit else root / tag / group)

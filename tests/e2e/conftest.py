@@ -31,6 +31,7 @@ import string
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -334,3 +335,36 @@ def deployed(lab: LabFleet, tmp_path_factory: pytest.TempPathFactory) -> Pyinfra
                                    "SPECDEC_RUN_ID": "first-deploy"})
     run.reports = reports / "first-deploy"
     return run
+
+
+class WatchRows:
+    """``specdec watch --json`` read as it prints: (wall time, {host: row}) per look."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.looks: list[tuple[float, dict[str, dict[str, Any]]]] = []
+        self.proc = proc
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                continue
+            self.looks.append((time.time(), {r["host"]: r for r in doc["hosts"]}))
+
+    def wait(self, pred: Any, timeout: float) -> tuple[float, dict[str, Any]] | None:
+        end = time.time() + timeout
+        seen = 0
+        while time.time() < end:
+            for t, rows in self.looks[seen:]:
+                if pred(rows):
+                    return t, rows
+            seen = len(self.looks)
+            time.sleep(0.2)
+        return None
+
+    def verdicts(self, host: str, t0: float, t1: float) -> list[str]:
+        return [rows[host]["verdict"] for t, rows in self.looks if t0 <= t <= t1
+                and host in rows]

@@ -35,7 +35,7 @@ from typing import Any
 import pytest
 
 from specdec.report.fleet import load_reports
-from tests.e2e.conftest import ROOT, LabFleet, PyinfraRun
+from tests.e2e.conftest import ROOT, LabFleet, PyinfraRun, WatchRows
 from tests.waiting import wait_until
 
 pytestmark = pytest.mark.e2e
@@ -70,39 +70,6 @@ def _query(prom: str, expr: str, at: float | None = None) -> list[dict[str, Any]
 def _verdict_code(prom: str) -> float | None:
     now = _query(prom, f'specdec_watch_verdict_code{{host="{HOST}"}}')
     return float(now[0]["value"][1]) if now else None
-
-
-class Rows:
-    """``specdec watch --json`` read as it prints: (wall time, {host: row}) per look."""
-
-    def __init__(self, proc: subprocess.Popen[str]) -> None:
-        self.looks: list[tuple[float, dict[str, dict[str, Any]]]] = []
-        self.proc = proc
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            try:
-                doc = json.loads(line)
-            except ValueError:
-                continue
-            self.looks.append((time.time(), {r["host"]: r for r in doc["hosts"]}))
-
-    def wait(self, pred: Any, timeout: float) -> tuple[float, dict[str, Any]] | None:
-        end = time.time() + timeout
-        seen = 0
-        while time.time() < end:
-            for t, rows in self.looks[seen:]:
-                if pred(rows):
-                    return t, rows
-            seen = len(self.looks)
-            time.sleep(0.2)
-        return None
-
-    def verdicts(self, host: str, t0: float, t1: float) -> list[str]:
-        return [rows[host]["verdict"] for t, rows in self.looks if t0 <= t <= t1
-                and host in rows]
 
 
 def _prometheus(tmp: Path, target: str) -> tuple[subprocess.Popen[bytes], str]:
@@ -183,7 +150,7 @@ def _watch_and_shift(lab: LabFleet, root: Path, tmp: Path, passive: list[str]) -
         text=True)
     prom, url = _prometheus(tmp, target)
     try:
-        rows = Rows(watch)
+        rows = WatchRows(watch)
         _scraped(url)
         # 1. code-heavy: the window fills, then an hour of device time
         t_start = time.time()
