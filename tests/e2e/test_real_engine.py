@@ -188,6 +188,8 @@ def test_a_start_the_real_engine_refuses_is_rolled_back(real_lab: LabFleet, firs
     rep = _report(run)
     assert rep["outcome"] == "rolled_back", rep
     assert f"rolled back to last-good {good}" in rep["message"], rep["message"]
+    # the engine's own root cause, not systemd's "Failed with result 'exit-code'"
+    assert "AssertionError: Not enough allowed NUMA nodes" in rep["message"], rep["message"]
     assert _pointer(real_lab, CURRENT) == good == _pointer(real_lab, LAST_GOOD)
     real_lab.ssh(HOST, "systemctl is-active specdec-engine")
     assert "Paris" in _ask(real_lab, "What is the capital of France?")

@@ -170,7 +170,7 @@ def test_extra_args_with_percent_and_dollar_are_literal_in_the_unit() -> None:
 def test_journal_line_is_redacted_before_it_is_cut() -> None:
     from specdec.verify.phases.health import journal_reason as _journal_reason
 
-    line = "E" * 190 + " RuntimeError: token " + TOK + " rejected"
+    line = "E" * 190 + " failed: token " + TOK + " rejected"
     kind, reason = _journal_reason(["start", line])
     assert kind == "crash" and reason is not None
     assert "hf_" not in reason and "Xyz" not in reason and len(reason) == 200

@@ -1,6 +1,6 @@
-"""Health: poll the unit (failed, crash-looping, restarted → fail fast, with the journal's last
-error line, OOM recognised) and ``GET /health`` then ``GET /v1/models`` (the served model
-listed) until the plan's ``health_timeout_s``."""
+"""Health: poll the unit (failed, crash-looping, restarted → fail fast, with the engine's own
+reason from the journal, OOM recognised) and ``GET /health`` then ``GET /v1/models`` (the
+served model listed) until the plan's ``health_timeout_s``."""
 
 from __future__ import annotations
 
@@ -15,19 +15,46 @@ __all__ = ["journal_reason", "unit_failure", "wait_healthy"]
 
 _OOM = re.compile(r"out of memory|outofmemory|oom[- ]?kill|\boom\b|cannot allocate memory", re.I)
 _ERRORISH = re.compile(r"error|exception|fatal|killed|traceback|failed", re.I)
+# systemd's own lines about the unit (``-o cat`` drops the sender): never the engine's reason
+_SYSTEMD = re.compile(
+    r"^[\w@.-]+\.service: |^(Started|Starting|Stopped|Stopping|Failed to start) ")
+_STARTED = re.compile(r"^(Started|Starting) ")
+# a Python exception line, after any prefix (vLLM's "(EngineCore_DP0 pid=7) ERROR … [core.py:1]")
+_EXC = re.compile(r"(?:^|[\s\])])((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit): \S.*)$")
+_ABOVE = re.compile(r"root cause above", re.I)
+
+
+def _last_start(text: list[str]) -> list[str]:
+    """The lines after the unit's last start: an earlier run's error is not this run's."""
+    idx = [i for i, ln in enumerate(text) if _STARTED.match(ln)]
+    return text[idx[-1] + 1:] if idx else text
+
+
+def _root_cause(lines: list[str]) -> str | None:
+    """The first exception of the run that is not a pointer back to another one (vLLM's engine
+    core failure ends in "RuntimeError: Engine core initialization failed. See root cause
+    above."; the root cause is the engine core's own exception, earlier)."""
+    excs = [m.group(1) for ln in lines if (m := _EXC.search(ln))]
+    return next((e for e in excs if not _ABOVE.search(e)), excs[0] if excs else None)
 
 
 def journal_reason(lines: Sequence[str]) -> tuple[str, str | None]:
-    """(kind, last error-looking line) from the engine's journal tail."""
-    text = [ln.strip() for ln in lines if ln.strip()]
-    kind = "oom" if any(_OOM.search(ln) for ln in text) else "crash"
-    line = next((ln for ln in reversed(text) if _OOM.search(ln)), None) if kind == "oom" else None
+    """(kind, the engine's own reason) from the unit's journal tail: for an OOM the last OOM
+    line; else the run's root exception; else its last error-looking line; systemd's lines
+    only when the engine said nothing."""
+    # Redact before anything is cut: a token cut in half is no longer token-shaped.
+    text = [one_line(ln.strip()) for ln in lines if ln.strip()]
+    run = _last_start(text)
+    engine = [ln for ln in run if not _SYSTEMD.search(ln)]
+    kind = "oom" if any(_OOM.search(ln) for ln in run) else "crash"
+    line = next((ln for ln in reversed(engine) if _OOM.search(ln)), None) if kind == "oom" else None
     if line is None:
-        line = next((ln for ln in reversed(text) if _ERRORISH.search(ln)), None)
-    if line is None and text:
-        line = text[-1]
-    # Redact before cutting: a token cut in half is no longer token-shaped.
-    return kind, (one_line(line)[:200] if line else None)
+        line = _root_cause(engine)
+    if line is None:
+        line = next((ln for ln in reversed(engine or run) if _ERRORISH.search(ln)), None)
+    if line is None and run:
+        line = run[-1]
+    return kind, (line[:200] if line else None)
 
 
 def unit_failure(ctx: Ctx, label: str, st: Mapping[str, str]) -> VerifyFailure:

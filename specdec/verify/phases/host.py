@@ -138,7 +138,7 @@ class Ctx:
 
     def journal_tail(self) -> list[str]:
         ok, out = self.io.run(
-            f"journalctl -u {SERVICE} -n 40 --no-pager -o cat 2>/dev/null | tail -n 40 || true",
+            f"journalctl -u {SERVICE} -n 300 --no-pager -o cat 2>/dev/null | tail -n 300 || true",
             30)
         return out if ok else []
 
