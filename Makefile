@@ -1,7 +1,8 @@
 # Quick start on a fresh Debian 12 machine, as root:
 #   make demo   - install what is needed, boot the emulated lab fleet and deploy it
-#   make test   - install what is needed, then run every test (unit and deploy in a random order,
-#                 then contract against the real vLLM releases and lab end-to-end)
+#   make test   - install what is needed, then run every test: the lab end-to-end tests beside
+#                 the unit suite (random order), the contract (real vLLM releases) and the
+#                 real engine end to end
 # Both use the lab, each its own instance: `make demo` boots "demo" (10.213.0.0/16) and leaves
 # it up; the end-to-end tests boot "test" (10.214.0.0/16) beside it and remove only that.
 PYTHON ?= python3
@@ -70,10 +71,11 @@ lint: setup
 # files (pytest-random-order): no test may lean on another's leftovers. The seed is printed first;
 # `make unit SEED=N` replays that order.
 SEED := $(shell od -An -N2 -tu2 /dev/urandom | tr -d ' ')
+UNIT = $(PYTHON) -m pytest -q -ra -p random_order --random-order-bucket=global \
+	--random-order-seed=$(SEED) tests --ignore=tests/e2e --ignore=tests/contract
 unit: setup
 	@echo "unit tests in random order: seed $(SEED) (replay: make unit SEED=$(SEED))"
-	$(PYTHON) -m pytest -q -ra -p random_order --random-order-bucket=global \
-		--random-order-seed=$(SEED) tests --ignore=tests/e2e --ignore=tests/contract
+	$(UNIT)
 
 # Every pinned vLLM release from PyPI (environments cached in /var/cache/specdec-contract:
 # minutes the first time) judges what specdec renders; TensorRT-LLM against its schema facts;
@@ -85,8 +87,19 @@ contract: setup real-engine
 e2e: setup real-engine
 	$(PYTHON) -m pytest -q tests/e2e
 
-test: setup real-engine lint unit
-	$(PYTHON) -m pytest -q -ra tests/contract tests/e2e
+# `make test` runs two streams side by side (tests/streams.py prefixes each line with its name):
+# "lab", the lab end-to-end tests (instance "test"); "rest", the unit suite, the contract and
+# the real engine end to end (instance "real"). On two cores each stream is mostly one busy
+# process: side by side they take ~45 minutes instead of ~70 one after the other.
+REAL_E2E = tests/e2e/test_real_engine.py
+test: setup real-engine lint
+	$(PYTHON) tests/streams.py \
+		lab='$(PYTHON) -m pytest -q -ra -p no:cacheprovider --basetemp=/tmp/specdec-test-lab \
+			tests/e2e --ignore=$(REAL_E2E)' \
+		rest='echo "unit tests in random order: seed $(SEED) (replay: make unit SEED=$(SEED))" && \
+			$(UNIT) -p no:cacheprovider --basetemp=/tmp/specdec-test-unit && \
+			$(PYTHON) -m pytest -q -ra -p no:cacheprovider --basetemp=/tmp/specdec-test-rest \
+			tests/contract $(REAL_E2E)'
 
 demo demo-down: export SPECDEC_LAB_INSTANCE = demo
 

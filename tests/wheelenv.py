@@ -3,19 +3,27 @@ into a fresh virtual environment (its dependencies from PyPI), the lab's package
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def build_wheel(dist: Path) -> Path:
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "--disable-pip-version-check", "-w", str(dist), str(ROOT)],
-                   check=True, capture_output=True, timeout=600)
+    """pip builds in the tree (setuptools' ``build/``): one build at a time (`make test`'s
+    streams both build one), from an empty ``build/`` (a module deleted since the last build
+    would still be in ``build/lib``, and so in the wheel)."""
+    with open(Path(tempfile.gettempdir()) / "specdec-wheel-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        shutil.rmtree(ROOT / "build", ignore_errors=True)
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                        "--disable-pip-version-check", "-w", str(dist), str(ROOT)],
+                       check=True, capture_output=True, timeout=600)
     return next(dist.glob("specdec-*.whl"))
 
 
