@@ -277,12 +277,13 @@ def _resumable(args: argparse.Namespace, venv: Path, model: Path) -> None:
     res = Results.load(args.results)
     work = args.work or args.results.parent / "engines"
     work.mkdir(parents=True, exist_ok=True)
-    print(f"results: {args.results} ({len(res.records)} records so far); engine logs {work}",
-          flush=True)
+    commit = _commit()  # once: the code this process loaded
+    print(f"results: {args.results} ({len(res.records)} records so far); engine logs {work}; "
+          f"commit {commit}", flush=True)
     if "gate" in args.sections:
-        gatebench.section(res, args, venv, work, _commit())
+        gatebench.section(res, args, venv, work, commit)
     if "tune" in args.sections:
-        tunebench.section(res, args, venv, work, _commit())
+        tunebench.section(res, args, venv, work, commit)
 
 
 def main(argv: list[str] | None = None) -> int:
