@@ -10,7 +10,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 DEFAULT = Path("/var/cache/specdec-lab/realbench/results.jsonl")
 KINDS = ("idle", "gate", "truth", "tune", "sweep")
@@ -48,8 +48,10 @@ class Results:
         out = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **rec}
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.path, "a") as f:
-                f.write(json.dumps(out, separators=(",", ":")) + "\n")
+            line = json.dumps(out, separators=(",", ":")) + "\n"
+            with open(self.path, "a+b") as f:
+                # after a line a killed run cut short: a line of its own, not glued to it
+                f.write((("\n" if _cut(f) else "") + line).encode())
                 f.flush()
         self.records.append(out)
         return out
@@ -75,19 +77,29 @@ class Results:
         return len(self.of(kind, config))
 
 
+def _cut(f: BinaryIO) -> bool:
+    """Whether the file ends inside a line."""
+    end = f.seek(0, 2)
+    if not end:
+        return False
+    f.seek(end - 1)
+    return f.read(1) != b"\n"
+
+
+def tally(records: Iterable[Mapping[str, Any]], key: str) -> str:
+    """How many records have each value of ``key``, e.g. ``disable (19), keep (1)``."""
+    n: dict[str, int] = {}
+    for r in records:
+        n[str(r.get(key))] = n.get(str(r.get(key)), 0) + 1
+    return ", ".join(f"{k} ({v})" for k, v in sorted(n.items()))
+
+
 def tags(records: Iterable[Mapping[str, Any]]) -> str:
     """Which commits and seeds a figure rests on, e.g. ``commits abc1234 (12), seeds 7 (12)``."""
     recs = list(records)
     if not recs:
         return "no records"
-
-    def tally(key: str) -> str:
-        n: dict[str, int] = {}
-        for r in recs:
-            n[str(r.get(key))] = n.get(str(r.get(key)), 0) + 1
-        return ", ".join(f"{k} ({v})" for k, v in sorted(n.items()))
-
-    return f"commits {tally('commit')}; seeds {tally('seed')}"
+    return f"commits {tally(recs, 'commit')}; seeds {tally(recs, 'seed')}"
 
 
 def obs_of(result: Mapping[str, Any], level: int) -> list[list[Any]]:
