@@ -44,6 +44,7 @@ Needs the venv and the model (``make real-engine``: ~2 minutes once). Heavy: run
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -113,7 +114,9 @@ def report(runs: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+@functools.cache
 def _commit() -> str:
+    """The checkout's commit, read once per process (what the code it loaded came from)."""
     def git(*a: str) -> str:
         return subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True,
                               check=False).stdout.strip()
@@ -234,7 +237,10 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     bad = sorted(set(args.gate_configs) - set(gatebench.CONFIGS))
     if bad:
         ap.error(f"--gate-configs: unknown {bad[0]!r} (known: {', '.join(gatebench.CONFIGS)})")
-    args.sweep_ks = tunebench.ks_arg(args.sweep_ks)
+    try:
+        args.sweep_ks = tunebench.ks_arg(args.sweep_ks)
+    except ValueError as exc:
+        ap.error(str(exc))
     return args
 
 
@@ -277,7 +283,7 @@ def _resumable(args: argparse.Namespace, venv: Path, model: Path) -> None:
     res = Results.load(args.results)
     work = args.work or args.results.parent / "engines"
     work.mkdir(parents=True, exist_ok=True)
-    commit = _commit()  # once: the code this process loaded
+    commit = _commit()
     print(f"results: {args.results} ({len(res.records)} records so far); engine logs {work}; "
           f"commit {commit}", flush=True)
     if "gate" in args.sections:

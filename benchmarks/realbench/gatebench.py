@@ -16,7 +16,8 @@ product's `Bench` (`specdec.verify.phases.bench`: round sizing by
 replaced (it points the bench at the arm's running engine instead of restarting the unit).
 Every gate run starts with the candidate running, as after a deploy's serve, and measures its
 own round-1 baseline (no baseline cache). A **truth block** is one gate round-1 bench of each
-arm back to back (4 requests per arm at c=1), the first arm alternating by block. Gate runs and
+arm back to back (4 requests per arm at c=1: block i the prompts from offset 4i, so 13 blocks
+cover the 52 prompts once), the first arm alternating by block. Gate runs and
 truth blocks are interleaved so the truth is measured over the same hours as the runs, until
 the configuration has ``--gate-runs`` runs and a truth of at least ``--truth-factor`` × the mean
 gate run's bench seconds (`next_step`). Every run's and block's prompts carry a tag of their
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from realbench.engine import tree_cpu_s
 from realbench.prompts import tagged
 from realbench.results import Results, arms_obs
 from specdec.bench import BenchConfig, device_time, run_bench_sync
@@ -57,11 +59,14 @@ IDLE_SETTLE_S = 20.0
 
 
 def cases() -> dict[str, Case]:
-    """The plan's configurations for x86-cpu by method (``none`` too), without schedules."""
+    """The plan's configurations for x86-cpu by method (``none`` too), without schedules;
+    draft_model only with the target as its own draft (the known-truth case)."""
     out: dict[str, Case] = {}
     for c in enumerate_cases().cases:
-        if not c.plan.k_by_batch:
-            out.setdefault(c.plan.method if c.plan.speculative else "none", c)
+        p = c.plan
+        if p.k_by_batch or (p.method == "draft_model" and p.draft != p.model):
+            continue
+        out.setdefault(p.method if p.speculative else "none", c)
     return out
 
 
@@ -169,28 +174,6 @@ def start(case: Case, venv: Path, work: Path, log: Callable[[str], None] = print
     return Served(case, release_files(case.plan)[0], eng, ready)
 
 
-def tree_cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) of ``pid`` and its descendants so far."""
-    kids: dict[int, list[int]] = {}
-    cpu: dict[int, float] = {}
-    tick = os.sysconf("SC_CLK_TCK")
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            f = (d / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        kids.setdefault(int(f[1]), []).append(int(d.name))
-        cpu[int(d.name)] = (int(f[11]) + int(f[12])) / tick
-    todo, total = [pid], 0.0
-    while todo:
-        p = todo.pop()
-        total += cpu.get(p, 0.0)
-        todo += kids.get(p, [])
-    return total
-
-
 # -- one unit of work each ---------------------------------------------------------------------
 def gate_run(name: str, base: Served, cand: Served, index: int, seed: int, commit: str,
              work: Path, log: Callable[[str], None] = print) -> dict[str, Any]:
@@ -250,6 +233,13 @@ def next_step(gates: Sequence[Mapping[str, Any]], truths: Sequence[Mapping[str, 
     return "gate" if len(gates) < runs else None
 
 
+def _cores(pid: int, seconds: float) -> float:
+    """The cores ``pid``'s process tree keeps busy over the next ``seconds``."""
+    c0, t0 = tree_cpu_s(pid), time.monotonic()
+    time.sleep(seconds)
+    return (tree_cpu_s(pid) - c0) / (time.monotonic() - t0)
+
+
 def idle_check(base: Served, cand_case: Case, venv: Path, work: Path, blocks: int, seed: int,
                commit: str, pol: GatePolicy, log: Callable[[str], None] = print
                ) -> tuple[dict[str, Any], Served]:
@@ -267,14 +257,10 @@ def idle_check(base: Served, cand_case: Case, venv: Path, work: Path, blocks: in
         return out
 
     alone = rates("a")
-    c0 = tree_cpu_s(base.engine.proc.pid)
-    time.sleep(IDLE_SETTLE_S)
-    base_idle = (tree_cpu_s(base.engine.proc.pid) - c0) / IDLE_SETTLE_S
+    base_idle = _cores(base.engine.proc.pid, IDLE_SETTLE_S)
     cand = start(cand_case, venv, work, log)
     time.sleep(IDLE_SETTLE_S)  # let its start-up threads settle
-    c1, t1 = tree_cpu_s(cand.engine.proc.pid), time.monotonic()
-    time.sleep(IDLE_SETTLE_S)
-    cand_idle = (tree_cpu_s(cand.engine.proc.pid) - c1) / (time.monotonic() - t1)
+    cand_idle = _cores(cand.engine.proc.pid, IDLE_SETTLE_S)
     c2, t2 = tree_cpu_s(cand.engine.proc.pid), time.monotonic()
     beside = rates("w")
     cand_during = (tree_cpu_s(cand.engine.proc.pid) - c2) / (time.monotonic() - t2)
@@ -308,6 +294,9 @@ def section(res: Results, args: Any, venv: Path, work: Path, commit: str,
             log: Callable[[str], None] = print) -> None:
     """Every configuration of ``args.gate_configs`` in order; engines only where work is left."""
     pol, cs = GatePolicy(), cases()
+    for n in args.gate_configs:  # the report classifies the truth with the default policy
+        if cs[n].plan.gate != pol:
+            raise SystemExit(f"gate: the {n} plan's GatePolicy is not the default")
     todo = [n for n in args.gate_configs
             if next_step(res.of("gate", n), res.of("truth", n), args.gate_runs,
                          args.truth_factor, args.truth_min_blocks) is not None]

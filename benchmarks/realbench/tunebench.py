@@ -3,8 +3,9 @@ exhaustive sweep of k.
 
 A **tuner run** is the deploy's tune phase itself, `specdec.verify.phases.tune.run_tune` (the
 search `specdec.tune.search.Search` with its `point_benches`, the baseline measured once,
-`Search.choose`), on the plan the product makes for n-gram on x86-cpu, with the product's
-`Bench` whose `activate` starts the point's engine here (the unit the plan renders for that
+`Search.choose`), on the plan the product makes for n-gram on x86-cpu, the plan's release
+running first as after serve, with the product's `Bench` whose `activate` starts the point's
+engine here (the unit the plan renders for that
 k, `specdec.plan.planner.speculating`, as the tune phase renders it) and stops the one before:
 one engine at a time, a restart per point, as on a host. No tune cache. Its choice is the c=1
 k (with the engine's per-batch-size schedule, the k of batch 1..2).
@@ -90,10 +91,11 @@ def tune_run(index: int, seed: int, commit: str, venv: Path, work: Path,
                                                   for k in range(1, K_MAX + 1))]}
     cand, base = release_files(plan)[0], release_files(base_case.plan)[0]
     io = LocalIO(tag("u", "ngram", seed, index))
-    ctx = make_ctx(plan, cand, base, io, "", None, work, log)
     eng = Swapper(by_rid, venv, work, log)
     t0 = time.monotonic()
     try:
+        # the plan's release runs first, as after a deploy's serve
+        ctx = make_ctx(plan, cand, base, io, eng.url_of(cand), cand, work, log)
         tuned, _ = run_tune(ctx, LocalBench(ctx, eng.url_of), Arm(base))
     finally:
         eng.stop()
@@ -139,7 +141,8 @@ def sweep(res: Results, args: Any, venv: Path, work: Path, commit: str, pol: Gat
     try:
         while True:
             counts = {k: res.count("sweep", sweep_name(k)) for k in args.sweep_ks}
-            spent = sum(float(r["bench_s"]) for r in res.of("sweep"))
+            spent = sum(float(r["bench_s"]) for k in counts
+                        for r in res.of("sweep", sweep_name(k)))
             todo = sweep_todo(counts, spent, goal, args.sweep_blocks, args.sweep_max_passes)
             if not todo:
                 return
@@ -182,7 +185,8 @@ def section(res: Results, args: Any, venv: Path, work: Path, commit: str,
 
 
 def ks_arg(text: str) -> Sequence[int]:
+    """``--sweep-ks``: k from 1 to K_MAX (one digit each: a block's prompt tag names its k)."""
     out = sorted({int(x) for x in text.split(",") if x.strip()})
-    if not out or min(out) < 1:
-        raise ValueError(f"--sweep-ks: expected k >= 1, got {text!r}")
+    if not out or min(out) < 1 or max(out) > K_MAX:
+        raise ValueError(f"--sweep-ks: expected k in 1..{K_MAX}, got {text!r}")
     return out
