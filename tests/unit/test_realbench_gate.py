@@ -4,17 +4,18 @@ truth blocks and sweep passes, and the printed tables."""
 
 from __future__ import annotations
 
-import json
+import copy
 import math
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-from realbench import gatereport  # noqa: E402
+from realbench import gatebench, gatereport  # noqa: E402
 from realbench.gatebench import bench_config, next_step, tag  # noqa: E402
 from realbench.results import Results, obs_of  # noqa: E402
 from realbench.truth import (  # noqa: E402
@@ -28,11 +29,13 @@ from realbench.truth import (  # noqa: E402
     thetas,
     truth_of,
 )
-from realbench.tunebench import c1_k, sweep_todo  # noqa: E402
+from realbench.tunebench import c1_k, ks_arg, sweep_todo  # noqa: E402
 
 from specdec.bench.prompts import builtin_prompts  # noqa: E402
 from specdec.gate.rounds import round_bench  # noqa: E402
-from specdec.plan.types import GatePolicy  # noqa: E402
+from specdec.plan.planner import baseline  # noqa: E402
+from specdec.plan.types import K_MAX, GatePolicy  # noqa: E402
+from tests.unit.verify_fakes import FAST, PLAIN, PLAN, SLOW8  # noqa: E402
 
 POL = GatePolicy()
 W = {"chat": 16.0, "code": 16.0, "summarization": 12.0, "repetitive": 8.0}
@@ -115,6 +118,8 @@ def test_truth_of_recovers_the_ratios_with_a_block_interval() -> None:
     near = truth_of(_truth_recs(1.3 * math.exp(0.105), 0.5, 1.0), W, POL, boot=200)
     assert near is not None and near.verdict == "keep"
     assert ratios([_block(1.5, 1.0, 1.0)], W)["c1"] == pytest.approx(1.5)
+    one = truth_of(_truth_recs(2.0, 0.5, 1.0, n=1), W, POL)
+    assert one is not None and one.verdict == "keep" and not one.firm  # no interval: not firm
 
 
 # -- agreement ----------------------------------------------------------------------------------
@@ -152,6 +157,9 @@ def test_results_resume_skips_what_is_done_and_survives_a_cut_line(tmp_path: Pat
     assert again.next_index("gate", "ngram") == 1 and again.next_index("gate", "eagle3") == 0
     assert again.has("truth", "ngram", 0) and not again.has("truth", "eagle3", 0)
     assert all("time" in r for r in again.records)
+    again.append({"kind": "truth", "config": "ngram", "index": 1, "seed": 7, "commit": "abc"})
+    third = Results.load(path)  # the record after the cut line is a line of its own
+    assert len(third.records) == 4 and third.has("truth", "ngram", 1)
 
 
 def test_obs_of_keeps_successful_requests() -> None:
@@ -205,6 +213,10 @@ def test_bench_config_is_the_round_as_specdec_bench_reads_it() -> None:
     assert len({len(tag("g", c, s, i)) for c in ("ngram", "eagle3", "3")
                 for s in (1, 65535) for i in (0, 999)}) == 1
     assert c1_k({"k": 8, "k_by_batch": [[1, 2, 4], [3, 8, 0]]}) == 4 and c1_k({"k": 3}) == 3
+    assert ks_arg("3,1,3") == [1, 3]
+    for bad in ("", "0,2", f"1,{K_MAX + 1}"):  # k >= 10 would share k=1's prompt tags
+        with pytest.raises(ValueError):
+            ks_arg(bad)
 
 
 # -- the tables ---------------------------------------------------------------------------------
@@ -232,22 +244,64 @@ def test_gate_report_says_met_not_met_and_incomplete() -> None:
     text = gatereport.gate_report(short, ["ngram"], W, 10.0)
     assert "incomplete (truth budget)" in text and "incomplete (150 of 200 s)" in text
     assert "+100.0%" in text and "commits c1 (20)" in text
+    small = gatereport.gate_report(_gate_file(["keep"] * 2, keep, 2), ["ngram"], W, 1.0, 2)
+    assert small.splitlines()[-1].endswith("| incomplete (2 of 20) |")
 
 
-def test_tune_report_fraction_of_the_best_k() -> None:
+def _tune_file(speeds: dict[int, float], blocks: int = 2) -> Results:
     res = Results(None)
     res.append({"kind": "tune", "config": "ngram", "index": 0, "seed": 7, "commit": "c1",
                 "label": "ngram k=4", "k_c1": 4, "bench_s": 10.0, "engine_starts": 3,
                 "wall_s": 99.0, "measured": [{"k": 4, "rounds": 6}]})
-    for k, speed in ((2, 1.2), (4, 1.44), (8, 1.6)):
-        for i in range(2):
+    for k, speed in speeds.items():
+        for i in range(blocks):
             b = _block(speed, 1.0, 1.0)
             res.append({"kind": "sweep", "config": f"ngram k={k}", "index": i, "seed": 7,
                         "commit": "c1", "bench_s": 30.0,
                         "arms": {a: {"1": v["1"]} for a, v in b.items()}})
-    text = gatereport.tune_report(res, [2, 4, 8], W, 10.0)
+    return res
+
+
+def test_tune_report_fraction_of_the_best_k() -> None:
+    speeds = {k: 1.0 + 0.05 * k for k in range(1, K_MAX + 1)}
+    speeds[4], speeds[8] = 1.44, 1.6
+    ks = list(speeds)
+    text = gatereport.tune_report(_tune_file(speeds), ks, W, 10.0)
     assert "k=4 gives 90.0% of the best k's (k=8)" in text and "**NOT met**" in text
-    assert "180 bench s of 100" in text and "complete" in text
-    part = gatereport.tune_report(res, [2, 4, 8, 16], W, 10.0)
-    assert "**incomplete** (so far: NOT met)" in part
-    print(json.dumps(text))
+    assert f"480 bench s of 100 (10x the tuner's), {K_MAX} of the {K_MAX} k measured: " \
+        "complete (" in text
+    speeds[4] = 1.55  # 96.9% of the best
+    assert "c=1 throughput (bar 95%): **met**" in gatereport.tune_report(
+        _tune_file(speeds), ks, W, 10.0)
+    part = gatereport.tune_report(_tune_file({2: 1.2, 4: 1.44, 8: 1.6}), [2, 4, 8], W, 10.0)
+    assert "measured: incomplete" in part and "**incomplete** (so far: NOT met)" in part
+    one = gatereport.tune_report(_tune_file(speeds, blocks=1), ks, W, 1.0)  # bar: 10x at least
+    assert "240 bench s of 100 (10x" in one and "- (one block)" in one
+
+
+# -- a gate run is the product's gate loop -----------------------------------------------------
+def _served(rid: str, url: str, plan: Any) -> gatebench.Served:
+    case = SimpleNamespace(id=f"{plan.model}: {rid}", plan=plan)
+    return gatebench.Served(case, rid, SimpleNamespace(url=url), 0.0)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("cand", "decision", "code"), [(FAST, "keep", "keep"),
+                                                        (SLOW8, "disable", "c8_regression")])
+def test_a_gate_run_is_run_gate_on_the_arms_engines(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, cand: dict[str, Any], decision: str,
+        code: str) -> None:
+    calls: list[tuple[str, str]] = []
+
+    def bench(cfg: Any) -> dict[str, Any]:
+        calls.append((cfg.url, cfg.prompts.measured[0].text))
+        return copy.deepcopy(cand if cfg.url == "http://cand" else PLAIN)
+
+    monkeypatch.setattr(gatebench, "run_bench_sync", bench)
+    monkeypatch.setattr(gatebench.device_time, "apply", lambda url, res: res)
+    base, cnd = _served("b0", "http://base", baseline(PLAN)), _served("c0", "http://cand", PLAN)
+    rec = gatebench.gate_run("ngram", base, cnd, 3, 7, "abc", tmp_path, log=lambda _: None)
+    assert (rec["decision"], rec["code"], rec["rounds"]) == (decision, code, 1)
+    assert [u for u, _ in calls] == ["http://cand", "http://base"]  # the candidate runs first
+    assert rec["tag"] == tag("g", "ngram", 7, 3)
+    assert [t.split(" ", 1)[0] for _, t in calls] == [f"[{rec['tag']}.01", f"[{rec['tag']}.02"]
+    assert {r["name"] for r in rec["rules"]} == set(RULES)
