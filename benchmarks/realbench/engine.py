@@ -14,7 +14,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,25 +57,46 @@ def healthy(url: str) -> bool:
         return False
 
 
-def tree_rss_kib(pid: int) -> int:
-    """Resident memory of ``pid`` and its descendants (API server, engine core)."""
+def tree_sum(pid: int, read: Callable[[Path], tuple[int, float]]) -> float:
+    """``read(/proc/<p>)``'s value summed over ``pid`` and its descendants (``read``: the
+    process's parent and value; OSError, ValueError, IndexError or KeyError: it is gone)."""
     kids: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
+    val: dict[int, float] = {}
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
         try:
-            fields = dict(line.split(":", 1) for line in (d / "status").read_text().splitlines())
-        except (OSError, ValueError):
+            ppid, v = read(d)
+        except (OSError, ValueError, IndexError, KeyError):
             continue
-        kids.setdefault(int(fields["PPid"]), []).append(int(d.name))
-        rss[int(d.name)] = int(fields.get("VmRSS", "0 kB").split()[0])
-    todo, total = [pid], 0
+        kids.setdefault(ppid, []).append(int(d.name))
+        val[int(d.name)] = v
+    todo, total = [pid], 0.0
     while todo:
         p = todo.pop()
-        total += rss.get(p, 0)
+        total += val.get(p, 0.0)
         todo += kids.get(p, [])
     return total
+
+
+def _rss(d: Path) -> tuple[int, float]:
+    fields = dict(line.split(":", 1) for line in (d / "status").read_text().splitlines())
+    return int(fields["PPid"]), float(fields.get("VmRSS", "0 kB").split()[0])
+
+
+def _cpu(d: Path) -> tuple[int, float]:
+    f = (d / "stat").read_text().rsplit(")", 1)[1].split()
+    return int(f[1]), (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_rss_kib(pid: int) -> int:
+    """Resident memory of ``pid`` and its descendants (API server, engine core)."""
+    return int(tree_sum(pid, _rss))
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of ``pid`` and its descendants so far."""
+    return tree_sum(pid, _cpu)
 
 
 @dataclass
