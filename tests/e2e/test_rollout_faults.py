@@ -259,9 +259,7 @@ def test_two_rollouts_at_once_do_not_interleave(lab: LabFleet, deployed: Pyinfra
     for i in range(2):
         argv = [sys.executable, "-m", "specdec", "rollout", lab.inventory, "--limit", host,
                 "--run-id", f"twice{i}-{int(time.time())}", "--reports", str(tmp_path / str(i)),
-                "--data", "specdec_reverify=true",
-                # k pinned: the gate alone re-verifies (~1 min), not the tuner's ~5 min
-                "--data", "specdec_num_speculative_tokens=4"]
+                "--data", "specdec_reverify=true"]
         procs.append(subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT, text=True))
         time.sleep(0.5)
