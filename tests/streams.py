@@ -3,7 +3,7 @@ when any stream failed (every stream runs to its end, so each one's failures are
 
     python3 tests/streams.py lab='pytest tests/e2e …' rest='make unit && pytest …'
 
-`make test-streams` runs its two streams with it: the machines it targets have two cores, and each
+`make test` runs its two streams with it: the machines it targets have two cores, and each
 stream is mostly one busy process (the lab's control node and emulated hosts; the unit suite,
 then the real engine). Each command runs under ``sh -c`` from the current directory.
 """

@@ -56,8 +56,9 @@ class LoopbackHost:
     """Releases map to emulator command lines; `systemctl restart` (re)starts the process."""
 
     def __init__(self, tmp: Path, argv: dict[str, list[str]], faults: dict[str, str],
-                 current: str, last_good: str | None) -> None:
+                 current: str, last_good: str | None, time_scale: str = "0.05") -> None:
         self.tmp = tmp
+        self.time_scale = time_scale
         self.env: dict[str, dict[str, str]] = {}
         self.argv = argv
         self.faults = faults
@@ -73,7 +74,7 @@ class LoopbackHost:
         self.stop()
         assert self.current is not None
         env = {**os.environ, "SPECDEC_EMU_DEVICE": "agx-orin-64gb",
-               "SPECDEC_EMU_TIME_SCALE": "0.05", "SPECDEC_EMU_FAULT": self.faults.get(
+               "SPECDEC_EMU_TIME_SCALE": self.time_scale, "SPECDEC_EMU_FAULT": self.faults.get(
                    self.current, ""), "PYTHONUNBUFFERED": "1"}
         env.pop("HF_TOKEN", None)
         env.update(self.env.get(self.current, {}))
@@ -192,9 +193,10 @@ def _fleet(tmp_path: Path, pin_k: bool) -> Iterator[Any]:
     hosts: list[LoopbackHost] = []
 
     def make(faults: dict[str, str], current: str, last_good: str | None,
-             extra: dict[str, list[str]] | None = None) -> LoopbackHost:
+             extra: dict[str, list[str]] | None = None, time_scale: str = "0.05",
+             ) -> LoopbackHost:
         argv = {c: _argv(plan), b: _argv(base), **(extra or {})}
-        h = LoopbackHost(tmp_path, argv, faults, current, last_good)
+        h = LoopbackHost(tmp_path, argv, faults, current, last_good, time_scale)
         hosts.append(h)
         return h
 
@@ -269,7 +271,10 @@ def test_tune_measures_k_on_the_host_and_the_next_plan_runs_the_verified_release
 
 def test_eagle3_on_agx_is_decided_with_real_numbers(fleet):
     make, spec, c, b = fleet
-    host = make({}, c, b)
+    # device time at 1/5 of the wall clock (not 1/20): a step's few milliseconds of HTTP and
+    # client work stay small beside it when another job shares the cores (at 0.05 a busy
+    # machine once measured a c=8 "regression" of -63%)
+    host = make({}, c, b, time_scale="0.2")
     rep = Verifier(spec(), host).run(_state(host, c, b))
     # Qwen3-8B with its EAGLE-3 head at k=3 on an AGX Orin: the emulator's truth is a c=1 gain
     # near +90% and a TPOT reduction near 45% (benchmarks/simlab.py), far outside the zone
