@@ -73,8 +73,9 @@ lint: setup
 SEED := $(shell od -An -N2 -tu2 /dev/urandom | tr -d ' ')
 UNIT = $(PYTHON) -m pytest -q -ra -p random_order --random-order-bucket=global \
 	--random-order-seed=$(SEED) tests --ignore=tests/e2e --ignore=tests/contract
+SEED_LINE = echo "unit tests in random order: seed $(SEED) (replay: make unit SEED=$(SEED))"
 unit: setup
-	@echo "unit tests in random order: seed $(SEED) (replay: make unit SEED=$(SEED))"
+	@$(SEED_LINE)
 	$(UNIT)
 
 # Every pinned vLLM release from PyPI (environments cached in /var/cache/specdec-contract:
@@ -90,15 +91,15 @@ e2e: setup real-engine
 # `make test`: two streams side by side (tests/streams.py prefixes each line with its name; each
 # stream runs to its end and the run fails if either did): the lab e2e, and beside it the unit
 # suite then the contract and the real-engine e2e. The machines it targets have two cores and each
-# stream is mostly one busy process: ~31 min on one of them, against ~65 min one after another
-# (`make test-serial`). Tests that judge the emulator's speed keep its device time well above
+# stream is mostly one busy process: 32 min there (`time .ci/run` on a fresh clone), against
+# 65 min one after another (`make test-serial`, stop 37's CI). Tests that judge the emulator's speed keep its device time well above
 # the per-token CPU work, so a shared core does not decide them.
 REAL_E2E = tests/e2e/test_real_engine.py
 test: setup real-engine lint
 	$(PYTHON) tests/streams.py \
 		lab='$(PYTHON) -m pytest -q -ra -p no:cacheprovider --basetemp=/tmp/specdec-test-lab \
 			tests/e2e --ignore=$(REAL_E2E)' \
-		rest='echo "unit tests in random order: seed $(SEED) (replay: make unit SEED=$(SEED))" && \
+		rest='$(SEED_LINE) && \
 			$(UNIT) -p no:cacheprovider --basetemp=/tmp/specdec-test-unit; u=$$?; \
 			$(PYTHON) -m pytest -q -ra -p no:cacheprovider --basetemp=/tmp/specdec-test-rest \
 			tests/contract $(REAL_E2E) && exit $$u'

@@ -39,6 +39,7 @@ from specdec.verify.verifier import (
 )
 
 TOKEN = "hf_MARKERtoken123"
+TIME_SCALE = "0.05"  # wall-clock seconds per second of device time, unless a test says
 
 
 def _free_port() -> int:
@@ -56,7 +57,7 @@ class LoopbackHost:
     """Releases map to emulator command lines; `systemctl restart` (re)starts the process."""
 
     def __init__(self, tmp: Path, argv: dict[str, list[str]], faults: dict[str, str],
-                 current: str, last_good: str | None, time_scale: str = "0.05") -> None:
+                 current: str, last_good: str | None, time_scale: str = TIME_SCALE) -> None:
         self.tmp = tmp
         self.time_scale = time_scale
         self.env: dict[str, dict[str, str]] = {}
@@ -193,7 +194,7 @@ def _fleet(tmp_path: Path, pin_k: bool) -> Iterator[Any]:
     hosts: list[LoopbackHost] = []
 
     def make(faults: dict[str, str], current: str, last_good: str | None,
-             extra: dict[str, list[str]] | None = None, time_scale: str = "0.05",
+             extra: dict[str, list[str]] | None = None, time_scale: str = TIME_SCALE,
              ) -> LoopbackHost:
         argv = {c: _argv(plan), b: _argv(base), **(extra or {})}
         h = LoopbackHost(tmp_path, argv, faults, current, last_good, time_scale)
